@@ -1,0 +1,281 @@
+/**
+ * Configuration: a YAML file, `${ENV}` interpolation, then ajv validation with messages that name
+ * the key and the problem. With no file, the embedded default runs the built-in simulator.
+ */
+import { readFileSync } from 'node:fs';
+import { Ajv, type ErrorObject } from 'ajv';
+import { parse as parseYaml } from 'yaml';
+
+export interface ModelFeatures {
+  tools: boolean;
+  jsonSchema: boolean;
+  vision: boolean;
+  temperature: boolean;
+  /** The upstream reports usage in streams when asked (`stream_options.include_usage`). */
+  streamUsage: boolean;
+}
+
+export interface ModelConfig {
+  id: string;
+  /** Name of the upstream channel (a key of `upstreams`). */
+  upstream: string;
+  /** The model name the upstream knows; defaults to `id`. */
+  upstreamModel: string;
+  /** Output-token ceiling: `default` is sent when the client sets none; above `max` is refused. */
+  maxOutputTokens: { default?: number; max?: number };
+  features: ModelFeatures;
+  /** Unix seconds, shown in model lists. */
+  created: number;
+  ownedBy: string;
+}
+
+export interface UpstreamConfig {
+  /** Which upstream plugin serves this channel (e.g. `openai-chat`, `simulator`). */
+  kind: string;
+  [option: string]: unknown;
+}
+
+export interface PluginEntry {
+  /** Path under plugins/, e.g. `auth` or `codecs/chat`. */
+  name: string;
+  options: Record<string, unknown>;
+}
+
+export interface Config {
+  server: {
+    host: string;
+    port: number;
+    maxBodyBytes: number;
+    shutdownTimeoutMs: number;
+  };
+  dataDir: string;
+  adminToken?: string;
+  log: { level: string };
+  plugins: PluginEntry[];
+  upstreams: Record<string, UpstreamConfig>;
+  models: ModelConfig[];
+}
+
+export const defaultPlugins = [
+  'auth',
+  'grant',
+  'codecs/chat',
+  'upstreams/openai-chat',
+  'upstreams/simulator',
+  'usage',
+  'access-log',
+];
+
+/** The embedded default: the in-process simulator and its models. */
+const embeddedDefault = {
+  upstreams: { simulator: { kind: 'simulator' } },
+  models: [
+    { id: 'sim-chat', upstream: 'simulator', maxOutputTokens: { default: 1024, max: 8192 } },
+    {
+      id: 'sim-chat-basic',
+      upstream: 'simulator',
+      maxOutputTokens: { default: 256, max: 1024 },
+      features: { tools: false, jsonSchema: false, vision: false, temperature: false },
+    },
+  ],
+};
+
+const schema = {
+  type: 'object',
+  additionalProperties: false,
+  properties: {
+    server: {
+      type: 'object',
+      additionalProperties: false,
+      properties: {
+        host: { type: 'string', minLength: 1 },
+        port: { type: 'integer', minimum: 0, maximum: 65535 },
+        maxBodyBytes: { type: 'integer', minimum: 1024 },
+        shutdownTimeoutMs: { type: 'integer', minimum: 0 },
+      },
+    },
+    dataDir: { type: 'string', minLength: 1 },
+    adminToken: { type: 'string', minLength: 16 },
+    log: {
+      type: 'object',
+      additionalProperties: false,
+      properties: { level: { enum: ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] } },
+    },
+    plugins: {
+      type: 'array',
+      items: {
+        anyOf: [
+          { type: 'string', minLength: 1 },
+          {
+            type: 'object',
+            required: ['name'],
+            additionalProperties: false,
+            properties: { name: { type: 'string', minLength: 1 }, options: { type: 'object' } },
+          },
+        ],
+      },
+    },
+    upstreams: {
+      type: 'object',
+      minProperties: 1,
+      additionalProperties: {
+        type: 'object',
+        required: ['kind'],
+        properties: { kind: { type: 'string', minLength: 1 } },
+      },
+    },
+    models: {
+      type: 'array',
+      minItems: 1,
+      items: {
+        type: 'object',
+        required: ['id', 'upstream'],
+        additionalProperties: false,
+        properties: {
+          id: { type: 'string', minLength: 1, pattern: '^[A-Za-z0-9._:/-]+$' },
+          upstream: { type: 'string', minLength: 1 },
+          upstreamModel: { type: 'string', minLength: 1 },
+          maxOutputTokens: {
+            type: 'object',
+            additionalProperties: false,
+            properties: { default: { type: 'integer', minimum: 1 }, max: { type: 'integer', minimum: 1 } },
+          },
+          features: {
+            type: 'object',
+            additionalProperties: false,
+            properties: {
+              tools: { type: 'boolean' },
+              jsonSchema: { type: 'boolean' },
+              vision: { type: 'boolean' },
+              temperature: { type: 'boolean' },
+              streamUsage: { type: 'boolean' },
+            },
+          },
+          created: { type: 'integer', minimum: 0 },
+          ownedBy: { type: 'string' },
+        },
+      },
+    },
+  },
+};
+
+const validate = new Ajv({ allErrors: true, strict: true }).compile(schema);
+
+export class ConfigError extends Error {}
+
+export interface LoadOptions {
+  /** Path of the YAML file; undefined for the embedded default. */
+  path?: string;
+  env?: NodeJS.ProcessEnv;
+}
+
+export function loadConfig({ path, env = process.env }: LoadOptions = {}): Config {
+  let raw: unknown = {};
+  const source = path ?? 'embedded default';
+  if (path) {
+    let text: string;
+    try {
+      text = readFileSync(path, 'utf8');
+    } catch (err) {
+      throw new ConfigError(`${path}: cannot read the file (${(err as Error).message})`);
+    }
+    try {
+      raw = parseYaml(text) ?? {};
+    } catch (err) {
+      throw new ConfigError(`${path}: not valid YAML: ${(err as Error).message}`);
+    }
+    raw = interpolate(raw, env, '');
+  }
+  if (!validate(raw)) throw new ConfigError(`${source}:\n${formatErrors(validate.errors ?? [])}`);
+  return resolve(raw as RawConfig, env, source);
+}
+
+interface RawConfig {
+  server?: Partial<Config['server']>;
+  dataDir?: string;
+  adminToken?: string;
+  log?: { level?: string };
+  plugins?: (string | { name: string; options?: Record<string, unknown> })[];
+  upstreams?: Record<string, UpstreamConfig>;
+  models?: (Partial<ModelConfig> & { id: string; upstream: string; features?: Partial<ModelFeatures> })[];
+}
+
+function resolve(raw: RawConfig, env: NodeJS.ProcessEnv, source: string): Config {
+  const upstreams = raw.upstreams ?? embeddedDefault.upstreams;
+  const rawModels = raw.models ?? (raw.upstreams ? [] : embeddedDefault.models);
+  if (rawModels.length === 0) throw new ConfigError(`${source}: models: at least one model is required`);
+  const seen = new Set<string>();
+  const models = rawModels.map((m, i): ModelConfig => {
+    if (seen.has(m.id)) throw new ConfigError(`${source}: models[${i}].id: "${m.id}" is listed twice`);
+    seen.add(m.id);
+    if (!upstreams[m.upstream]) {
+      throw new ConfigError(`${source}: models[${i}].upstream: no upstream named "${m.upstream}"`);
+    }
+    const ceiling = m.maxOutputTokens ?? {};
+    if (ceiling.default && ceiling.max && ceiling.default > ceiling.max) {
+      throw new ConfigError(`${source}: models[${i}].maxOutputTokens: default is above max`);
+    }
+    return {
+      id: m.id,
+      upstream: m.upstream,
+      upstreamModel: m.upstreamModel ?? m.id,
+      maxOutputTokens: ceiling,
+      features: { tools: true, jsonSchema: true, vision: true, temperature: true, streamUsage: true, ...m.features },
+      created: m.created ?? 1767225600,
+      ownedBy: m.ownedBy ?? 'sluice',
+    };
+  });
+  const port = env.SLUICE_PORT !== undefined ? Number(env.SLUICE_PORT) : raw.server?.port ?? 8080;
+  if (!Number.isInteger(port) || port < 0 || port > 65535) {
+    throw new ConfigError(`SLUICE_PORT: "${env.SLUICE_PORT}" is not a port number`);
+  }
+  return {
+    server: {
+      host: env.SLUICE_HOST || raw.server?.host || '127.0.0.1',
+      port,
+      maxBodyBytes: raw.server?.maxBodyBytes ?? 20 * 1024 * 1024,
+      shutdownTimeoutMs: raw.server?.shutdownTimeoutMs ?? 30_000,
+    },
+    dataDir: env.SLUICE_DATA_DIR || raw.dataDir || './data',
+    adminToken: env.SLUICE_ADMIN_TOKEN || raw.adminToken,
+    log: { level: env.SLUICE_LOG_LEVEL || raw.log?.level || 'info' },
+    plugins: (raw.plugins ?? defaultPlugins).map((p) =>
+      typeof p === 'string' ? { name: p, options: {} } : { name: p.name, options: p.options ?? {} },
+    ),
+    upstreams,
+    models,
+  };
+}
+
+/** Replaces `${NAME}` and `${NAME:-fallback}` in every string value. */
+function interpolate(value: unknown, env: NodeJS.ProcessEnv, at: string): unknown {
+  if (typeof value === 'string') {
+    return value.replace(/\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}/g, (_, name: string, fallback?: string) => {
+      const found = env[name];
+      if (found !== undefined && found !== '') return found;
+      if (fallback !== undefined) return fallback;
+      throw new ConfigError(`${at || '/'}: environment variable ${name} is not set`);
+    });
+  }
+  if (Array.isArray(value)) return value.map((v, i) => interpolate(v, env, `${at}/${i}`));
+  if (value && typeof value === 'object') {
+    return Object.fromEntries(Object.entries(value).map(([k, v]) => [k, interpolate(v, env, `${at}/${k}`)]));
+  }
+  return value;
+}
+
+function formatErrors(errors: ErrorObject[]): string {
+  return errors
+    .filter((e) => e.keyword !== 'anyOf')
+    .map((e) => {
+      const where = e.instancePath || '/';
+      if (e.keyword === 'additionalProperties') {
+        return `  ${where}: unknown key "${(e.params as { additionalProperty: string }).additionalProperty}"`;
+      }
+      if (e.keyword === 'required') {
+        return `  ${where}: missing key "${(e.params as { missingProperty: string }).missingProperty}"`;
+      }
+      return `  ${where}: ${e.message}`;
+    })
+    .join('\n');
+}

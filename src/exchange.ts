@@ -1,0 +1,100 @@
+/**
+ * One Exchange per request: everything a plugin may need to know about it, gathered in one place.
+ * Headers are copied when the request arrives because uWS frees its request object afterwards.
+ */
+import { randomBytes } from 'node:crypto';
+import type { ModelConfig } from './config.js';
+import type { Codec, Endpoint, Upstream, Usage } from './contracts.js';
+import type { GatewayError } from './errors.js';
+import type { Group } from './store/store.js';
+
+export type Outcome = 'finished' | 'aborted' | 'error';
+
+/** The caller, as established by the auth plugin. */
+export interface Principal {
+  keyId: string;
+  keyName: string | null;
+  group: Group;
+}
+
+/** A typed slot in an exchange's per-plugin state bag. */
+export class StateKey<T> {
+  constructor(readonly description: string) {}
+  declare readonly _type: T;
+}
+
+let counter = 0;
+const idPrefix = randomBytes(4).toString('hex');
+
+export class Exchange {
+  readonly id = `${idPrefix}${(++counter).toString(36).padStart(6, '0')}`;
+  /** process.hrtime.bigint() at arrival. */
+  readonly startedAt = process.hrtime.bigint();
+  readonly createdAt = Date.now();
+
+  body: Buffer = Buffer.alloc(0);
+  /** The parsed client request (family-native shape). */
+  request: Record<string, any> = {};
+  modelId = '';
+  model: ModelConfig | undefined;
+  stream = false;
+  principal: Principal | undefined;
+  /** Models the caller may see, for listing endpoints. */
+  catalog: ModelConfig[] = [];
+  upstream: Upstream | undefined;
+
+  status = 0;
+  /** Milliseconds from arrival to the first response byte written. */
+  ttfbMs: number | undefined;
+  usage: Usage | undefined;
+  outcome: Outcome = 'finished';
+  error: GatewayError | undefined;
+  /** Set when the client went away; nothing may be written after that. */
+  aborted = false;
+
+  private readonly abortHandlers: (() => void)[] = [];
+  private readonly state = new Map<StateKey<unknown>, unknown>();
+
+  constructor(
+    readonly codec: Codec,
+    readonly endpoint: Endpoint,
+    readonly method: string,
+    readonly path: string,
+    readonly query: string,
+    readonly headers: Record<string, string>,
+    readonly params: string[],
+  ) {}
+
+  get family(): string {
+    return this.codec.family;
+  }
+
+  /** Milliseconds since arrival. */
+  elapsedMs(): number {
+    return Number(process.hrtime.bigint() - this.startedAt) / 1e6;
+  }
+
+  queryParam(name: string): string | undefined {
+    return new URLSearchParams(this.query).get(name) ?? undefined;
+  }
+
+  get<T>(key: StateKey<T>): T | undefined {
+    return this.state.get(key) as T | undefined;
+  }
+
+  set<T>(key: StateKey<T>, value: T): void {
+    this.state.set(key, value);
+  }
+
+  onAbort(handler: () => void): void {
+    if (this.aborted) handler();
+    else this.abortHandlers.push(handler);
+  }
+
+  /** Called by the server when the client disconnects. */
+  markAborted(): void {
+    if (this.aborted) return;
+    this.aborted = true;
+    for (const handler of this.abortHandlers.splice(0)) handler();
+  }
+}

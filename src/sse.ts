@@ -1,0 +1,108 @@
+/**
+ * Byte-level server-sent-events framing. Upstream chunks are split into frames as views into the
+ * chunk (no copy); the only copy is a frame that straddles two chunks. Frames keep their
+ * terminating blank line, so writing the kept frames back out is byte-exact.
+ */
+
+const LF = 0x0a;
+const CR = 0x0d;
+const LF_LF = Buffer.from('\n\n');
+const CRLF_CRLF = Buffer.from('\r\n\r\n');
+
+/** Visits one frame; return false to drop it from the relayed output. */
+export type FrameVisitor = (frame: Buffer) => boolean;
+
+export class SseSplitter {
+  /** Bytes of an incomplete frame carried over from earlier chunks. */
+  private tail: Buffer | null = null;
+  /** Learned from the first frame: upstreams do not switch line endings midway. */
+  private delimiter: Buffer | null = null;
+
+  /**
+   * Splits a chunk into frames. `visit` sees each complete frame; `write` receives maximal runs of
+   * consecutive kept frames, as views into the chunk wherever possible.
+   */
+  push(chunk: Buffer, visit: FrameVisitor, write: (bytes: Buffer) => void): void {
+    let start = 0;
+    if (this.tail) {
+      const end = this.endOfStraddlingFrame(this.tail, chunk);
+      if (end < 0) {
+        this.tail = Buffer.concat([this.tail, chunk]);
+        return;
+      }
+      const frame = Buffer.concat([this.tail, chunk.subarray(0, end)]);
+      this.tail = null;
+      if (visit(frame)) write(frame);
+      start = end;
+    }
+    let runStart = start;
+    for (;;) {
+      const end = this.frameEnd(chunk, start);
+      if (end < 0) break;
+      if (!visit(chunk.subarray(start, end))) {
+        if (start > runStart) write(chunk.subarray(runStart, start));
+        runStart = end;
+      }
+      start = end;
+    }
+    if (start > runStart) write(chunk.subarray(runStart, start));
+    if (start < chunk.length) this.tail = chunk.subarray(start);
+  }
+
+  /** Whatever remains when the upstream ends without a closing blank line. */
+  flush(): Buffer | null {
+    const rest = this.tail;
+    this.tail = null;
+    return rest && rest.length > 0 ? rest : null;
+  }
+
+  /** Index just past the delimiter that ends the frame starting at `from`, or -1. */
+  private frameEnd(buf: Buffer, from: number): number {
+    if (this.delimiter) {
+      const at = buf.indexOf(this.delimiter, from);
+      return at < 0 ? -1 : at + this.delimiter.length;
+    }
+    const lf = buf.indexOf(LF_LF, from);
+    const crlf = buf.indexOf(CRLF_CRLF, from);
+    if (lf < 0 && crlf < 0) return -1;
+    this.delimiter = crlf >= 0 && (lf < 0 || crlf < lf) ? CRLF_CRLF : LF_LF;
+    return (this.delimiter === LF_LF ? lf : crlf) + this.delimiter.length;
+  }
+
+  /** Finds the end of a frame begun in `tail`, looking only at the seam and then the chunk. */
+  private endOfStraddlingFrame(tail: Buffer, chunk: Buffer): number {
+    const keep = Math.min(3, tail.length);
+    const seam = Buffer.concat([tail.subarray(tail.length - keep), chunk.subarray(0, 3)]);
+    const inSeam = this.frameEnd(seam, 0);
+    if (inSeam > keep) return inSeam - keep;
+    return this.frameEnd(chunk, 0);
+  }
+}
+
+/** The joined `data:` payload of one frame, or null when it has none. */
+export function frameData(frame: Buffer): string | null {
+  let out: string | null = null;
+  let lineStart = 0;
+  while (lineStart < frame.length) {
+    let lineEnd = frame.indexOf(LF, lineStart);
+    if (lineEnd < 0) lineEnd = frame.length;
+    const contentEnd = lineEnd > lineStart && frame[lineEnd - 1] === CR ? lineEnd - 1 : lineEnd;
+    if (contentEnd - lineStart >= 5 && frame.toString('latin1', lineStart, lineStart + 5) === 'data:') {
+      const valueStart = frame[lineStart + 5] === 0x20 ? lineStart + 6 : lineStart + 5;
+      const value = frame.toString('utf8', valueStart, contentEnd);
+      out = out === null ? value : out + '\n' + value;
+    }
+    lineStart = lineEnd + 1;
+  }
+  return out;
+}
+
+/** One `data:` frame, terminated. */
+export function dataFrame(payload: string): string {
+  return `data: ${payload}\n\n`;
+}
+
+/** One frame with an `event:` line, as the Responses family sends them. */
+export function eventFrame(event: string, payload: string): string {
+  return `event: ${event}\ndata: ${payload}\n\n`;
+}
