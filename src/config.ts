@@ -67,7 +67,7 @@ export const defaultPlugins = [
 ];
 
 /** The embedded default: the in-process simulator and its models. */
-const embeddedDefault = {
+const embeddedDefault: { upstreams: Record<string, UpstreamConfig>; models: NonNullable<RawConfig['models']> } = {
   upstreams: { simulator: { kind: 'simulator' } },
   models: [
     { id: 'sim-chat', upstream: 'simulator', maxOutputTokens: { default: 1024, max: 8192 } },
@@ -197,7 +197,7 @@ interface RawConfig {
   log?: { level?: string };
   plugins?: (string | { name: string; options?: Record<string, unknown> })[];
   upstreams?: Record<string, UpstreamConfig>;
-  models?: (Partial<ModelConfig> & { id: string; upstream: string; features?: Partial<ModelFeatures> })[];
+  models?: (Partial<Omit<ModelConfig, "features">> & { id: string; upstream: string; features?: Partial<ModelFeatures> })[];
 }
 
 function resolve(raw: RawConfig, env: NodeJS.ProcessEnv, source: string): Config {

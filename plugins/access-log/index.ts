@@ -1,0 +1,27 @@
+/** One access line per request. Never a credential: the key appears only as its id. */
+import { definePlugin } from '../../src/contracts.js';
+
+export default definePlugin(({ log }) => ({
+  name: 'access-log',
+  done(ex) {
+    log.info(
+      {
+        req: ex.id,
+        method: ex.method,
+        path: ex.path,
+        family: ex.family,
+        key: ex.principal?.keyId,
+        model: ex.modelId || undefined,
+        upstream: ex.upstream?.name,
+        status: ex.status || undefined,
+        outcome: ex.outcome,
+        stream: ex.stream || undefined,
+        latencyMs: Math.round(ex.elapsedMs() * 100) / 100,
+        ttfbMs: ex.ttfbMs === undefined ? undefined : Math.round(ex.ttfbMs * 100) / 100,
+        tokens: ex.usage && { in: ex.usage.inputTokens, out: ex.usage.outputTokens, estimated: ex.usage.estimated || undefined },
+        error: ex.error && { code: ex.error.code, message: ex.error.message },
+      },
+      'request',
+    );
+  },
+}));

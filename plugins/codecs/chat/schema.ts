@@ -1,0 +1,169 @@
+/**
+ * The chat completions request as ajv checks it: the fields Sluice relies on are typed; anything
+ * else is passed through to the upstream untouched.
+ */
+
+const textPart = {
+  type: 'object',
+  required: ['type', 'text'],
+  properties: { type: { const: 'text' }, text: { type: 'string' } },
+};
+
+const userPart = {
+  type: 'object',
+  required: ['type'],
+  discriminator: { propertyName: 'type' },
+  oneOf: [
+    textPart,
+    {
+      properties: {
+        type: { const: 'image_url' },
+        image_url: {
+          type: 'object',
+          required: ['url'],
+          properties: { url: { type: 'string', minLength: 1 }, detail: { enum: ['auto', 'low', 'high'] } },
+        },
+      },
+      required: ['image_url'],
+    },
+    { properties: { type: { const: 'input_audio' }, input_audio: { type: 'object' } }, required: ['input_audio'] },
+    { properties: { type: { const: 'file' }, file: { type: 'object' } }, required: ['file'] },
+  ],
+};
+
+const assistantPart = {
+  type: 'object',
+  required: ['type'],
+  discriminator: { propertyName: 'type' },
+  oneOf: [textPart, { properties: { type: { const: 'refusal' }, refusal: { type: 'string' } }, required: ['refusal'] }],
+};
+
+const textContent = { anyOf: [{ type: 'string' }, { type: 'array', items: textPart }] };
+
+const toolCall = {
+  type: 'object',
+  required: ['id', 'type'],
+  properties: {
+    id: { type: 'string' },
+    type: { enum: ['function', 'custom'] },
+    function: {
+      type: 'object',
+      required: ['name', 'arguments'],
+      properties: { name: { type: 'string' }, arguments: { type: 'string' } },
+    },
+  },
+};
+
+const message = {
+  type: 'object',
+  required: ['role'],
+  discriminator: { propertyName: 'role' },
+  oneOf: [
+    { properties: { role: { const: 'system' }, content: textContent }, required: ['content'] },
+    { properties: { role: { const: 'developer' }, content: textContent }, required: ['content'] },
+    {
+      properties: {
+        role: { const: 'user' },
+        content: { anyOf: [{ type: 'string' }, { type: 'array', items: userPart }] },
+      },
+      required: ['content'],
+    },
+    {
+      properties: {
+        role: { const: 'assistant' },
+        content: { anyOf: [{ type: 'string' }, { type: 'null' }, { type: 'array', items: assistantPart }] },
+        tool_calls: { type: 'array', items: toolCall },
+      },
+    },
+    {
+      properties: { role: { const: 'tool' }, tool_call_id: { type: 'string' }, content: textContent },
+      required: ['tool_call_id', 'content'],
+    },
+    { properties: { role: { const: 'function' }, name: { type: 'string' } }, required: ['name'] },
+  ],
+};
+
+const toolName = { type: 'string', pattern: '^[A-Za-z0-9_-]{1,64}$' };
+
+const tool = {
+  type: 'object',
+  required: ['type'],
+  discriminator: { propertyName: 'type' },
+  oneOf: [
+    {
+      properties: {
+        type: { const: 'function' },
+        function: {
+          type: 'object',
+          required: ['name'],
+          properties: {
+            name: toolName,
+            description: { type: 'string' },
+            parameters: { type: 'object' },
+            strict: { type: ['boolean', 'null'] },
+          },
+        },
+      },
+      required: ['function'],
+    },
+    {
+      properties: {
+        type: { const: 'custom' },
+        custom: { type: 'object', required: ['name'], properties: { name: toolName } },
+      },
+      required: ['custom'],
+    },
+  ],
+};
+
+const nullable = (schema: object) => ({ anyOf: [schema, { type: 'null' }] });
+
+export const chatRequestSchema = {
+  type: 'object',
+  required: ['model', 'messages'],
+  properties: {
+    model: { type: 'string', minLength: 1 },
+    messages: { type: 'array', minItems: 1, items: message },
+    stream: { type: ['boolean', 'null'] },
+    stream_options: nullable({ type: 'object', properties: { include_usage: { type: 'boolean' } } }),
+    tools: { type: 'array', items: tool },
+    tool_choice: {
+      anyOf: [
+        { enum: ['none', 'auto', 'required'] },
+        { type: 'object', required: ['type'], properties: { type: { enum: ['function', 'custom', 'allowed_tools'] } } },
+      ],
+    },
+    parallel_tool_calls: { type: 'boolean' },
+    response_format: {
+      type: 'object',
+      required: ['type'],
+      discriminator: { propertyName: 'type' },
+      oneOf: [
+        { properties: { type: { const: 'text' } } },
+        { properties: { type: { const: 'json_object' } } },
+        {
+          properties: {
+            type: { const: 'json_schema' },
+            json_schema: {
+              type: 'object',
+              required: ['name'],
+              properties: { name: toolName, schema: { type: 'object' }, strict: { type: ['boolean', 'null'] } },
+            },
+          },
+          required: ['json_schema'],
+        },
+      ],
+    },
+    temperature: nullable({ type: 'number', minimum: 0, maximum: 2 }),
+    top_p: nullable({ type: 'number', minimum: 0, maximum: 1 }),
+    presence_penalty: nullable({ type: 'number', minimum: -2, maximum: 2 }),
+    frequency_penalty: nullable({ type: 'number', minimum: -2, maximum: 2 }),
+    max_tokens: nullable({ type: 'integer', minimum: 1 }),
+    max_completion_tokens: nullable({ type: 'integer', minimum: 1 }),
+    n: nullable({ type: 'integer', minimum: 1, maximum: 128 }),
+    stop: nullable({ anyOf: [{ type: 'string' }, { type: 'array', maxItems: 4, items: { type: 'string' } }] }),
+    seed: nullable({ type: 'integer' }),
+    user: { type: 'string' },
+    metadata: nullable({ type: 'object', additionalProperties: { type: 'string' } }),
+  },
+} as const;

@@ -1,0 +1,34 @@
+/** Grant check: a key may use only the models and families granted to its group. */
+import { definePlugin } from '../../src/contracts.js';
+import { GatewayError } from '../../src/errors.js';
+import type { Exchange } from '../../src/exchange.js';
+import type { Group } from '../../src/store/store.js';
+
+export function groupAllowsModel(group: Group, modelId: string): boolean {
+  return group.models.includes('*') || group.models.includes(modelId);
+}
+
+function familyRefusal(ex: Exchange): GatewayError | undefined {
+  const group = ex.principal?.group;
+  if (group && !group.families.includes(ex.family)) {
+    return new GatewayError('family_not_permitted', `Keys of group \`${group.name}\` may not use the ${ex.family} endpoints.`);
+  }
+}
+
+export default definePlugin(() => ({
+  name: 'grant',
+  catalog(ex) {
+    const refusal = familyRefusal(ex);
+    if (refusal) return refusal;
+    const group = ex.principal?.group;
+    if (group) ex.catalog = ex.catalog.filter((m) => groupAllowsModel(group, m.id));
+  },
+  admit(ex) {
+    const refusal = familyRefusal(ex);
+    if (refusal) return refusal;
+    const group = ex.principal?.group;
+    if (group && !groupAllowsModel(group, ex.modelId)) {
+      return new GatewayError('model_not_permitted', `Keys of group \`${group.name}\` may not use model \`${ex.modelId}\`.`, 'model');
+    }
+  },
+}));

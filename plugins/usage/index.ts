@@ -1,0 +1,48 @@
+/**
+ * Usage accounting: one record per generation request, queued to the store's batch writer.
+ * Usage comes from the upstream; when it never arrived (a cut or aborted stream), it is counted
+ * with the o200k tokenizer from the prompt and the output actually delivered, and marked estimated.
+ */
+import { countTokens } from 'gpt-tokenizer';
+import type { Usage } from '../../src/contracts.js';
+import { definePlugin } from '../../src/contracts.js';
+import type { Exchange } from '../../src/exchange.js';
+import { deliveredFrames } from '../../src/pipeline.js';
+
+export function estimateUsage(ex: Exchange): Usage {
+  const frames = ex.get(deliveredFrames) ?? [];
+  return {
+    inputTokens: countTokens(ex.codec.promptText(ex)),
+    outputTokens: frames.length ? countTokens(ex.codec.deliveredText(frames)) : 0,
+    estimated: true,
+  };
+}
+
+export default definePlugin(({ store }) => ({
+  name: 'usage',
+  done(ex) {
+    if (ex.endpoint.kind !== 'generate') return;
+    // Estimate only what reached the upstream: a request refused here consumed nothing.
+    if (!ex.usage && ex.upstream && (ex.status === 200 || ex.outcome === 'aborted')) ex.usage = estimateUsage(ex);
+    store.recordUsage({
+      time: ex.createdAt,
+      requestId: ex.id,
+      keyId: ex.principal?.keyId ?? null,
+      group: ex.principal?.group.name ?? null,
+      model: ex.model?.id ?? (ex.modelId || null),
+      upstream: ex.upstream?.name ?? null,
+      family: ex.family,
+      status: ex.status || (ex.outcome === 'aborted' ? 499 : 0),
+      promptTokens: ex.usage?.inputTokens ?? 0,
+      completionTokens: ex.usage?.outputTokens ?? 0,
+      estimated: ex.usage?.estimated ?? false,
+      latencyMs: Math.round(ex.elapsedMs() * 100) / 100,
+      ttfbMs: ex.ttfbMs === undefined ? null : Math.round(ex.ttfbMs * 100) / 100,
+      streamed: ex.stream,
+      outcome: ex.outcome,
+    });
+  },
+  close() {
+    store.flush();
+  },
+}));

@@ -1,0 +1,136 @@
+#!/usr/bin/env node
+/**
+ * The command line: `serve` runs the gateway; `groups`, `keys` and `usage` manage the data
+ * directory directly, with the same rules as the admin API.
+ */
+import { parseArgs } from 'node:util';
+import { AdminError } from './admin/service.js';
+import { ConfigError, loadConfig, type Config } from './config.js';
+import { adminService, loadPlugins, openStore, startGateway } from './gateway.js';
+import { createLogger } from './log.js';
+
+const usage = `Usage: sluice <command> [options]
+
+  serve                                   run the gateway (default)
+  groups list
+  groups create NAME --models a,b|* --families chat,...
+  groups update NAME [--rename NEW] [--models ...] [--families ...]
+  groups delete NAME
+  keys list
+  keys create --group NAME [--name LABEL]  prints the secret once
+  keys disable ID | keys enable ID | keys delete ID
+  keys move ID --group NAME
+  usage [--key ID] [--group NAME] [--model ID] [--since DATE] [--until DATE] [--limit N]
+
+Options: --config PATH (or SLUICE_CONFIG); SLUICE_DATA_DIR, SLUICE_HOST, SLUICE_PORT,
+SLUICE_ADMIN_TOKEN and SLUICE_LOG_LEVEL override the config file.`;
+
+const { values, positionals } = parseArgs({
+  allowPositionals: true,
+  options: {
+    config: { type: 'string' },
+    group: { type: 'string' },
+    name: { type: 'string' },
+    models: { type: 'string' },
+    families: { type: 'string' },
+    rename: { type: 'string' },
+    key: { type: 'string' },
+    model: { type: 'string' },
+    since: { type: 'string' },
+    until: { type: 'string' },
+    limit: { type: 'string' },
+    help: { type: 'boolean', short: 'h' },
+  },
+});
+
+const list = (s: string | undefined) => s?.split(',').map((x) => x.trim()).filter(Boolean);
+
+async function serve(config: Config): Promise<void> {
+  const log = createLogger(config.log.level);
+  const gateway = await startGateway(config, log);
+  const url = `http://${config.server.host}:${gateway.port}`;
+  if (gateway.firstStart) {
+    const lines = [`Sluice first start: data in ${config.dataDir}`];
+    if (gateway.firstStart.adminTokenGenerated) lines.push(`  admin token: ${gateway.adminToken}   (also in ${config.dataDir}/admin-token)`);
+    lines.push(`  demo key (group "default", shown only now): ${gateway.firstStart.demoKey}`);
+    process.stdout.write(lines.join('\n') + '\n');
+  }
+  log.info({ url, models: config.models.map((m) => m.id) }, 'sluice listening');
+  const stop = (signal: string) => {
+    log.info({ signal }, 'shutting down: draining in-flight requests');
+    gateway.shutdown().then(
+      () => {
+        log.info('shutdown complete');
+        log.flush?.();
+        process.exit(0);
+      },
+      (err) => {
+        log.error({ err }, 'shutdown failed');
+        process.exit(1);
+      },
+    );
+  };
+  process.once('SIGTERM', () => stop('SIGTERM'));
+  process.once('SIGINT', () => stop('SIGINT'));
+}
+
+async function manage(config: Config, [resource, action, target]: string[]): Promise<unknown> {
+  const log = createLogger('warn');
+  const store = openStore(config.dataDir);
+  try {
+    const { codecs } = await loadPlugins(config, store, log);
+    const admin = adminService(store, config, codecs);
+    const need = (what: string) => {
+      if (!target) throw new AdminError(400, 'usage', `${resource} ${action} needs ${what}`);
+      return target;
+    };
+    switch (`${resource} ${action ?? 'list'}`) {
+      case 'groups list':
+        return admin.listGroups();
+      case 'groups create':
+        return admin.createGroup({ name: need('a NAME'), models: list(values.models) ?? [], families: list(values.families) ?? [] });
+      case 'groups update':
+        return admin.updateGroup(need('a NAME'), {
+          ...(values.rename && { name: values.rename }),
+          ...(values.models && { models: list(values.models) }),
+          ...(values.families && { families: list(values.families) }),
+        });
+      case 'groups delete':
+        admin.deleteGroup(need('a NAME'));
+        return { deleted: true, name: target };
+      case 'keys list':
+        return admin.listKeys();
+      case 'keys create':
+        return admin.createKey({ group: values.group ?? 'default', ...(values.name && { name: values.name }) });
+      case 'keys disable':
+      case 'keys enable':
+        return admin.updateKey(need('an ID'), { disabled: action === 'disable' });
+      case 'keys move':
+        return admin.updateKey(need('an ID'), { group: values.group });
+      case 'keys delete':
+        admin.deleteKey(need('an ID'));
+        return { deleted: true, id: target };
+      case 'usage list':
+        return admin.usage({ key: values.key, group: values.group, model: values.model, since: values.since, until: values.until, limit: values.limit });
+      default:
+        throw new AdminError(400, 'usage', `unknown command "${[resource, action].filter(Boolean).join(' ')}"\n\n${usage}`);
+    }
+  } finally {
+    store.close();
+  }
+}
+
+async function main(): Promise<void> {
+  if (values.help) return void process.stdout.write(usage + '\n');
+  const config = loadConfig({ path: values.config ?? process.env.SLUICE_CONFIG });
+  const [command = 'serve', ...rest] = positionals;
+  if (command === 'serve') return serve(config);
+  const result = await manage(config, [command, ...rest]);
+  process.stdout.write(JSON.stringify(result, null, 2) + '\n');
+}
+
+main().catch((err) => {
+  const message = err instanceof ConfigError ? `invalid configuration: ${err.message}` : err instanceof AdminError ? err.message : (err as Error).message;
+  process.stderr.write(`sluice: ${message}\n`);
+  process.exit(err instanceof AdminError ? 2 : 1);
+});

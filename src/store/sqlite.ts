@@ -1,0 +1,313 @@
+/**
+ * The embedded Store: one SQLite file in the data directory. Keys are stored as SHA-256 hashes of
+ * their secrets; usage records and last-used times are written in batches, off the request path.
+ */
+import { createHash, randomBytes } from 'node:crypto';
+import Database from 'better-sqlite3';
+import type { ApiKey, Group, Store, UsageQuery, UsageRecord, UsageTotals } from './store.js';
+
+/** Each entry moves the schema one version forward; never edit a released one, append. */
+const migrations: string[] = [
+  `CREATE TABLE groups (
+     name TEXT PRIMARY KEY,
+     models TEXT NOT NULL,
+     families TEXT NOT NULL,
+     created_at INTEGER NOT NULL
+   );
+   CREATE TABLE keys (
+     id TEXT PRIMARY KEY,
+     hash TEXT NOT NULL UNIQUE,
+     prefix TEXT NOT NULL,
+     name TEXT,
+     group_name TEXT NOT NULL REFERENCES groups(name) ON UPDATE CASCADE,
+     disabled INTEGER NOT NULL DEFAULT 0,
+     created_at INTEGER NOT NULL,
+     last_used_at INTEGER
+   );
+   CREATE TABLE usage (
+     id INTEGER PRIMARY KEY,
+     time INTEGER NOT NULL,
+     request_id TEXT NOT NULL,
+     key_id TEXT,
+     group_name TEXT,
+     model TEXT,
+     upstream TEXT,
+     family TEXT NOT NULL,
+     status INTEGER NOT NULL,
+     prompt_tokens INTEGER NOT NULL,
+     completion_tokens INTEGER NOT NULL,
+     estimated INTEGER NOT NULL,
+     latency_ms REAL NOT NULL,
+     ttfb_ms REAL,
+     streamed INTEGER NOT NULL,
+     outcome TEXT NOT NULL
+   );
+   CREATE INDEX usage_time ON usage(time);
+   CREATE INDEX usage_key_time ON usage(key_id, time);`,
+];
+
+const BATCH_SIZE = 256;
+const FLUSH_INTERVAL_MS = 1000;
+
+export function hashSecret(secret: string): string {
+  return createHash('sha256').update(secret).digest('hex');
+}
+
+interface GroupRow {
+  name: string;
+  models: string;
+  families: string;
+  created_at: number;
+}
+
+interface KeyRow {
+  id: string;
+  prefix: string;
+  name: string | null;
+  group_name: string;
+  disabled: number;
+  created_at: number;
+  last_used_at: number | null;
+}
+
+interface UsageRow {
+  time: number;
+  request_id: string;
+  key_id: string | null;
+  group_name: string | null;
+  model: string | null;
+  upstream: string | null;
+  family: string;
+  status: number;
+  prompt_tokens: number;
+  completion_tokens: number;
+  estimated: number;
+  latency_ms: number;
+  ttfb_ms: number | null;
+  streamed: number;
+  outcome: UsageRecord['outcome'];
+}
+
+const toGroup = (r: GroupRow): Group => ({
+  name: r.name,
+  models: JSON.parse(r.models),
+  families: JSON.parse(r.families),
+  createdAt: r.created_at,
+});
+
+const toKey = (r: KeyRow): ApiKey => ({
+  id: r.id,
+  name: r.name,
+  group: r.group_name,
+  disabled: r.disabled === 1,
+  prefix: r.prefix,
+  createdAt: r.created_at,
+  lastUsedAt: r.last_used_at,
+});
+
+const toUsage = (r: UsageRow): UsageRecord => ({
+  time: r.time,
+  requestId: r.request_id,
+  keyId: r.key_id,
+  group: r.group_name,
+  model: r.model,
+  upstream: r.upstream,
+  family: r.family,
+  status: r.status,
+  promptTokens: r.prompt_tokens,
+  completionTokens: r.completion_tokens,
+  estimated: r.estimated === 1,
+  latencyMs: r.latency_ms,
+  ttfbMs: r.ttfb_ms,
+  streamed: r.streamed === 1,
+  outcome: r.outcome,
+});
+
+export class SqliteStore implements Store {
+  private readonly db: Database.Database;
+  private readonly pending: UsageRecord[] = [];
+  private readonly lastUsed = new Map<string, number>();
+  private timer: NodeJS.Timeout | undefined;
+  private readonly stmt;
+
+  constructor(file: string) {
+    this.db = new Database(file);
+    this.db.pragma('journal_mode = WAL');
+    this.db.pragma('synchronous = NORMAL');
+    this.db.pragma('busy_timeout = 5000');
+    this.db.pragma('foreign_keys = ON');
+    this.migrate();
+    this.stmt = {
+      keyByHash: this.db.prepare<[string], KeyRow>('SELECT * FROM keys WHERE hash = ?'),
+      keyById: this.db.prepare<[string], KeyRow>('SELECT * FROM keys WHERE id = ?'),
+      group: this.db.prepare<[string], GroupRow>('SELECT * FROM groups WHERE name = ?'),
+      insertUsage: this.db.prepare(
+        `INSERT INTO usage (time, request_id, key_id, group_name, model, upstream, family, status,
+           prompt_tokens, completion_tokens, estimated, latency_ms, ttfb_ms, streamed, outcome)
+         VALUES (@time, @requestId, @keyId, @group, @model, @upstream, @family, @status,
+           @promptTokens, @completionTokens, @estimated, @latencyMs, @ttfbMs, @streamed, @outcome)`,
+      ),
+      touchKey: this.db.prepare('UPDATE keys SET last_used_at = MAX(COALESCE(last_used_at, 0), ?) WHERE id = ?'),
+    };
+  }
+
+  private migrate(): void {
+    const version = this.db.pragma('user_version', { simple: true }) as number;
+    if (version > migrations.length) {
+      throw new Error(`the database schema (v${version}) is newer than this Sluice (v${migrations.length})`);
+    }
+    for (let v = version; v < migrations.length; v++) {
+      this.db.transaction(() => {
+        this.db.exec(migrations[v]!);
+        this.db.pragma(`user_version = ${v + 1}`);
+      })();
+    }
+  }
+
+  createGroup(group: Omit<Group, 'createdAt'>): Group {
+    const row = { name: group.name, models: JSON.stringify(group.models), families: JSON.stringify(group.families), created_at: Date.now() };
+    this.db.prepare('INSERT INTO groups (name, models, families, created_at) VALUES (@name, @models, @families, @created_at)').run(row);
+    return toGroup(row);
+  }
+
+  getGroup(name: string): Group | undefined {
+    const row = this.stmt.group.get(name);
+    return row && toGroup(row);
+  }
+
+  listGroups(): Group[] {
+    return this.db.prepare<[], GroupRow>('SELECT * FROM groups ORDER BY name').all().map(toGroup);
+  }
+
+  updateGroup(name: string, patch: Partial<Omit<Group, 'createdAt'>>): Group | undefined {
+    const current = this.getGroup(name);
+    if (!current) return undefined;
+    const next = { ...current, ...patch };
+    this.db
+      .prepare('UPDATE groups SET name = ?, models = ?, families = ? WHERE name = ?')
+      .run(next.name, JSON.stringify(next.models), JSON.stringify(next.families), name);
+    return this.getGroup(next.name);
+  }
+
+  deleteGroup(name: string): 'deleted' | 'not_found' | 'in_use' {
+    if (!this.getGroup(name)) return 'not_found';
+    const inUse = this.db.prepare('SELECT 1 FROM keys WHERE group_name = ? LIMIT 1').get(name);
+    if (inUse) return 'in_use';
+    this.db.prepare('DELETE FROM groups WHERE name = ?').run(name);
+    return 'deleted';
+  }
+
+  createKey(input: { group: string; name?: string | null }): { key: ApiKey; secret: string } {
+    const secret = `sk-${randomBytes(24).toString('base64url')}`;
+    const row: KeyRow & { hash: string } = {
+      id: `key_${randomBytes(8).toString('hex')}`,
+      hash: hashSecret(secret),
+      prefix: secret.slice(0, 7),
+      name: input.name ?? null,
+      group_name: input.group,
+      disabled: 0,
+      created_at: Date.now(),
+      last_used_at: null,
+    };
+    this.db
+      .prepare(
+        `INSERT INTO keys (id, hash, prefix, name, group_name, disabled, created_at, last_used_at)
+         VALUES (@id, @hash, @prefix, @name, @group_name, @disabled, @created_at, @last_used_at)`,
+      )
+      .run(row);
+    return { key: toKey(row), secret };
+  }
+
+  findKeyBySecret(secret: string): ApiKey | undefined {
+    const row = this.stmt.keyByHash.get(hashSecret(secret));
+    return row && this.withPendingUse(toKey(row));
+  }
+
+  getKey(id: string): ApiKey | undefined {
+    const row = this.stmt.keyById.get(id);
+    return row && this.withPendingUse(toKey(row));
+  }
+
+  listKeys(): ApiKey[] {
+    return this.db
+      .prepare<[], KeyRow>('SELECT * FROM keys ORDER BY created_at, id')
+      .all()
+      .map((r) => this.withPendingUse(toKey(r)));
+  }
+
+  updateKey(id: string, patch: { disabled?: boolean; name?: string | null; group?: string }): ApiKey | undefined {
+    const current = this.getKey(id);
+    if (!current) return undefined;
+    this.db
+      .prepare('UPDATE keys SET disabled = ?, name = ?, group_name = ? WHERE id = ?')
+      .run(
+        (patch.disabled ?? current.disabled) ? 1 : 0,
+        patch.name !== undefined ? patch.name : current.name,
+        patch.group ?? current.group,
+        id,
+      );
+    return this.getKey(id);
+  }
+
+  deleteKey(id: string): boolean {
+    return this.db.prepare('DELETE FROM keys WHERE id = ?').run(id).changes > 0;
+  }
+
+  recordUsage(record: UsageRecord): void {
+    this.pending.push(record);
+    if (record.keyId) this.lastUsed.set(record.keyId, record.time);
+    if (this.pending.length >= BATCH_SIZE) this.flush();
+    else this.timer ??= setTimeout(() => this.flush(), FLUSH_INTERVAL_MS).unref();
+  }
+
+  flush(): void {
+    clearTimeout(this.timer);
+    this.timer = undefined;
+    if (this.pending.length === 0 && this.lastUsed.size === 0) return;
+    const records = this.pending.splice(0);
+    const touched = [...this.lastUsed];
+    this.lastUsed.clear();
+    this.db.transaction(() => {
+      for (const r of records) {
+        this.stmt.insertUsage.run({ ...r, estimated: r.estimated ? 1 : 0, streamed: r.streamed ? 1 : 0 });
+      }
+      for (const [id, time] of touched) this.stmt.touchKey.run(time, id);
+    })();
+  }
+
+  queryUsage(query: UsageQuery): { records: UsageRecord[]; totals: UsageTotals } {
+    this.flush();
+    const where: string[] = [];
+    const args: Record<string, unknown> = {};
+    if (query.key) (where.push('key_id = @key'), (args.key = query.key));
+    if (query.group) (where.push('group_name = @group'), (args.group = query.group));
+    if (query.model) (where.push('model = @model'), (args.model = query.model));
+    if (query.since !== undefined) (where.push('time >= @since'), (args.since = query.since));
+    if (query.until !== undefined) (where.push('time < @until'), (args.until = query.until));
+    const filter = where.length ? `WHERE ${where.join(' AND ')}` : '';
+    const records = this.db
+      .prepare<Record<string, unknown>, UsageRow>(`SELECT * FROM usage ${filter} ORDER BY time DESC, id DESC LIMIT @limit`)
+      .all({ ...args, limit: query.limit ?? 1000 })
+      .map(toUsage);
+    const totals = this.db
+      .prepare<Record<string, unknown>, UsageTotals>(
+        `SELECT COUNT(*) AS requests, COALESCE(SUM(prompt_tokens), 0) AS promptTokens,
+           COALESCE(SUM(completion_tokens), 0) AS completionTokens,
+           COALESCE(SUM(CASE WHEN status >= 400 THEN 1 ELSE 0 END), 0) AS errors
+         FROM usage ${filter}`,
+      )
+      .get(args)!;
+    return { records, totals };
+  }
+
+  close(): void {
+    this.flush();
+    this.db.close();
+  }
+
+  /** A last-used time waiting in the batch is newer than the stored one. */
+  private withPendingUse(key: ApiKey): ApiKey {
+    const pending = this.lastUsed.get(key.id);
+    return pending ? { ...key, lastUsedAt: pending } : key;
+  }
+}

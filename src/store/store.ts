@@ -1,0 +1,87 @@
+/**
+ * The Store: groups, keys and usage records. SQLite is the embedded implementation; a shared
+ * database can implement the same interface when several gateways share one truth.
+ */
+
+export interface Group {
+  name: string;
+  /** Model ids this group may use; `*` grants every model. */
+  models: string[];
+  /** Wire families this group may use. */
+  families: string[];
+  createdAt: number;
+}
+
+export interface ApiKey {
+  id: string;
+  name: string | null;
+  group: string;
+  disabled: boolean;
+  /** The first characters of the secret, to tell keys apart without revealing them. */
+  prefix: string;
+  createdAt: number;
+  lastUsedAt: number | null;
+}
+
+export interface UsageRecord {
+  time: number;
+  requestId: string;
+  keyId: string | null;
+  group: string | null;
+  model: string | null;
+  upstream: string | null;
+  family: string;
+  status: number;
+  promptTokens: number;
+  completionTokens: number;
+  estimated: boolean;
+  latencyMs: number;
+  ttfbMs: number | null;
+  streamed: boolean;
+  outcome: 'finished' | 'aborted' | 'error';
+}
+
+export interface UsageQuery {
+  key?: string;
+  group?: string;
+  model?: string;
+  /** Unix milliseconds, inclusive. */
+  since?: number;
+  /** Unix milliseconds, exclusive. */
+  until?: number;
+  limit?: number;
+}
+
+export interface UsageTotals {
+  requests: number;
+  promptTokens: number;
+  completionTokens: number;
+  errors: number;
+}
+
+export interface Store {
+  createGroup(group: Omit<Group, 'createdAt'>): Group;
+  getGroup(name: string): Group | undefined;
+  listGroups(): Group[];
+  /** Returns the updated group, or undefined when it does not exist. A rename moves its keys. */
+  updateGroup(name: string, patch: Partial<Omit<Group, 'createdAt'>>): Group | undefined;
+  /** Refuses (returns 'in_use') while keys still belong to the group. */
+  deleteGroup(name: string): 'deleted' | 'not_found' | 'in_use';
+
+  /** Creates a key and returns it with its secret; the secret is never stored or shown again. */
+  createKey(input: { group: string; name?: string | null }): { key: ApiKey; secret: string };
+  /** Looks a key up by its secret. */
+  findKeyBySecret(secret: string): ApiKey | undefined;
+  getKey(id: string): ApiKey | undefined;
+  listKeys(): ApiKey[];
+  updateKey(id: string, patch: { disabled?: boolean; name?: string | null; group?: string }): ApiKey | undefined;
+  deleteKey(id: string): boolean;
+
+  /** Queues a usage record; records are written in batches. */
+  recordUsage(record: UsageRecord): void;
+  /** Writes queued records now. */
+  flush(): void;
+  queryUsage(query: UsageQuery): { records: UsageRecord[]; totals: UsageTotals };
+
+  close(): void;
+}

@@ -1,0 +1,55 @@
+/** ajv validators that explain the first problem by the field's path, e.g. `messages[2].content`. */
+import { Ajv, type ErrorObject } from 'ajv';
+import { GatewayError } from './errors.js';
+
+const ajv = new Ajv({ allErrors: false, discriminator: true, strict: false });
+
+export type RequestValidator = (value: unknown) => GatewayError | undefined;
+
+export function compileValidator(schema: object): RequestValidator {
+  const validate = ajv.compile(schema);
+  return (value) => (validate(value) ? undefined : describe(validate.errors ?? []));
+}
+
+/** `/messages/2/content` → `messages[2].content` */
+export function fieldPath(pointer: string): string {
+  return pointer
+    .split('/')
+    .slice(1)
+    .map((s) => s.replace(/~1/g, '/').replace(/~0/g, '~'))
+    .reduce((path, seg) => (/^\d+$/.test(seg) ? `${path}[${seg}]` : path ? `${path}.${seg}` : seg), '');
+}
+
+function describe(errors: ErrorObject[]): GatewayError {
+  // The deepest error is the most specific one; union branches report shallower failures.
+  const e = errors.reduce((best, cur) => (cur.instancePath.length > best.instancePath.length ? cur : best), errors[0]!);
+  let field = fieldPath(e.instancePath);
+  let problem: string;
+  switch (e.keyword) {
+    case 'required': {
+      const missing = (e.params as { missingProperty: string }).missingProperty;
+      field = field ? `${field}.${missing}` : missing;
+      problem = 'is required';
+      break;
+    }
+    case 'discriminator': {
+      const { tag, tagValue } = e.params as { tag: string; tagValue: unknown };
+      field = field ? `${field}.${tag}` : tag;
+      problem = tagValue === undefined ? 'is required' : `has an unsupported value ${JSON.stringify(tagValue)}`;
+      break;
+    }
+    case 'enum':
+      problem = `must be one of ${(e.params as { allowedValues: unknown[] }).allowedValues.map((v) => JSON.stringify(v)).join(', ')}`;
+      break;
+    case 'const':
+      problem = `must be ${JSON.stringify((e.params as { allowedValue: unknown }).allowedValue)}`;
+      break;
+    case 'anyOf':
+    case 'oneOf':
+      problem = 'has an unsupported type or shape';
+      break;
+    default:
+      problem = e.message ?? 'is invalid';
+  }
+  return new GatewayError('invalid_request', `Invalid request: '${field || 'body'}' ${problem}.`, field || null);
+}
