@@ -69,7 +69,7 @@ export function startServer(options: ServerOptions): Promise<RunningServer> {
       app[endpoint.method](endpoint.path, (res, req) => {
         const headers = copyHeaders(req);
         const params = Array.from({ length: paramCount }, (_, i) => req.getParameter(i) ?? '');
-        const ex = new Exchange(codec, endpoint, req.getMethod(), req.getUrl(), req.getQuery() ?? '', headers, params);
+        const ex = new Exchange(codec, endpoint, req.getMethod().toUpperCase(), req.getUrl(), req.getQuery() ?? '', headers, params);
         const out = new UwsResponse(res, ex.id);
         res.onAborted(() => {
           out.closed = true;

@@ -10,7 +10,7 @@ export default definePlugin(({ log }) => ({
         method: ex.method,
         path: ex.path,
         family: ex.family,
-        key: ex.principal?.keyId,
+        keyId: ex.principal?.keyId,
         model: ex.modelId || undefined,
         upstream: ex.upstream?.name,
         status: ex.status || undefined,

@@ -1,0 +1,58 @@
+/** Micro benchmarks of the per-chunk hot path: SSE splitting and the chat usage scan. */
+import { Bench } from 'tinybench';
+import type { Exchange } from '../src/exchange.js';
+import { SseSplitter, frameData } from '../src/sse.js';
+import codecPlugin from '../plugins/codecs/chat/index.js';
+import type { Codec } from '../src/contracts.js';
+
+function chatStream(tokens: number, withUsage: boolean): Buffer {
+  const frames: string[] = [];
+  const base = { id: 'chatcmpl-bench', object: 'chat.completion.chunk', created: 1767225600, model: 'sim-chat' };
+  const chunk = (delta: object, finish: string | null) =>
+    JSON.stringify({ ...base, choices: [{ index: 0, delta, finish_reason: finish }], ...(withUsage && { usage: null }) });
+  frames.push(chunk({ role: 'assistant', content: '' }, null));
+  for (let i = 0; i < tokens; i++) frames.push(chunk({ content: ' river' }, null));
+  frames.push(chunk({}, 'stop'));
+  if (withUsage) frames.push(JSON.stringify({ ...base, choices: [], usage: { prompt_tokens: 12, completion_tokens: tokens, total_tokens: tokens + 12 } }));
+  frames.push('[DONE]');
+  return Buffer.from(frames.map((f) => `data: ${f}\n\n`).join(''));
+}
+
+export async function runMicro(): Promise<Record<string, string>[]> {
+  let codec: Codec | undefined;
+  await codecPlugin({ addCodec: (c: Codec) => (codec = c) } as never);
+  const stream = chatStream(256, true);
+  // Upstream TCP reads rarely align with frames: split into 1400-byte pieces like real segments.
+  const pieces: Buffer[] = [];
+  for (let i = 0; i < stream.length; i += 1400) pieces.push(stream.subarray(i, i + 1400));
+  const fakeExchange = { get: () => true } as unknown as Exchange;
+  let sink = 0;
+
+  const bench = new Bench({ time: 500 });
+  bench
+    .add('SseSplitter: 258 frames in 1400-byte pieces', () => {
+      const splitter = new SseSplitter();
+      for (const p of pieces) splitter.push(p, () => true, (b) => (sink += b.length));
+    })
+    .add('chat passthrough: split + usage scan + drop usage chunk', () => {
+      const splitter = new SseSplitter();
+      const pass = codec!.passthroughStream(fakeExchange);
+      for (const p of pieces) splitter.push(p, pass.frame, (b) => (sink += b.length));
+      if (!pass.usage()) throw new Error('usage not found');
+    })
+    .add('frameData: parse one data frame', () => {
+      sink += frameData(pieces[0]!)?.length ?? 0;
+    });
+  await bench.run();
+  return bench.tasks.map((task) => {
+    const r = task.result as { throughput?: { mean: number }; latency?: { mean: number } } | undefined;
+    const bytes = task.name.startsWith('frameData') ? pieces[0]!.length : stream.length;
+    const opsPerSec = r?.throughput?.mean ?? 0;
+    return {
+      benchmark: task.name,
+      'ops/s': Math.round(opsPerSec).toLocaleString('en'),
+      'mean µs': ((r?.latency?.mean ?? 0) * 1000).toFixed(2),
+      'MB/s': ((opsPerSec * bytes) / 1e6).toFixed(0),
+    };
+  });
+}

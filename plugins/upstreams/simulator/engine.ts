@@ -1,0 +1,395 @@
+/**
+ * The simulator's brain, in family-neutral terms: a normalized conversation goes in, a plan of what
+ * to answer (tokens, tool call, finish reason, usage, timing, fault) comes out. Pure and
+ * deterministic: the same conversation always gets the same answer. Wire rendering lives in the
+ * family modules (chat.ts).
+ */
+import { countTokens } from 'gpt-tokenizer';
+
+export type Role = 'system' | 'user' | 'assistant' | 'tool';
+
+export interface SimToolCall {
+  name: string;
+  argumentsJson: string;
+}
+
+export interface SimMessage {
+  role: Role;
+  /** All text of the message; for a tool result, its content. */
+  text: string;
+  images: number;
+  /** Calls an assistant message made (counted as prompt text). */
+  toolCalls?: SimToolCall[];
+}
+
+/** A JSON Schema, as far as the simulator reads it. */
+export type JsonSchema = boolean | { [keyword: string]: unknown };
+
+export interface SimTool {
+  name: string;
+  parameters?: JsonSchema;
+}
+
+export type ToolChoice = 'auto' | 'none' | 'required' | { name: string };
+export type ResponseFormat = 'text' | 'json_object' | { schema: JsonSchema };
+
+export interface EngineInput {
+  messages: SimMessage[];
+  tools: SimTool[];
+  toolChoice: ToolChoice;
+  responseFormat: ResponseFormat;
+  maxTokens?: number;
+  stop?: string[];
+  n: number;
+}
+
+export type FinishReason = 'stop' | 'length' | 'tool_calls';
+
+export type ChoicePlan =
+  | { kind: 'text'; tokens: string[]; finishReason: FinishReason }
+  | {
+      kind: 'tool_call';
+      name: string;
+      /** 24 characters, family-neutral; renderers add their own prefix (`call_`). */
+      callId: string;
+      /** The arguments as emitted: the concatenated fragments (cut short on a length finish). */
+      argumentsJson: string;
+      fragments: string[];
+      finishReason: FinishReason;
+    };
+
+export interface Plan {
+  choices: ChoicePlan[];
+  usage: { inputTokens: number; outputTokens: number };
+  timing: { ttftMs: number; tokensPerSecond: number };
+  fault: { errorStatus?: number; cutAfter?: number };
+}
+
+/** What a `[[sim …]]` directive can set. */
+export interface Directives {
+  tokens: number;
+  tps: number;
+  ttftMs: number;
+  errorStatus?: number;
+  cutAfter?: number;
+}
+
+const DEFAULT_TOKENS = 16;
+/** Directive ceiling, so a typo cannot make one request allocate gigabytes. */
+const MAX_DIRECTIVE_TOKENS = 100_000;
+const TOKENS_PER_MESSAGE = 4;
+const TOKENS_PER_IMAGE = 85;
+const TOOL_RESULT_WORDS = 20;
+
+/** Words that are single o200k tokens as " word", "Word" and " Word" alike. */
+const VOCABULARY = (
+  'river light stone water sky tree wind cloud small quiet bright green old new long day night ' +
+  'morning field road house city garden bird song way time world home hand story warm cold deep ' +
+  'clear soft slow fast high low open simple early late little great good blue red white black ' +
+  'golden silver path hill lake sea sun moon star rain snow fire forest mountain island bridge ' +
+  'window door table book letter voice music dream idea plan answer'
+).split(' ');
+
+export function plan(input: EngineInput): Plan {
+  const lastUser = input.messages.findLast((m) => m.role === 'user');
+  const directives = parseDirectives(lastUser?.text ?? '');
+  const seed = conversationSeed(input.messages);
+  const choices: ChoicePlan[] = [];
+  for (let i = 0; i < input.n; i++) choices.push(planChoice(input, directives, seed + i * 0x9e3779b9));
+  return {
+    choices,
+    usage: { inputTokens: inputTokens(input.messages), outputTokens: choices.reduce((sum, c) => sum + units(c).length, 0) },
+    timing: { ttftMs: directives.ttftMs, tokensPerSecond: directives.tps },
+    fault: { errorStatus: directives.errorStatus, cutAfter: directives.cutAfter },
+  };
+}
+
+/** The streamed pieces of a choice: text tokens or argument fragments. */
+export function units(choice: ChoicePlan): string[] {
+  return choice.kind === 'text' ? choice.tokens : choice.fragments;
+}
+
+/** Reads `[[sim key=value …]]`; unknown keys and bad values are ignored. */
+export function parseDirectives(text: string): Directives {
+  const out: Directives = { tokens: DEFAULT_TOKENS, tps: 0, ttftMs: 0 };
+  for (const match of text.matchAll(/\[\[sim\b([^\]]*)\]\]/g)) {
+    for (const pair of match[1].trim().split(/\s+/)) {
+      const eq = pair.indexOf('=');
+      const key = pair.slice(0, eq);
+      const raw = pair.slice(eq + 1);
+      const value = Number(raw);
+      if (eq < 0 || raw === '' || !Number.isFinite(value) || value < 0) continue;
+      const whole = Number.isInteger(value);
+      if (key === 'tokens' && whole && value <= MAX_DIRECTIVE_TOKENS) out.tokens = value;
+      else if (key === 'tps') out.tps = value;
+      else if (key === 'ttft_ms') out.ttftMs = value;
+      else if (key === 'error' && whole && value >= 400 && value <= 599) out.errorStatus = value;
+      else if (key === 'cut_after' && whole) out.cutAfter = value;
+    }
+  }
+  return out;
+}
+
+/** o200k tokens of all message text, plus a fixed overhead per message and per image. */
+function inputTokens(messages: SimMessage[]): number {
+  let total = 0;
+  for (const m of messages) {
+    total += countText(m.text) + TOKENS_PER_MESSAGE + TOKENS_PER_IMAGE * m.images;
+    for (const call of m.toolCalls ?? []) total += countText(call.name) + countText(call.argumentsJson);
+  }
+  return total;
+}
+
+/** Splits text into token-like pieces (" word", punctuation runs, whitespace) that concatenate back to it. */
+function fragments(text: string): string[] {
+  return text.match(/ ?[\p{L}\p{N}_]+|\s+|[^\p{L}\p{N}_\s]+/gu) ?? [];
+}
+
+function countText(text: string): number {
+  // User text may contain special-token markup like <|endoftext|>: count it as plain text.
+  return text === '' ? 0 : countTokens(text, { disallowedSpecial: new Set() });
+}
+
+function planChoice(input: EngineInput, directives: Directives, seed: number): ChoicePlan {
+  const random = mulberry32(seed);
+  const last = input.messages.at(-1);
+  const tool = input.toolChoice === 'none' || last?.role === 'tool' ? undefined : pickTool(input.tools, input.toolChoice);
+  if (tool) {
+    const full = fragments(JSON.stringify(sampleValue(tool.parameters ?? { type: 'object' })));
+    const kept = capped(full, input.maxTokens);
+    return {
+      kind: 'tool_call',
+      name: tool.name,
+      callId: callId(random),
+      argumentsJson: kept.join(''),
+      fragments: kept,
+      finishReason: kept.length < full.length ? 'length' : 'tool_calls',
+    };
+  }
+  const format = input.responseFormat;
+  let full: string[];
+  if (format === 'text') full = textAnswer(input.messages, directives.tokens, random);
+  else if (format === 'json_object') full = fragments(JSON.stringify({ answer: textAnswer(input.messages, directives.tokens, random).join('') }));
+  else full = fragments(JSON.stringify(sampleValue(format.schema)));
+  return applyLimits(full, input.maxTokens, input.stop ?? []);
+}
+
+function pickTool(tools: SimTool[], choice: ToolChoice): SimTool | undefined {
+  if (typeof choice === 'object') return tools.find((t) => t.name === choice.name) ?? { name: choice.name };
+  return tools[0];
+}
+
+/** Prefix (tool result echo or image count) followed by a generated sentence, `length` tokens in all. */
+function textAnswer(messages: SimMessage[], length: number, random: () => number): string[] {
+  const last = messages.at(-1);
+  let prefix: string[] = [];
+  if (last?.role === 'tool') {
+    const content = last.text.split(/\s+/).filter(Boolean).slice(0, TOOL_RESULT_WORDS).join(' ');
+    prefix = fragments(`The tool returned: ${content}${/[.!?]$/.test(content) ? '' : '.'}`);
+  } else if (last?.role === 'user' && last.images > 0) {
+    prefix = fragments(`I see ${last.images} image${last.images === 1 ? '' : 's'}.`);
+  }
+  return [...prefix, ...sentence(Math.max(0, length - prefix.length), random, prefix.length > 0)];
+}
+
+/** `count` tokens: a capitalized word, more words, and a closing period. */
+function sentence(count: number, random: () => number, afterPrefix: boolean): string[] {
+  const out: string[] = [];
+  for (let i = 0; i < count; i++) {
+    if (i > 0 && i === count - 1) {
+      out.push('.');
+      break;
+    }
+    const word = VOCABULARY[Math.floor(random() * VOCABULARY.length)];
+    if (i > 0) out.push(' ' + word);
+    else out.push((afterPrefix ? ' ' : '') + word[0].toUpperCase() + word.slice(1));
+  }
+  return out;
+}
+
+function capped(tokens: string[], maxTokens: number | undefined): string[] {
+  return maxTokens !== undefined && tokens.length > maxTokens ? tokens.slice(0, maxTokens) : tokens;
+}
+
+/** Applies the token cap, then cuts at the earliest stop sequence in what remains. */
+function applyLimits(full: string[], maxTokens: number | undefined, stop: string[]): ChoicePlan {
+  const kept = capped(full, maxTokens);
+  const text = kept.join('');
+  let at = -1;
+  for (const s of stop) {
+    const i = s === '' ? -1 : text.indexOf(s);
+    if (i >= 0 && (at < 0 || i < at)) at = i;
+  }
+  if (at < 0) return { kind: 'text', tokens: kept, finishReason: kept.length < full.length ? 'length' : 'stop' };
+  const tokens: string[] = [];
+  let offset = 0;
+  for (const token of kept) {
+    if (offset + token.length > at) {
+      if (at > offset) tokens.push(token.slice(0, at - offset));
+      break;
+    }
+    tokens.push(token);
+    offset += token.length;
+  }
+  return { kind: 'text', tokens, finishReason: 'stop' };
+}
+
+/**
+ * A value that validates against `schema`: the first enum value, the const, the first branch of
+ * anyOf/oneOf, every declared property, minItems items. `variant` keeps array items distinct.
+ */
+function sampleValue(schema: JsonSchema, root: JsonSchema = schema, depth = 0, variant = 0): unknown {
+  if (typeof schema === 'boolean') return schema ? 'sample' : null;
+  if (depth > 32) return null;
+  if (typeof schema.$ref === 'string') {
+    const target = resolveRef(root, schema.$ref);
+    if (target !== undefined) return sampleValue(target, root, depth + 1, variant);
+  }
+  if ('const' in schema) return schema.const;
+  if (Array.isArray(schema.enum) && schema.enum.length > 0) return schema.enum[variant % schema.enum.length];
+  for (const key of ['anyOf', 'oneOf'] as const) {
+    const branches = schema[key];
+    if (Array.isArray(branches) && branches.length > 0) return sampleValue(merge(schema, branches[0]), root, depth + 1, variant);
+  }
+  if (Array.isArray(schema.allOf)) {
+    const merged = schema.allOf.reduce<Record<string, unknown>>((acc, part) => merge(acc, part), { ...schema, allOf: undefined });
+    return sampleValue(merged, root, depth + 1, variant);
+  }
+  switch (schemaType(schema)) {
+    case 'null':
+      return null;
+    case 'boolean':
+      return variant % 2 === 0;
+    case 'integer':
+      return sampleNumber(schema, true, variant);
+    case 'number':
+      return sampleNumber(schema, false, variant);
+    case 'array':
+      return sampleArray(schema, root, depth, variant);
+    case 'object':
+      return sampleObject(schema, root, depth);
+    default:
+      return sampleString(schema, variant);
+  }
+}
+
+type SchemaObject = { [keyword: string]: unknown };
+
+function schemaType(schema: SchemaObject): string {
+  const t = Array.isArray(schema.type) ? schema.type[0] : schema.type;
+  if (typeof t === 'string') return t;
+  if (schema.properties !== undefined || schema.required !== undefined) return 'object';
+  if (schema.items !== undefined || schema.prefixItems !== undefined) return 'array';
+  return 'string';
+}
+
+/** A branch inherits the sibling keywords of its parent (minus the combinator itself). */
+function merge(base: SchemaObject, branch: unknown): SchemaObject {
+  const { anyOf: _a, oneOf: _o, ...rest } = base;
+  if (typeof branch !== 'object' || branch === null) return rest;
+  const b = branch as SchemaObject;
+  const out: SchemaObject = { ...rest, ...b };
+  if (isRecord(rest.properties) && isRecord(b.properties)) out.properties = { ...rest.properties, ...b.properties };
+  if (Array.isArray(rest.required) && Array.isArray(b.required)) out.required = [...rest.required, ...b.required];
+  return out;
+}
+
+function resolveRef(root: JsonSchema, ref: string): JsonSchema | undefined {
+  if (!ref.startsWith('#')) return undefined;
+  let node: unknown = root;
+  for (const raw of ref.slice(1).split('/').filter(Boolean)) {
+    const key = decodeURIComponent(raw).replace(/~1/g, '/').replace(/~0/g, '~');
+    node = isRecord(node) ? node[key] : undefined;
+  }
+  return typeof node === 'boolean' || isRecord(node) ? node : undefined;
+}
+
+/** The first of a few candidates that fits the bounds: 1, near the minimum, midway, near the maximum. */
+function sampleNumber(schema: SchemaObject, integer: boolean, variant: number): number {
+  const bound = (key: string) => (typeof schema[key] === 'number' ? (schema[key] as number) : undefined);
+  const [min, exclusiveMin, max, exclusiveMax] = ['minimum', 'exclusiveMinimum', 'maximum', 'exclusiveMaximum'].map(bound);
+  const step = bound('multipleOf') ?? (integer ? 1 : undefined);
+  const fits = (v: number) =>
+    !(v < (min ?? -Infinity) || v <= (exclusiveMin ?? -Infinity) || v > (max ?? Infinity) || v >= (exclusiveMax ?? Infinity));
+  const low = min ?? exclusiveMin;
+  const high = max ?? exclusiveMax;
+  const candidates = [1 + variant];
+  if (low !== undefined) candidates.push(low + variant, low + 1 + variant);
+  if (low !== undefined && high !== undefined) candidates.push((low + high) / 2);
+  if (high !== undefined) candidates.push(high - variant, high - 1 - variant);
+  const snapped = candidates.map((v) => (step && step > 0 ? Math.ceil(v / step) * step : v));
+  return snapped.find(fits) ?? snapped[0];
+}
+
+function sampleString(schema: SchemaObject, variant: number): string {
+  const formats: Record<string, string> = {
+    'date-time': '2024-01-01T00:00:00Z',
+    date: '2024-01-01',
+    time: '00:00:00Z',
+    email: 'user@example.com',
+    uri: 'https://example.com/',
+    uuid: '00000000-0000-4000-8000-000000000000',
+  };
+  let value = (typeof schema.format === 'string' && formats[schema.format]) || (variant === 0 ? 'sample' : `sample${variant}`);
+  if (typeof schema.minLength === 'number' && value.length < schema.minLength) value = value.padEnd(schema.minLength, 'x');
+  if (typeof schema.maxLength === 'number' && value.length > schema.maxLength) value = value.slice(0, schema.maxLength);
+  return value;
+}
+
+function sampleArray(schema: SchemaObject, root: JsonSchema, depth: number, variant: number): unknown[] {
+  const prefix = Array.isArray(schema.prefixItems) ? (schema.prefixItems as JsonSchema[]) : [];
+  const items = (schema.items ?? {}) as JsonSchema;
+  // One item by default, none deep in a recursive schema, so generation always terminates.
+  const min = typeof schema.minItems === 'number' ? schema.minItems : depth > 8 ? 0 : 1;
+  const max = typeof schema.maxItems === 'number' ? schema.maxItems : Infinity;
+  const count = Math.min(Math.max(min, prefix.length), max);
+  const out: unknown[] = [];
+  for (let i = 0; i < count; i++) out.push(sampleValue(prefix[i] ?? items, root, depth + 1, variant + i));
+  return out;
+}
+
+function sampleObject(schema: SchemaObject, root: JsonSchema, depth: number): Record<string, unknown> {
+  const properties = isRecord(schema.properties) ? (schema.properties as Record<string, JsonSchema>) : {};
+  const required = Array.isArray(schema.required) ? schema.required.filter((k): k is string => typeof k === 'string') : [];
+  const extra = isRecord(schema.additionalProperties) ? (schema.additionalProperties as JsonSchema) : {};
+  const out: Record<string, unknown> = {};
+  // Deep in a recursive schema, only what is required.
+  const keys = depth > 8 ? required : [...Object.keys(properties), ...required];
+  for (const key of keys) {
+    if (!(key in out)) out[key] = sampleValue(properties[key] ?? extra, root, depth + 1);
+  }
+  return out;
+}
+
+function isRecord(value: unknown): value is Record<string, unknown> {
+  return typeof value === 'object' && value !== null && !Array.isArray(value);
+}
+
+/** FNV-1a over roles and texts: the same conversation gives the same seed. */
+function conversationSeed(messages: SimMessage[]): number {
+  let hash = 0x811c9dc5;
+  for (const m of messages) {
+    const text = `${m.role}\u0000${m.text}\u0000`;
+    for (let i = 0; i < text.length; i++) hash = Math.imul(hash ^ text.charCodeAt(i), 0x01000193);
+  }
+  return hash >>> 0;
+}
+
+function mulberry32(seed: number): () => number {
+  let state = seed >>> 0;
+  return () => {
+    state = (state + 0x6d2b79f5) >>> 0;
+    let t = state;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+const ID_ALPHABET = 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789';
+
+function callId(random: () => number): string {
+  let id = '';
+  for (let i = 0; i < 24; i++) id += ID_ALPHABET[Math.floor(random() * ID_ALPHABET.length)];
+  return id;
+}

@@ -1,0 +1,199 @@
+/**
+ * The simulator as its own HTTP process (for benchmarks and tests against a real socket):
+ *   node dist/plugins/upstreams/simulator/server.js --port N [--host 127.0.0.1]
+ * Prints `simulator listening on http://HOST:PORT` once it listens. Serves POST /v1/chat/completions,
+ * GET /v1/models, GET /healthz and GET /stats (what tests check the gateway sent); `cut_after` drops
+ * the connection without ending the response.
+ */
+import { STATUS_CODES } from 'node:http';
+import { pathToFileURL } from 'node:url';
+import { parseArgs } from 'node:util';
+import uWS from 'uWebSockets.js';
+import { DEFAULT_MODELS, errorReply, notFound, routeChat, type ChatOptions, type SimReply } from './chat.js';
+import { playReply } from './index.js';
+
+export interface SimulatorServerOptions {
+  /** Defaults to 127.0.0.1. */
+  host?: string;
+  /** 0 (the default) picks a free port. */
+  port?: number;
+  models?: string[];
+}
+
+export interface SimulatorServer {
+  port: number;
+  close(): void;
+}
+
+const MAX_BODY_BYTES = 64 * 1024 * 1024;
+
+/** Counters behind GET /stats. */
+interface Stats {
+  /** Chat completion requests received. */
+  requests: number;
+  /** Exchanges the client dropped before the response was complete. */
+  aborted: number;
+  /** Raw body of the latest chat completion request, parsed only when asked for. */
+  lastBody?: Buffer;
+}
+
+export function startSimulatorServer(options: SimulatorServerOptions = {}): Promise<SimulatorServer> {
+  const host = options.host ?? '127.0.0.1';
+  const port = options.port ?? 0;
+  const chatOptions: ChatOptions = { models: options.models ?? DEFAULT_MODELS };
+  // close() exists at runtime (it also drops open connections) but is missing from the typings.
+  const app: uWS.TemplatedApp & { close?(): void } = uWS.App();
+  const stats: Stats = { requests: 0, aborted: 0 };
+  app.any('/*', (res, req) => handle(res, req, chatOptions, stats));
+  return new Promise((resolve, reject) => {
+    app.listen(host, port, (listenSocket) => {
+      if (!listenSocket) {
+        reject(new Error(`simulator: cannot listen on ${host}:${port}`));
+        return;
+      }
+      resolve({
+        port: uWS.us_socket_local_port(listenSocket),
+        close: () => {
+          uWS.us_listen_socket_close(listenSocket);
+          app.close?.();
+        },
+      });
+    });
+  });
+}
+
+function handle(res: uWS.HttpResponse, req: uWS.HttpRequest, options: ChatOptions, stats: Stats): void {
+  // Everything from req must be read now: it is only valid during this callback.
+  const method = req.getMethod().toUpperCase();
+  const url = req.getUrl();
+  const query = req.getQuery();
+  const exchange = new Exchange(res, () => stats.aborted++);
+  res.onAborted(() => exchange.abort());
+
+  const route = (body?: Buffer): SimReply => {
+    if (method === 'GET' && url === '/healthz') return json({ status: 'ok' });
+    if (method === 'GET' && url === '/stats') return json({ requests: stats.requests, aborted: stats.aborted, lastRequest: parsed(stats.lastBody) });
+    if (method === 'POST' && url === '/v1/chat/completions' && body) {
+      stats.requests++;
+      stats.lastBody = body;
+    }
+    const reply = url.startsWith('/v1/') ? routeChat(method, url.slice(3) + (query ? `?${query}` : ''), body, options) : undefined;
+    return reply ?? notFound(method, url);
+  };
+  if (method !== 'POST') {
+    exchange.play(route());
+    return;
+  }
+  const chunks: Buffer[] = [];
+  let size = 0;
+  res.onData((chunk, isLast) => {
+    if (size > MAX_BODY_BYTES) return;
+    size += chunk.byteLength;
+    if (size > MAX_BODY_BYTES) {
+      exchange.play(errorReply(413, 'The request body is too large.', 'invalid_request_error', null, null));
+      return;
+    }
+    // The ArrayBuffer is neutered when this callback returns: copy it.
+    chunks.push(Buffer.from(new Uint8Array(chunk)));
+    if (isLast) exchange.play(route(Buffer.concat(chunks)));
+  });
+}
+
+function json(body: unknown): SimReply {
+  return { status: 200, headers: { 'content-type': 'application/json' }, steps: [{ delayMs: 0, bytes: JSON.stringify(body) }], cut: false };
+}
+
+function parsed(body: Buffer | undefined): unknown {
+  try {
+    return body ? (JSON.parse(body.toString('utf8')) as unknown) : null;
+  } catch {
+    return null;
+  }
+}
+
+/** One HTTP response being played: headers go out with the first step, writes honour backpressure. */
+class Exchange {
+  private aborted = false;
+  /** The response is complete (or deliberately cut): a later onAborted is no client drop. */
+  private done = false;
+  private call: { abort(): void } | undefined;
+
+  constructor(
+    private readonly res: uWS.HttpResponse,
+    private readonly onDropped: () => void,
+  ) {}
+
+  /** The client went away (or our own cut closed the socket). */
+  abort(): void {
+    if (this.aborted) return;
+    this.aborted = true;
+    if (!this.done) this.onDropped();
+    this.call?.abort();
+  }
+
+  play(reply: SimReply): void {
+    if (this.aborted || this.call) return;
+    const { res } = this;
+    let head: string | undefined;
+    const call = playReply(reply, {
+      start: (status) => {
+        head = `${status} ${STATUS_CODES[status] ?? 'Unknown'}`;
+      },
+      data: (bytes, final) => {
+        let ok = true;
+        res.cork(() => {
+          if (head !== undefined) {
+            res.writeStatus(head);
+            for (const [name, value] of Object.entries(reply.headers)) res.writeHeader(name, value);
+            head = undefined;
+          }
+          if (final) {
+            this.done = true;
+            res.end(bytes);
+          } else ok = res.write(bytes);
+        });
+        return ok;
+      },
+      finish: (cut) => {
+        if (this.done) return;
+        this.done = true;
+        res.cork(() => (cut ? res.close() : res.end()));
+      },
+    });
+    this.call = call;
+    // A write that hit backpressure pauses the script; a drained socket lets it go on.
+    res.onWritable(() => {
+      call.resume();
+      return true;
+    });
+  }
+}
+
+async function main(): Promise<void> {
+  const { values } = parseArgs({
+    options: { port: { type: 'string', default: '0' }, host: { type: 'string', default: '127.0.0.1' } },
+  });
+  const port = Number(values.port);
+  if (!Number.isInteger(port) || port < 0 || port > 65535) {
+    process.stderr.write(`simulator: --port must be an integer from 0 to 65535, got ${values.port}\n`);
+    process.exit(2);
+  }
+  let server: SimulatorServer | undefined;
+  const stop = () => {
+    server?.close();
+    process.exit(0);
+  };
+  process.once('SIGTERM', stop);
+  process.once('SIGINT', stop);
+  const host = values.host;
+  server = await startSimulatorServer({ host, port });
+  const shown = host.includes(':') ? `[${host}]` : host;
+  process.stdout.write(`simulator listening on http://${shown}:${server.port}\n`);
+}
+
+if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) {
+  main().catch((err: unknown) => {
+    process.stderr.write(`simulator: ${err instanceof Error ? err.message : String(err)}\n`);
+    process.exit(1);
+  });
+}

@@ -1,0 +1,134 @@
+/** Real parts for end-to-end tests: the simulator as its own process, a gateway on port 0. */
+import { spawn, type ChildProcess } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { Writable } from 'node:stream';
+import { fileURLToPath } from 'node:url';
+import { loadConfig, type Config } from '../src/config.js';
+import { startGateway, type Gateway } from '../src/gateway.js';
+import { createLogger } from '../src/log.js';
+
+export const distRoot = fileURLToPath(new URL('..', import.meta.url));
+
+export interface SimulatorProcess {
+  port: number;
+  url: string;
+  child: ChildProcess;
+  stop(): Promise<void>;
+}
+
+/** Starts `node dist/plugins/upstreams/simulator/server.js --port 0` and reads its port. */
+export function startSimulatorProcess(): Promise<SimulatorProcess> {
+  const child = spawn(process.execPath, [join(distRoot, 'plugins/upstreams/simulator/server.js'), '--port', '0'], {
+    stdio: ['ignore', 'pipe', 'inherit'],
+  });
+  return new Promise((resolve, reject) => {
+    let out = '';
+    child.once('exit', (code) => reject(new Error(`simulator exited early (${code}): ${out}`)));
+    child.stdout!.on('data', (d: Buffer) => {
+      out += d.toString();
+      const m = /listening on http:\/\/127\.0\.0\.1:(\d+)/.exec(out);
+      if (!m) return;
+      child.removeAllListeners('exit');
+      const port = Number(m[1]);
+      resolve({
+        port,
+        url: `http://127.0.0.1:${port}`,
+        child,
+        stop: () =>
+          new Promise<void>((done) => {
+            if (child.exitCode !== null) return done();
+            child.once('exit', () => done());
+            child.kill('SIGTERM');
+          }),
+      });
+    });
+  });
+}
+
+export interface TestGateway {
+  gateway: Gateway;
+  url: string;
+  adminToken: string;
+  /** The demo key of the default group. */
+  key: string;
+  dataDir: string;
+  logs: Record<string, unknown>[];
+  /** Admin API call. */
+  admin(method: string, path: string, body?: unknown): Promise<{ status: number; body: any }>;
+  stop(): Promise<void>;
+}
+
+/** A config file's worth of YAML, written to a fresh data dir and loaded as the CLI would. */
+export async function startTestGateway(yaml: (dataDir: string) => string): Promise<TestGateway> {
+  const dataDir = mkdtempSync(join(tmpdir(), 'sluice-test-'));
+  const file = join(dataDir, 'sluice.yaml');
+  const { writeFileSync } = await import('node:fs');
+  writeFileSync(file, yaml(dataDir));
+  const config: Config = loadConfig({ path: file, env: { SLUICE_PORT: '0', SLUICE_DATA_DIR: dataDir } });
+  const logs: Record<string, unknown>[] = [];
+  const sink = new Writable({
+    write(chunk, _enc, cb) {
+      for (const line of chunk.toString().split('\n')) if (line) logs.push(JSON.parse(line));
+      cb();
+    },
+  });
+  const gateway = await startGateway(config, createLogger('info', sink));
+  const url = `http://127.0.0.1:${gateway.port}`;
+  return {
+    gateway,
+    url,
+    adminToken: gateway.adminToken,
+    key: gateway.firstStart!.demoKey,
+    dataDir,
+    logs,
+    async admin(method, path, body) {
+      const res = await fetch(url + path, {
+        method,
+        headers: { authorization: `Bearer ${gateway.adminToken}`, 'content-type': 'application/json' },
+        body: body === undefined ? undefined : JSON.stringify(body),
+      });
+      const text = await res.text();
+      return { status: res.status, body: text ? JSON.parse(text) : undefined };
+    },
+    async stop() {
+      await gateway.shutdown();
+      rmSync(dataDir, { recursive: true, force: true });
+    },
+  };
+}
+
+/** A gateway whose models sit behind an openai-chat upstream pointing at a simulator process. */
+export function chatGatewayYaml(simulatorUrl: string, extra = ''): (dataDir: string) => string {
+  return (dataDir) => `
+dataDir: ${dataDir}
+log: { level: info }
+server: { maxBodyBytes: 65536, shutdownTimeoutMs: 2000 }
+upstreams:
+  sim:
+    kind: openai-chat
+    baseUrl: ${simulatorUrl}/v1
+    apiKey: upstream-secret-123
+    timeouts: { connectMs: 2000, firstByteMs: 5000, idleMs: 5000 }
+models:
+  - id: sim-chat
+    upstream: sim
+    maxOutputTokens: { default: 512, max: 4096 }
+  - id: sim-basic
+    upstream: sim
+    upstreamModel: sim-chat-basic
+    features: { tools: false, jsonSchema: false, vision: false, temperature: false }
+${extra}`;
+}
+
+/** Waits until `check` holds, polling; fails after the deadline instead of hanging. */
+export async function eventually<T>(check: () => T | undefined | false | Promise<T | undefined | false>, what: string, ms = 5000): Promise<T> {
+  const deadline = Date.now() + ms;
+  for (;;) {
+    const value = await check();
+    if (value) return value;
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}
