@@ -53,7 +53,7 @@ interface Load {
 
 const LF_LF = Buffer.from('\n\n');
 
-async function runLoad({ url, headers, body, requests, concurrency }: Load): Promise<LoadResult> {
+export async function runLoad({ url, headers, body, requests, concurrency }: Load): Promise<LoadResult> {
   const { origin, pathname } = new URL(url);
   const pool = new Pool(origin, { connections: concurrency, keepAliveTimeout: 10_000 });
   const latencies: number[] = [];

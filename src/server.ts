@@ -190,6 +190,7 @@ function sendJson(out: UwsResponse, reply: JsonReply): void {
 /** The pipeline's view of a uWS response: every write corked, nothing written after close. */
 class UwsResponse implements ClientResponse {
   closed = false;
+  private pendingHead: { status: number; headers: Record<string, string> } | undefined;
 
   constructor(
     private readonly res: uWS.HttpResponse,
@@ -207,15 +208,18 @@ class UwsResponse implements ClientResponse {
     });
   }
 
+  /** The head waits for the first body bytes so both leave in one packet. */
   startStream(status: number, headers: Record<string, string>): void {
-    if (this.closed) return;
-    this.res.cork(() => this.head(status, headers));
+    if (!this.closed) this.pendingHead = { status, headers };
   }
 
   write(bytes: string | Buffer): boolean {
     if (this.closed) return true;
     let ok = true;
-    this.res.cork(() => (ok = this.res.write(bytes)));
+    this.res.cork(() => {
+      this.flushHead();
+      ok = this.res.write(bytes);
+    });
     return ok;
   }
 
@@ -230,12 +234,21 @@ class UwsResponse implements ClientResponse {
   end(bytes?: string | Buffer): void {
     if (this.closed) return;
     this.closed = true;
-    this.res.cork(() => this.res.end(bytes));
+    this.res.cork(() => {
+      this.flushHead();
+      this.res.end(bytes);
+    });
   }
 
   /** Shutdown ran out of time: close the connection; onAborted then ends the exchange. */
   cut(): void {
     if (!this.closed) this.res.close();
+  }
+
+  private flushHead(): void {
+    if (!this.pendingHead) return;
+    this.head(this.pendingHead.status, this.pendingHead.headers);
+    this.pendingHead = undefined;
   }
 
   private head(status: number, headers: Record<string, string>): void {

@@ -141,7 +141,7 @@ t.test('image input', async (t) => {
 
 t.test('GET /v1/models lists exactly what the group may use', async (t) => {
   const all = await openai.models.list();
-  t.same(all.data.map((m) => m.id).sort(), ['sim-basic', 'sim-chat']);
+  t.same(all.data.map((m) => m.id).sort(), ['sim-basic', 'sim-chat', 'sim-impatient', 'sim-unreachable']);
   const group = await gw.admin('POST', '/admin/groups', { name: 'basic-only', models: ['sim-basic'], families: ['chat'] });
   t.equal(group.status, 201);
   const key = await gw.admin('POST', '/admin/keys', { group: 'basic-only', name: 'limited' });
@@ -258,6 +258,15 @@ t.test('upstream failures: 500 becomes 502, 429 passes through', async (t) => {
     .create({ model: 'sim-chat', messages: user('fail [[sim error=503]]'), stream: true })
     .catch((e) => e);
   t.equal(streamed.status, 503, 'a stream that fails before it starts gets a status, not a stream');
+});
+
+t.test('unreachable upstream → 503, first-byte timeout → 504', async (t) => {
+  const down = await openai.chat.completions.create({ model: 'sim-unreachable', messages: user('hi') }).catch((e) => e);
+  t.equal(down.status, 503);
+  t.equal(down.code, 'upstream_unavailable');
+  const slow = await openai.chat.completions.create({ model: 'sim-impatient', messages: user('hi [[sim ttft_ms=2000]]') }).catch((e) => e);
+  t.equal(slow.status, 504);
+  t.equal(slow.code, 'upstream_timeout');
 });
 
 t.test('a stream cut midway ends with an error event and estimated usage', async (t) => {

@@ -111,6 +111,13 @@ upstreams:
     baseUrl: ${simulatorUrl}/v1
     apiKey: upstream-secret-123
     timeouts: { connectMs: 2000, firstByteMs: 5000, idleMs: 5000 }
+  impatient:
+    kind: openai-chat
+    baseUrl: ${simulatorUrl}/v1
+    timeouts: { firstByteMs: 300 }
+  unreachable:
+    kind: openai-chat
+    baseUrl: http://127.0.0.1:9/v1
 models:
   - id: sim-chat
     upstream: sim
@@ -119,6 +126,8 @@ models:
     upstream: sim
     upstreamModel: sim-chat-basic
     features: { tools: false, jsonSchema: false, vision: false, temperature: false }
+  - { id: sim-impatient, upstream: impatient, upstreamModel: sim-chat }
+  - { id: sim-unreachable, upstream: unreachable, upstreamModel: sim-chat }
 ${extra}`;
 }
 

@@ -48,6 +48,9 @@ const migrations: string[] = [
 
 const BATCH_SIZE = 256;
 const FLUSH_INTERVAL_MS = 1000;
+/** Changes made by another process (the CLI) reach a running gateway within this time. */
+const LOOKUP_CACHE_MS = 2000;
+const LOOKUP_CACHE_MAX = 10_000;
 
 export function hashSecret(secret: string): string {
   return createHash('sha256').update(secret).digest('hex');
@@ -128,6 +131,9 @@ export class SqliteStore implements Store {
   private readonly pending: UsageRecord[] = [];
   private readonly lastUsed = new Map<string, number>();
   private timer: NodeJS.Timeout | undefined;
+  /** Request-path lookups by secret and by group name; every write through this store clears them. */
+  private readonly keyCache = new Map<string, { key: ApiKey; expires: number }>();
+  private readonly groupCache = new Map<string, { group: Group; expires: number }>();
   private readonly stmt;
 
   constructor(file: string) {
@@ -165,14 +171,20 @@ export class SqliteStore implements Store {
   }
 
   createGroup(group: Omit<Group, 'createdAt'>): Group {
+    this.forgetLookups();
     const row = { name: group.name, models: JSON.stringify(group.models), families: JSON.stringify(group.families), created_at: Date.now() };
     this.db.prepare('INSERT INTO groups (name, models, families, created_at) VALUES (@name, @models, @families, @created_at)').run(row);
     return toGroup(row);
   }
 
   getGroup(name: string): Group | undefined {
+    const now = Date.now();
+    const hit = this.groupCache.get(name);
+    if (hit && hit.expires > now) return hit.group;
     const row = this.stmt.group.get(name);
-    return row && toGroup(row);
+    const group = row && toGroup(row);
+    if (group) this.remember(this.groupCache, name, { group, expires: now + LOOKUP_CACHE_MS });
+    return group;
   }
 
   listGroups(): Group[] {
@@ -180,6 +192,7 @@ export class SqliteStore implements Store {
   }
 
   updateGroup(name: string, patch: Partial<Omit<Group, 'createdAt'>>): Group | undefined {
+    this.forgetLookups();
     const current = this.getGroup(name);
     if (!current) return undefined;
     const next = { ...current, ...patch };
@@ -190,6 +203,7 @@ export class SqliteStore implements Store {
   }
 
   deleteGroup(name: string): 'deleted' | 'not_found' | 'in_use' {
+    this.forgetLookups();
     if (!this.getGroup(name)) return 'not_found';
     const inUse = this.db.prepare('SELECT 1 FROM keys WHERE group_name = ? LIMIT 1').get(name);
     if (inUse) return 'in_use';
@@ -198,6 +212,7 @@ export class SqliteStore implements Store {
   }
 
   createKey(input: { group: string; name?: string | null }): { key: ApiKey; secret: string } {
+    this.forgetLookups();
     const secret = `sk-${randomBytes(24).toString('base64url')}`;
     const row: KeyRow & { hash: string } = {
       id: `key_${randomBytes(8).toString('hex')}`,
@@ -219,8 +234,15 @@ export class SqliteStore implements Store {
   }
 
   findKeyBySecret(secret: string): ApiKey | undefined {
+    const now = Date.now();
+    const hit = this.keyCache.get(secret);
+    if (hit && hit.expires > now) return hit.key;
     const row = this.stmt.keyByHash.get(hashSecret(secret));
-    return row && this.withPendingUse(toKey(row));
+    // Misses are not cached: random secrets must not be able to fill memory.
+    if (!row) return undefined;
+    const key = toKey(row);
+    this.remember(this.keyCache, secret, { key, expires: now + LOOKUP_CACHE_MS });
+    return key;
   }
 
   getKey(id: string): ApiKey | undefined {
@@ -236,6 +258,7 @@ export class SqliteStore implements Store {
   }
 
   updateKey(id: string, patch: { disabled?: boolean; name?: string | null; group?: string }): ApiKey | undefined {
+    this.forgetLookups();
     const current = this.getKey(id);
     if (!current) return undefined;
     this.db
@@ -250,6 +273,7 @@ export class SqliteStore implements Store {
   }
 
   deleteKey(id: string): boolean {
+    this.forgetLookups();
     return this.db.prepare('DELETE FROM keys WHERE id = ?').run(id).changes > 0;
   }
 
@@ -303,6 +327,16 @@ export class SqliteStore implements Store {
   close(): void {
     this.flush();
     this.db.close();
+  }
+
+  private remember<V>(cache: Map<string, V>, id: string, value: V): void {
+    if (cache.size >= LOOKUP_CACHE_MAX) cache.clear();
+    cache.set(id, value);
+  }
+
+  private forgetLookups(): void {
+    this.keyCache.clear();
+    this.groupCache.clear();
   }
 
   /** A last-used time waiting in the batch is newer than the stored one. */

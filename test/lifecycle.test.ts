@@ -1,0 +1,113 @@
+/**
+ * Sluice as a user runs it: the CLI on a data dir, `serve` as its own process, config errors,
+ * and a graceful shutdown that lets a stream finish and loses no usage.
+ */
+import { execFile, spawn } from 'node:child_process';
+import { mkdtempSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { promisify } from 'node:util';
+import OpenAI from 'openai';
+import t from 'tap';
+import { loadConfig } from '../src/config.js';
+import { distRoot } from './helpers.js';
+
+const run = promisify(execFile);
+const main = join(distRoot, 'src/main.js');
+const dataDir = mkdtempSync(join(tmpdir(), 'sluice-life-'));
+t.teardown(() => rmSync(dataDir, { recursive: true, force: true }));
+const env = { ...process.env, SLUICE_DATA_DIR: dataDir, SLUICE_LOG_LEVEL: 'warn' };
+const cli = async (...args: string[]) => JSON.parse((await run(process.execPath, [main, ...args], { env })).stdout);
+
+t.test('config errors name the key and the problem', async (t) => {
+  const file = join(dataDir, 'bad.yaml');
+  const load = (yaml: string, extraEnv: Record<string, string> = {}) => {
+    writeFileSync(file, yaml);
+    return () => loadConfig({ path: file, env: extraEnv });
+  };
+  t.throws(load('server: { port: "eighty" }'), { message: /\/server\/port: must be integer/ });
+  t.throws(load('upstreams: { a: { kind: openai-chat } }\nmodels: [{ id: m }]'), { message: /\/models\/0: missing key "upstream"/ });
+  t.throws(load('upstreams: { a: { kind: simulator } }\nmodels: [{ id: m, upstream: b }]'), { message: /models\[0\]\.upstream: no upstream named "b"/ });
+  t.throws(load('bogus: 1'), { message: /unknown key "bogus"/ });
+  t.throws(load('upstreams: { a: { kind: openai-chat, apiKey: "${NOPE_NOT_SET}" } }'), { message: /environment variable NOPE_NOT_SET is not set/ });
+  const ok = load('upstreams: { a: { kind: openai-chat, baseUrl: "${BASE:-http://127.0.0.1:9/v1}", apiKey: "${KEY}" } }\nmodels: [{ id: m, upstream: a }]', { KEY: 'k1' })();
+  t.equal(ok.upstreams.a!.apiKey, 'k1');
+  t.equal(ok.upstreams.a!.baseUrl, 'http://127.0.0.1:9/v1');
+  t.same(ok.models[0]!.features, { tools: true, jsonSchema: true, vision: true, temperature: true, streamUsage: true });
+});
+
+t.test('a bad config file stops start-up with a readable message', async (t) => {
+  const file = join(dataDir, 'broken.yaml');
+  writeFileSync(file, 'models: [{ id: m, upstream: nowhere }]\nupstreams: { a: { kind: simulator } }\n');
+  const err = await run(process.execPath, [main, 'serve', '--config', file], { env }).catch((e) => e);
+  t.equal(err.code, 1);
+  t.match(err.stderr, /invalid configuration: .*models\[0\]\.upstream: no upstream named "nowhere"/);
+});
+
+let demoKey = '';
+
+t.test('serve: first start prints the admin token and a demo key once; graceful shutdown', async (t) => {
+  const child = spawn(process.execPath, [main, 'serve'], { env: { ...env, SLUICE_PORT: '0', SLUICE_LOG_LEVEL: 'info' }, stdio: ['ignore', 'pipe', 'pipe'] });
+  let out = '';
+  child.stdout.on('data', (d) => (out += d));
+  const exited = new Promise<number | null>((resolve) => child.once('exit', resolve));
+  const port = await new Promise<number>((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`no listening line: ${out}`)), 10_000);
+    child.stdout.on('data', () => {
+      const m = /"url":"http:\/\/127\.0\.0\.1:(\d+)"/.exec(out);
+      if (m) (clearTimeout(timer), resolve(Number(m[1])));
+    });
+  });
+  t.match(out, /admin token: sluice-admin-/);
+  demoKey = /demo key[^:]*: (sk-\S+)/.exec(out)![1]!;
+  t.equal(statSync(join(dataDir, 'admin-token')).mode & 0o777, 0o600, 'the admin token file is private');
+
+  const health = await fetch(`http://127.0.0.1:${port}/healthz`);
+  t.same(await health.json(), { status: 'ok' });
+
+  // A slow stream is in flight when SIGTERM arrives: it must finish, and its usage must be kept.
+  const openai = new OpenAI({ apiKey: demoKey, baseURL: `http://127.0.0.1:${port}/v1`, maxRetries: 0 });
+  const stream = await openai.chat.completions.create({ model: 'sim-chat', messages: [{ role: 'user', content: 'slow [[sim tokens=30 tps=60]]' }], stream: true });
+  let chunks = 0;
+  let finish: string | null | undefined;
+  for await (const chunk of stream) {
+    if (++chunks === 2) child.kill('SIGTERM');
+    finish = chunk.choices[0]?.finish_reason ?? finish;
+  }
+  t.equal(finish, 'stop', 'the in-flight stream finished');
+  t.equal(await exited, 0, 'exit code 0');
+  t.equal(out.split(demoKey).length, 2, 'the demo key is printed exactly once');
+
+  const usage = await cli('usage');
+  t.equal(usage.totals.requests, 1, 'the usage record was flushed on shutdown');
+  t.match(usage.records[0], { model: 'sim-chat', completionTokens: 30, outcome: 'finished', streamed: true });
+});
+
+t.test('second start: no new secrets are printed', async (t) => {
+  const child = spawn(process.execPath, [main, 'serve'], { env: { ...env, SLUICE_PORT: '0', SLUICE_LOG_LEVEL: 'info' }, stdio: ['ignore', 'pipe', 'pipe'] });
+  let out = '';
+  await new Promise<void>((resolve) => child.stdout.on('data', (d) => ((out += d), out.includes('sluice listening') && resolve())));
+  child.kill('SIGINT');
+  await new Promise((r) => child.once('exit', r));
+  t.notMatch(out, /demo key|admin token/);
+});
+
+t.test('CLI: groups and keys on the data dir', async (t) => {
+  const group = await cli('groups', 'create', 'team-a', '--models', 'sim-chat', '--families', 'chat');
+  t.match(group, { name: 'team-a', models: ['sim-chat'], families: ['chat'] });
+  const key = await cli('keys', 'create', '--group', 'team-a', '--name', 'ci-bot');
+  t.match(key, { group: 'team-a', name: 'ci-bot', key: /^sk-/ });
+  const keys = await cli('keys', 'list');
+  t.equal(keys.length, 2);
+  t.notOk(JSON.stringify(keys).includes(key.key), 'listing never shows a secret');
+  t.match(await cli('keys', 'disable', key.id), { disabled: true });
+  t.match(await cli('keys', 'enable', key.id), { disabled: false });
+
+  const badModel = await run(process.execPath, [main, 'groups', 'create', 'x', '--models', 'gpt-9', '--families', 'chat'], { env }).catch((e) => e);
+  t.equal(badModel.code, 2);
+  t.match(badModel.stderr, /unknown model "gpt-9"/);
+  const inUse = await run(process.execPath, [main, 'groups', 'delete', 'team-a'], { env }).catch((e) => e);
+  t.match(inUse.stderr, /still has keys/);
+  t.match(await cli('keys', 'delete', key.id), { deleted: true });
+  t.match(await cli('groups', 'delete', 'team-a'), { deleted: true });
+});
