@@ -15,29 +15,15 @@ export class AdminError extends Error {
   }
 }
 
-const namePattern = '^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$';
+const groupFields = {
+  name: { type: 'string', pattern: '^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$' },
+  models: { type: 'array', items: { type: 'string', minLength: 1 }, uniqueItems: true },
+  families: { type: 'array', items: { type: 'string' }, uniqueItems: true },
+};
 
 const schemas = {
-  createGroup: {
-    type: 'object',
-    required: ['name', 'models', 'families'],
-    additionalProperties: false,
-    properties: {
-      name: { type: 'string', pattern: namePattern },
-      models: { type: 'array', items: { type: 'string', minLength: 1 }, uniqueItems: true },
-      families: { type: 'array', items: { type: 'string' }, uniqueItems: true },
-    },
-  },
-  updateGroup: {
-    type: 'object',
-    additionalProperties: false,
-    minProperties: 1,
-    properties: {
-      name: { type: 'string', pattern: namePattern },
-      models: { type: 'array', items: { type: 'string', minLength: 1 }, uniqueItems: true },
-      families: { type: 'array', items: { type: 'string' }, uniqueItems: true },
-    },
-  },
+  createGroup: { type: 'object', required: ['name', 'models', 'families'], additionalProperties: false, properties: groupFields },
+  updateGroup: { type: 'object', minProperties: 1, additionalProperties: false, properties: groupFields },
   createKey: {
     type: 'object',
     required: ['group'],
