@@ -11,9 +11,16 @@ export interface ModelFeatures {
   jsonSchema: boolean;
   vision: boolean;
   temperature: boolean;
+  /** Reasoning controls (`reasoning_effort`, Responses `reasoning`). */
+  reasoning: boolean;
   /** The upstream reports usage in streams when asked (`stream_options.include_usage`). */
   streamUsage: boolean;
+  /** Server-side tools the upstream runs itself (e.g. `web_search`); only native Responses upstreams can. */
+  serverTools: string[];
 }
+
+/** How a model serves a family: in the upstream's own wire format, or translated by Sluice. */
+export type FamilyMode = 'native' | 'bridge' | 'translated';
 
 export interface ModelConfig {
   id: string;
@@ -24,6 +31,10 @@ export interface ModelConfig {
   /** Output-token ceiling: `default` is sent when the client sets none; above `max` is refused. */
   maxOutputTokens: { default?: number; max?: number };
   features: ModelFeatures;
+  /** Families the model is offered on, and how; filled in at boot from the upstream's family. */
+  families: Record<string, FamilyMode>;
+  /** Families the config restricts the model to; undefined offers every family Sluice speaks. */
+  offeredFamilies?: string[];
   /** Unix seconds, shown in model lists. */
   created: number;
   ownedBy: string;
@@ -60,7 +71,9 @@ export const defaultPlugins = [
   'auth',
   'grant',
   'codecs/chat',
+  'codecs/responses',
   'upstreams/openai-chat',
+  'upstreams/openai-responses',
   'upstreams/simulator',
   'usage',
   'access-log',
@@ -68,14 +81,18 @@ export const defaultPlugins = [
 
 /** The embedded default: the in-process simulator and its models. */
 const embeddedDefault: { upstreams: Record<string, UpstreamConfig>; models: NonNullable<RawConfig['models']> } = {
-  upstreams: { simulator: { kind: 'simulator' } },
+  upstreams: {
+    simulator: { kind: 'simulator' },
+    'simulator-responses': { kind: 'simulator', family: 'responses' },
+  },
   models: [
     { id: 'sim-chat', upstream: 'simulator', maxOutputTokens: { default: 1024, max: 8192 } },
+    { id: 'sim-responses', upstream: 'simulator-responses', maxOutputTokens: { default: 1024, max: 8192 }, features: { serverTools: ['web_search'] } },
     {
       id: 'sim-chat-basic',
       upstream: 'simulator',
       maxOutputTokens: { default: 256, max: 1024 },
-      features: { tools: false, jsonSchema: false, vision: false, temperature: false },
+      features: { tools: false, jsonSchema: false, vision: false, temperature: false, reasoning: false },
     },
   ],
 };
@@ -148,9 +165,12 @@ const schema = {
               jsonSchema: { type: 'boolean' },
               vision: { type: 'boolean' },
               temperature: { type: 'boolean' },
+              reasoning: { type: 'boolean' },
               streamUsage: { type: 'boolean' },
+              serverTools: { type: 'array', items: { type: 'string', minLength: 1 }, uniqueItems: true },
             },
           },
+          families: { type: 'array', minItems: 1, items: { type: 'string', minLength: 1 }, uniqueItems: true },
           created: { type: 'integer', minimum: 0 },
           ownedBy: { type: 'string' },
         },
@@ -197,7 +217,7 @@ interface RawConfig {
   log?: { level?: string };
   plugins?: (string | { name: string; options?: Record<string, unknown> })[];
   upstreams?: Record<string, UpstreamConfig>;
-  models?: (Partial<Omit<ModelConfig, "features">> & { id: string; upstream: string; features?: Partial<ModelFeatures> })[];
+  models?: (Partial<Omit<ModelConfig, 'features' | 'families'>> & { id: string; upstream: string; features?: Partial<ModelFeatures>; families?: string[] })[];
 }
 
 function resolve(raw: RawConfig, env: NodeJS.ProcessEnv, source: string): Config {
@@ -220,7 +240,9 @@ function resolve(raw: RawConfig, env: NodeJS.ProcessEnv, source: string): Config
       upstream: m.upstream,
       upstreamModel: m.upstreamModel ?? m.id,
       maxOutputTokens: ceiling,
-      features: { tools: true, jsonSchema: true, vision: true, temperature: true, streamUsage: true, ...m.features },
+      features: { tools: true, jsonSchema: true, vision: true, temperature: true, reasoning: true, streamUsage: true, serverTools: [], ...m.features },
+      families: {},
+      offeredFamilies: m.families,
       created: m.created ?? 1767225600,
       ownedBy: m.ownedBy ?? 'sluice',
     };

@@ -5,8 +5,9 @@
 import type { Logger } from 'pino';
 import type { GatewayError } from './errors.js';
 import type { Exchange } from './exchange.js';
-import type { Config, ModelConfig } from './config.js';
+import type { Config, FamilyMode, ModelConfig } from './config.js';
 import type { Store } from './store/store.js';
+import type * as canonical from './canonical.js';
 
 /** Token usage in family-neutral terms. Output tokens include reasoning tokens. */
 export interface Usage {
@@ -45,6 +46,8 @@ export interface Endpoint {
   /** uWS pattern, e.g. `/v1/chat/completions` or `/v1beta/models/:target`. */
   path: string;
   kind: 'generate' | 'models';
+  /** Families whose keys may call it; the codec's own family when absent. */
+  families?: string[];
 }
 
 /** A request ready to send upstream. The path is relative to the upstream's base URL. */
@@ -87,40 +90,64 @@ export interface Upstream {
 
 export type UpstreamFactory = (name: string, options: Record<string, unknown>, ctx: BootContext) => Upstream;
 
-/** Per-stream state a codec keeps while relaying an upstream stream of its own family. */
-export interface PassthroughStream {
-  /** Called per SSE frame; returns false to drop the frame before it reaches the client. */
+/**
+ * What relays one upstream stream to the client. For a same-family upstream it only looks at the
+ * upstream's frames (they are forwarded as they are unless `frame` returns false); a translating
+ * stream writes its own frames and keeps none of the upstream's.
+ */
+export interface ClientStream {
+  /** Called per upstream SSE frame; returns false to keep the frame from the client. */
   frame(frame: Buffer): boolean;
+  /** The upstream ended cleanly: closing bytes for the client, if any. */
+  end(): string;
+  /** The upstream failed midway: the family's stream-failure frames. */
+  fail(err: GatewayError): string;
   /** Usage seen so far, if any. */
   usage(): Usage | undefined;
 }
 
-/** A wire family: how its clients authenticate, what they send and what they expect back. */
+/**
+ * A wire family: how its clients authenticate, what they send and what they expect back, and how
+ * its messages map to and from the canonical pivot when client and upstream families differ.
+ */
 export interface Codec {
   readonly family: string;
   readonly endpoints: Endpoint[];
-  /** The caller's credential, or undefined when none was sent. */
+  readonly streamContentType: string;
+  /** How this family is served from another family's upstream; 'translated' when absent. */
+  translationMode?(upstreamFamily: string): FamilyMode;
+  /** The caller's credential: undefined when none was sent, '' when it is malformed. */
   credential(ex: Exchange): string | undefined;
   /** Parse and validate ex.body: sets ex.request, ex.modelId and ex.stream. Throws GatewayError. */
   decode(ex: Exchange): void;
-  /** Apply the model's limits and features, then build the upstream request. Throws GatewayError. */
-  prepare(ex: Exchange, upstream: Upstream): UpstreamRequest;
-  /** Relay state for a same-family upstream stream. */
-  passthroughStream(ex: Exchange): PassthroughStream;
-  /** Usage from a complete same-family upstream body. */
-  bodyUsage(body: Buffer): Usage | undefined;
-  /** Text of the delivered output, for a tokenizer estimate when the upstream never said. */
-  deliveredText(frames: Buffer[]): string;
-  /** Text of the prompt, for a tokenizer estimate. */
-  promptText(ex: Exchange): string;
-  /** The model list in this family's shape. */
-  modelList(models: ModelConfig[]): unknown;
+  /** The model list in this family's shape (for codecs with a `models` endpoint). */
+  modelList?(models: ModelConfig[], ex: Exchange): unknown;
   /** Error body in this family's shape. */
   errorBody(err: GatewayError): string;
-  /** The family's stream-failure frame, written when a stream fails after it started. */
-  streamErrorFrame(err: GatewayError): string;
-  /** Extra response headers for an event stream. */
-  readonly streamContentType: string;
+  /** Text of the prompt, for a tokenizer estimate. */
+  promptText(ex: Exchange): string;
+
+  // Same-family passthrough.
+  /** Apply the model's rules, then build the upstream request from the client's bytes. */
+  prepare(ex: Exchange, upstream: Upstream): UpstreamRequest;
+  passthroughStream(ex: Exchange): ClientStream;
+  /** Usage from a complete upstream body of this family. */
+  bodyUsage(body: Buffer): Usage | undefined;
+  /** Text of delivered frames of this family, for a tokenizer estimate. */
+  deliveredText(frames: Buffer[]): string;
+
+  // Client side of a translation.
+  /** Apply the model's rules and express the client's request canonically. Throws GatewayError. */
+  toCanonical(ex: Exchange, upstreamFamily: string): canonical.Request;
+  writeResponse(res: canonical.Response, ex: Exchange): string;
+  streamWriter(ex: Exchange): canonical.StreamWriter;
+
+  // Upstream side of a translation.
+  fromCanonical(req: canonical.Request, ex: Exchange): UpstreamRequest;
+  readResponse(body: Buffer, ex: Exchange): canonical.Response;
+  streamReader(ex: Exchange): canonical.StreamReader;
+  /** An upstream error body of this family, in the gateway's terms. */
+  readError(status: number, body: Buffer): GatewayError;
 }
 
 export interface BootContext {

@@ -56,8 +56,8 @@ export class GatewayError extends Error {
     readonly param: string | null = null,
     /** Set when the error is an upstream 4xx that should reach the client with its own status. */
     status?: number,
-    /** The upstream's own error body, when it already is in the client's family shape. */
-    readonly upstreamBody?: Buffer,
+    /** The upstream's own error code, shown to the client instead of `code`. */
+    readonly upstreamCode?: string,
   ) {
     super(message);
     this.status = status ?? catalog[code].status;
@@ -68,4 +68,15 @@ export class GatewayError extends Error {
 export function asGatewayError(err: unknown): GatewayError {
   if (err instanceof GatewayError) return err;
   return new GatewayError('internal_error', 'The gateway hit an unexpected error.');
+}
+
+/** The catalog code that best describes an upstream's HTTP error status. */
+export function codeForStatus(status: number): ErrorCode {
+  if (status === 404) return 'not_found';
+  if (status === 413) return 'request_too_large';
+  if (status === 429) return 'rate_limit_exceeded';
+  if (status === 503) return 'upstream_unavailable';
+  if (status === 504) return 'upstream_timeout';
+  if (status >= 500) return 'upstream_error';
+  return 'invalid_request';
 }

@@ -86,6 +86,17 @@ export async function startGateway(config: Config, log: Logger): Promise<Gateway
     upstreams.set(name, make(name, options, { config, store, log: log.child({ upstream: name }), options, addCodec() {}, addUpstreamKind() {} }));
   }
 
+  for (const model of config.models) {
+    const upstreamFamily = upstreams.get(model.upstream)!.family;
+    for (const codec of codecs) {
+      if (model.offeredFamilies && !model.offeredFamilies.includes(codec.family)) continue;
+      if (codec.family === upstreamFamily) model.families[codec.family] = 'native';
+      else if (codecs.some((c) => c.family === upstreamFamily)) {
+        model.families[codec.family] = codec.translationMode?.(upstreamFamily) ?? 'translated';
+      }
+    }
+  }
+
   let firstStart: Gateway['firstStart'];
   if (store.listGroups().length === 0) {
     store.createGroup({ name: 'default', models: ['*'], families: codecs.map((c) => c.family) });
@@ -94,7 +105,7 @@ export async function startGateway(config: Config, log: Logger): Promise<Gateway
   }
 
   const models = new Map<string, ModelConfig>(config.models.map((m) => [m.id, m]));
-  const pipeline = new Pipeline(plugins, models, upstreams, (err, ex) => log.error({ err, req: ex.id }, 'done phase failed'));
+  const pipeline = new Pipeline(plugins, models, upstreams, new Map(codecs.map((c) => [c.family, c])), (err, ex) => log.error({ err, req: ex.id }, 'done phase failed'));
   const server = await startServer({
     host: config.server.host,
     port: config.server.port,

@@ -3,10 +3,11 @@
  * them. A phase that returns nothing continues synchronously; only a returned promise is awaited.
  */
 import type { ModelConfig } from './config.js';
-import type { Plugin, PhaseResult, Upstream, UpstreamCall, UpstreamRequest } from './contracts.js';
+import type { Event } from './canonical.js';
+import type { ClientStream, Codec, Plugin, PhaseResult, Upstream, UpstreamCall, UpstreamRequest, Usage } from './contracts.js';
 import { GatewayError, asGatewayError } from './errors.js';
 import { StateKey, type Exchange } from './exchange.js';
-import { SseSplitter } from './sse.js';
+import { SseSplitter, frameData } from './sse.js';
 
 /** What the pipeline needs from the HTTP layer to answer one request. */
 export interface ClientResponse {
@@ -34,6 +35,7 @@ export class Pipeline {
     plugins: Plugin[],
     private readonly models: Map<string, ModelConfig>,
     private readonly upstreams: Map<string, Upstream>,
+    private readonly codecs: Map<string, Codec>,
     private readonly onDoneError: (err: unknown, ex: Exchange) => void = () => {},
   ) {
     const having = (m: keyof Plugin) => plugins.filter((p) => typeof p[m] === 'function');
@@ -72,10 +74,11 @@ export class Pipeline {
     if (await this.phase('request', ex, res)) return;
 
     if (ex.endpoint.kind === 'models') {
-      ex.catalog = [...this.models.values()];
+      const families = ex.endpoint.families ?? [ex.family];
+      ex.catalog = [...this.models.values()].filter((m) => families.some((f) => m.families[f]));
       if (await this.phase('catalog', ex, res)) return;
       ex.status = 200;
-      res.reply(200, { 'content-type': 'application/json' }, JSON.stringify(ex.codec.modelList(ex.catalog)));
+      res.reply(200, { 'content-type': 'application/json' }, JSON.stringify(ex.codec.modelList!(ex.catalog, ex)));
       return;
     }
 
@@ -89,10 +92,14 @@ export class Pipeline {
     if (await this.phase('route', ex, res)) return;
     const upstream = ex.upstream;
     if (!upstream) throw new GatewayError('upstream_unavailable', `No upstream is configured for model \`${ex.modelId}\`.`);
-    if (upstream.family !== ex.family) {
-      throw new GatewayError('unsupported_parameter', `Model \`${ex.modelId}\` is not served on the ${ex.family} endpoint.`, 'model');
+    if (!ex.model.families[ex.family]) {
+      throw new GatewayError('unsupported_parameter', `Model \`${ex.modelId}\` is not offered on the ${ex.family} endpoints.`, 'model');
     }
-    await this.relay(ex, res, upstream, ex.codec.prepare(ex, upstream));
+    if (upstream.family === ex.family) return this.relay(ex, res, upstream, ex.codec, ex.codec.prepare(ex, upstream));
+    const upstreamCodec = this.codecs.get(upstream.family);
+    if (!upstreamCodec) throw new GatewayError('upstream_unavailable', `No codec is loaded for the ${upstream.family} family of upstream \`${upstream.name}\`.`);
+    const req = upstreamCodec.fromCanonical(ex.codec.toCanonical(ex, upstream.family), ex);
+    await this.relay(ex, res, upstream, upstreamCodec, req);
   }
 
   /** Runs one phase; returns true when a plugin answered (the exchange is over). */
@@ -118,44 +125,32 @@ export class Pipeline {
 
   /**
    * Sends the request upstream and relays the answer. A same-family stream is forwarded as the
-   * upstream's own bytes; frames are only looked at, never rebuilt.
+   * upstream's own bytes (frames are only looked at); otherwise the upstream codec reads it into
+   * canonical events and the client codec writes them.
    */
-  private relay(ex: Exchange, res: ClientResponse, upstream: Upstream, req: UpstreamRequest): Promise<void> {
+  private relay(ex: Exchange, res: ClientResponse, upstream: Upstream, upstreamCodec: Codec, req: UpstreamRequest): Promise<void> {
     return new Promise<void>((resolve) => {
       let call: UpstreamCall | undefined;
       let settled = false;
       let upstreamStatus = 0;
-      let streaming = false;
+      let stream: ClientStream | undefined;
       const collected: Buffer[] = [];
       const splitter = new SseSplitter();
-      const passthrough = ex.stream ? ex.codec.passthroughStream(ex) : undefined;
-      const delivered: Buffer[] = [];
-      let retained = 0;
 
-      const settle = () => {
-        if (settled) return false;
-        settled = true;
-        ex.usage ??= passthrough?.usage();
-        if (!ex.usage && retained > 0) ex.set(deliveredFrames, delivered);
-        resolve();
-        return true;
-      };
-      const firstByte = () => {
+      let writable = true;
+      const write = (bytes: Buffer | string) => {
         ex.ttfbMs ??= ex.elapsedMs();
+        if (!res.write(bytes)) writable = false;
       };
       const visit = (frame: Buffer): boolean => {
         for (const plugin of this.framePlugins) plugin.frame!(ex, frame);
-        const keep = passthrough!.frame(frame);
-        if (keep && retained < MAX_RETAINED_BYTES) {
-          delivered.push(frame);
-          retained += frame.length;
-        }
-        return keep;
+        return stream!.frame(frame);
       };
-      let writable = true;
-      const write = (bytes: Buffer) => {
-        firstByte();
-        if (!res.write(bytes)) writable = false;
+      const settle = () => {
+        if (settled) return;
+        settled = true;
+        ex.usage ??= stream?.usage();
+        resolve();
       };
 
       ex.onAbort(() => {
@@ -167,19 +162,15 @@ export class Pipeline {
       call = upstream.send(req, {
         start: (status, headers) => {
           upstreamStatus = status;
-          const contentType = String(headers['content-type'] ?? '');
-          streaming = ex.stream && status < 300 && contentType.includes('text/event-stream');
-          if (!streaming || ex.aborted) return;
+          const isEventStream = String(headers['content-type'] ?? '').includes('text/event-stream');
+          if (!ex.stream || status >= 300 || !isEventStream || ex.aborted) return;
+          stream = upstreamCodec === ex.codec ? recording(ex, ex.codec.passthroughStream(ex)) : translating(ex, upstreamCodec, write);
           ex.status = 200;
-          res.startStream(200, {
-            'content-type': ex.codec.streamContentType,
-            'cache-control': 'no-cache',
-            'x-accel-buffering': 'no',
-          });
+          res.startStream(200, { 'content-type': ex.codec.streamContentType, 'cache-control': 'no-cache', 'x-accel-buffering': 'no' });
         },
         data: (chunk) => {
           if (settled) return false;
-          if (!streaming) {
+          if (!stream) {
             collected.push(chunk);
             return true;
           }
@@ -190,12 +181,12 @@ export class Pipeline {
         },
         end: () => {
           if (settled) return;
-          if (streaming) {
+          if (stream) {
             const rest = splitter.flush();
             if (rest && visit(rest)) write(rest);
-            res.end();
+            res.end(stream.end());
           } else {
-            this.finishCollected(ex, res, upstream, upstreamStatus, Buffer.concat(collected));
+            this.finishCollected(ex, res, upstream, upstreamCodec, upstreamStatus, Buffer.concat(collected));
           }
           settle();
         },
@@ -203,51 +194,104 @@ export class Pipeline {
           if (settled) return;
           ex.error = err;
           ex.outcome = 'error';
-          if (streaming) {
-            res.end(ex.codec.streamErrorFrame(err));
-          } else {
-            this.fail(ex, res, err);
-          }
+          if (stream) res.end(stream.fail(err));
+          else this.fail(ex, res, err);
           settle();
         },
       });
     });
   }
 
-  /** A complete upstream body: pass a success through, map a failure to the client's terms. */
-  private finishCollected(ex: Exchange, res: ClientResponse, upstream: Upstream, status: number, body: Buffer): void {
+  /** A complete upstream body: the answer in the client's family, or a failure in its terms. */
+  private finishCollected(ex: Exchange, res: ClientResponse, upstream: Upstream, upstreamCodec: Codec, status: number, body: Buffer): void {
+    const sameFamily = upstreamCodec === ex.codec;
     if (status >= 200 && status < 300) {
       ex.status = status;
-      ex.usage = ex.codec.bodyUsage(body);
       ex.ttfbMs ??= ex.elapsedMs();
-      res.reply(status, { 'content-type': 'application/json' }, body);
+      if (sameFamily) {
+        ex.usage = ex.codec.bodyUsage(body);
+        res.reply(status, { 'content-type': 'application/json' }, body);
+        return;
+      }
+      const answer = upstreamCodec.readResponse(body, ex);
+      ex.usage = answer.usage;
+      res.reply(status, { 'content-type': 'application/json' }, ex.codec.writeResponse(answer, ex));
       return;
     }
-    const detail = upstreamMessage(body);
+    const err = upstreamCodec.readError(status, body);
     if (status === 401 || status === 403) {
       this.fail(ex, res, new GatewayError('upstream_error', `Upstream \`${upstream.name}\` rejected the gateway's credentials (${status}).`));
     } else if (status >= 400 && status < 500) {
-      // The client's own mistake as the upstream saw it: same status, same family, same body.
-      ex.error = new GatewayError('invalid_request', detail ?? `Upstream answered ${status}.`, null, status);
+      // The client's own mistake as the upstream saw it: same status; the same body when the family matches.
+      ex.error = err;
       ex.outcome = 'error';
       ex.status = status;
-      res.reply(status, { 'content-type': 'application/json' }, body);
+      res.reply(status, { 'content-type': 'application/json' }, sameFamily ? body : ex.codec.errorBody(err));
     } else {
-      const message = `Upstream \`${upstream.name}\` answered ${status}${detail ? `: ${detail}` : '.'}`;
+      const message = `Upstream \`${upstream.name}\` answered ${status}: ${err.message}`;
       this.fail(ex, res, new GatewayError(status === 503 ? 'upstream_unavailable' : status === 504 ? 'upstream_timeout' : 'upstream_error', message));
     }
   }
 }
 
-/** Frames delivered to the client while usage was unknown, for a tokenizer estimate. */
-export const deliveredFrames = new StateKey<Buffer[]>('delivered frames');
-
-function upstreamMessage(body: Buffer): string | undefined {
-  try {
-    const parsed = JSON.parse(body.toString('utf8'));
-    const message = parsed?.error?.message ?? parsed?.message;
-    return typeof message === 'string' ? message.slice(0, 500) : undefined;
-  } catch {
-    return body.length ? body.toString('utf8', 0, 200) : undefined;
-  }
+/** Keeps the frames a passthrough stream delivered while usage is unknown, for an estimate. */
+function recording(ex: Exchange, stream: ClientStream): ClientStream {
+  const frames: Buffer[] = [];
+  let retained = 0;
+  ex.set(deliveredOutput, () => (frames.length ? ex.codec.deliveredText(frames) : ''));
+  return {
+    ...stream,
+    frame(frame) {
+      const keep = stream.frame(frame);
+      if (keep && retained < MAX_RETAINED_BYTES) {
+        frames.push(frame);
+        retained += frame.length;
+      }
+      return keep;
+    },
+  };
 }
+
+/** Reads upstream frames into canonical events and writes them as client frames. */
+function translating(ex: Exchange, upstreamCodec: Codec, write: (text: string) => void): ClientStream {
+  const reader = upstreamCodec.streamReader(ex);
+  const writer = ex.codec.streamWriter(ex);
+  let usage: Usage | undefined;
+  let delivered = '';
+  let failed = false;
+  ex.set(deliveredOutput, () => delivered);
+  const emit = (events: Event[]): string => {
+    let out = '';
+    for (const e of events) {
+      if (failed) break;
+      if (e.type === 'usage') usage = e.usage;
+      else if (e.type === 'text' || e.type === 'reasoning' || e.type === 'tool_arguments') delivered += e.delta;
+      else if (e.type === 'error') {
+        failed = true;
+        ex.error = e.error;
+        ex.outcome = 'error';
+        out += writer.fail(e.error);
+        break;
+      }
+      out += writer.event(e);
+    }
+    return out;
+  };
+  return {
+    frame(frame) {
+      const data = frameData(frame);
+      const out = data === null ? '' : emit(reader.frame(data));
+      if (out) write(out);
+      return false;
+    },
+    end: () => {
+      const out = emit(reader.end());
+      return failed ? out : out + writer.end();
+    },
+    fail: (err) => (failed ? '' : ((failed = true), writer.fail(err))),
+    usage: () => usage,
+  };
+}
+
+/** The output text delivered to the client, for a tokenizer estimate when usage never came. */
+export const deliveredOutput = new StateKey<() => string>('delivered output');

@@ -106,3 +106,18 @@ export function dataFrame(payload: string): string {
 export function eventFrame(event: string, payload: string): string {
   return `event: ${event}\ndata: ${payload}\n\n`;
 }
+
+/**
+ * True when the frame has the JSON key (given as `"name"` bytes) followed by an object rather than
+ * null: a byte search that spares parsing the frames that do not carry it.
+ */
+export function hasObjectField(frame: Buffer, quotedKey: Buffer): boolean {
+  for (let at = frame.indexOf(quotedKey); at >= 0; at = frame.indexOf(quotedKey, at + 1)) {
+    let i = at + quotedKey.length;
+    while (frame[i] === 0x20) i++;
+    if (frame[i++] !== 0x3a) continue;
+    while (frame[i] === 0x20) i++;
+    if (frame[i] === 0x7b) return true;
+  }
+  return false;
+}

@@ -33,7 +33,7 @@ t.test('config errors name the key and the problem', async (t) => {
   const ok = load('upstreams: { a: { kind: openai-chat, baseUrl: "${BASE:-http://127.0.0.1:9/v1}", apiKey: "${KEY}" } }\nmodels: [{ id: m, upstream: a }]', { KEY: 'k1' })();
   t.equal(ok.upstreams.a!.apiKey, 'k1');
   t.equal(ok.upstreams.a!.baseUrl, 'http://127.0.0.1:9/v1');
-  t.same(ok.models[0]!.features, { tools: true, jsonSchema: true, vision: true, temperature: true, streamUsage: true });
+  t.same(ok.models[0]!.features, { tools: true, jsonSchema: true, vision: true, temperature: true, reasoning: true, streamUsage: true, serverTools: [] });
 });
 
 t.test('a bad config file stops start-up with a readable message', async (t) => {

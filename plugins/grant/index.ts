@@ -10,8 +10,9 @@ export function groupAllowsModel(group: Group, modelId: string): boolean {
 
 function familyRefusal(ex: Exchange): GatewayError | undefined {
   const group = ex.principal?.group;
-  if (group && !group.families.includes(ex.family)) {
-    return new GatewayError('family_not_permitted', `Keys of group \`${group.name}\` may not use the ${ex.family} endpoints.`);
+  const families = ex.endpoint.families ?? [ex.family];
+  if (group && !families.some((f) => group.families.includes(f))) {
+    return new GatewayError('family_not_permitted', `Keys of group \`${group.name}\` may not use the ${families.join(' or ')} endpoints.`);
   }
 }
 

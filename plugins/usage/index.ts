@@ -7,13 +7,13 @@ import { countTokens } from 'gpt-tokenizer';
 import type { Usage } from '../../src/contracts.js';
 import { definePlugin } from '../../src/contracts.js';
 import type { Exchange } from '../../src/exchange.js';
-import { deliveredFrames } from '../../src/pipeline.js';
+import { deliveredOutput } from '../../src/pipeline.js';
 
 export function estimateUsage(ex: Exchange): Usage {
-  const frames = ex.get(deliveredFrames) ?? [];
+  const delivered = ex.get(deliveredOutput)?.() ?? '';
   return {
     inputTokens: countTokens(ex.codec.promptText(ex)),
-    outputTokens: frames.length ? countTokens(ex.codec.deliveredText(frames)) : 0,
+    outputTokens: delivered ? countTokens(delivered) : 0,
     estimated: true,
   };
 }

@@ -4,11 +4,15 @@
  * must add something (the upstream model name, a default output ceiling, a usage request).
  */
 import type { ModelConfig } from '../../../src/config.js';
-import { definePlugin, type Codec, type PassthroughStream, type Usage } from '../../../src/contracts.js';
-import { GatewayError, type ErrorKind } from '../../../src/errors.js';
-import { StateKey, type Exchange } from '../../../src/exchange.js';
-import { dataFrame, frameData } from '../../../src/sse.js';
+import { definePlugin, type Codec } from '../../../src/contracts.js';
+import { GatewayError } from '../../../src/errors.js';
+import { bearerCredential, openAiErrorBody, readOpenAiError } from '../openai-common.js';
+import { StateKey } from '../../../src/exchange.js';
+import { frameData } from '../../../src/sse.js';
+import { parseJsonObject, withFields } from '../../../src/json-body.js';
 import { compileValidator } from '../../../src/validation.js';
+import { canonicalToChat, canonicalToChatResponse, chatResponseToCanonical, chatToCanonical, readChatUsage } from './canonical.js';
+import { chatPassthrough, chatStreamReader, chatStreamWriter } from './stream.js';
 import { chatRequestSchema } from './schema.js';
 
 const validate = compileValidator(chatRequestSchema);
@@ -16,59 +20,11 @@ const validate = compileValidator(chatRequestSchema);
 /** Set when Sluice asked the upstream for stream usage that the client did not ask for. */
 const usageInjected = new StateKey<boolean>('chat usage injected');
 
-const errorTypes: Record<ErrorKind, string> = {
-  invalid_request: 'invalid_request_error',
-  authentication: 'invalid_request_error',
-  permission: 'permission_error',
-  not_found: 'invalid_request_error',
-  too_large: 'invalid_request_error',
-  rate_limit: 'rate_limit_error',
-  upstream: 'upstream_error',
-  unavailable: 'service_unavailable',
-  timeout: 'timeout',
-  internal: 'server_error',
-};
-
-/** OpenAI's usage object in family-neutral terms. */
-export function readChatUsage(u: any): Usage | undefined {
-  if (!u || typeof u !== 'object' || typeof u.prompt_tokens !== 'number') return undefined;
-  return {
-    inputTokens: u.prompt_tokens,
-    outputTokens: u.completion_tokens ?? 0,
-    cachedTokens: u.prompt_tokens_details?.cached_tokens,
-    reasoningTokens: u.completion_tokens_details?.reasoning_tokens,
-  };
-}
-
-const USAGE_KEY = Buffer.from('"usage"');
-
-/** True when `"usage"` at `at` is followed by an object (not `null`). Cheaper than parsing. */
-function usageObjectAt(frame: Buffer, at: number): boolean {
-  let i = at + USAGE_KEY.length;
-  while (frame[i] === 0x20) i++;
-  if (frame[i++] !== 0x3a) return false;
-  while (frame[i] === 0x20) i++;
-  return frame[i] === 0x7b;
-}
 
 function textOf(content: unknown): string {
   if (typeof content === 'string') return content;
   if (!Array.isArray(content)) return '';
   return content.map((p) => (typeof p?.text === 'string' ? p.text : typeof p?.refusal === 'string' ? p.refusal : '')).join('');
-}
-
-/**
- * Adds or replaces top-level fields. New fields are spliced in before the closing brace so the
- * client's bytes stay as they were; replacing a field re-serialises the body.
- */
-function withFields(raw: Buffer, parsed: Record<string, unknown>, fields: Record<string, unknown>): Buffer {
-  const names = Object.keys(fields);
-  if (names.length === 0) return raw;
-  if (names.some((n) => n in parsed)) return Buffer.from(JSON.stringify({ ...parsed, ...fields }));
-  let end = raw.length - 1;
-  while (end > 0 && raw[end] !== 0x7d) end--;
-  const added = names.map((n) => `,${JSON.stringify(n)}:${JSON.stringify(fields[n])}`).join('');
-  return Buffer.concat([raw.subarray(0, end), Buffer.from(added), raw.subarray(end)]);
 }
 
 /** Refuses what the model's config says it cannot do, and applies its output ceiling. */
@@ -110,30 +66,20 @@ const codec: Codec = {
   family: 'chat',
   endpoints: [
     { method: 'post', path: '/v1/chat/completions', kind: 'generate' },
-    { method: 'get', path: '/v1/models', kind: 'models' },
+    // One model list serves both OpenAI families: entries say which families each model serves.
+    { method: 'get', path: '/v1/models', kind: 'models', families: ['chat', 'responses'] },
   ],
   streamContentType: 'text/event-stream; charset=utf-8',
 
-  credential(ex) {
-    const header = ex.headers.authorization;
-    if (header === undefined) return undefined;
-    const match = /^Bearer\s+(\S+)\s*$/i.exec(header);
-    return match ? match[1] : '';
-  },
+  credential: bearerCredential,
 
   decode(ex) {
-    let parsed: unknown;
-    try {
-      parsed = JSON.parse(ex.body.toString('utf8'));
-    } catch {
-      throw new GatewayError('invalid_json', 'We could not parse the JSON body of your request. Send valid JSON.');
-    }
-    if (!parsed || typeof parsed !== 'object' || Array.isArray(parsed)) {
-      throw new GatewayError('invalid_request', 'The request body must be a JSON object.');
-    }
+    const parsed = parseJsonObject(ex.body);
+    if (parsed === 'not_json') throw new GatewayError('invalid_json', 'We could not parse the JSON body of your request. Send valid JSON.');
+    if (parsed === 'not_object') throw new GatewayError('invalid_request', 'The request body must be a JSON object.');
     const invalid = validate(parsed);
     if (invalid) throw invalid;
-    ex.request = parsed as Record<string, any>;
+    ex.request = parsed;
     ex.modelId = ex.request.model;
     ex.stream = ex.request.stream === true;
     if (ex.request.stream_options != null && !ex.stream) {
@@ -159,27 +105,8 @@ const codec: Codec = {
     };
   },
 
-  passthroughStream(ex): PassthroughStream {
-    const dropUsageChunk = ex.get(usageInjected) === true;
-    let usage: Usage | undefined;
-    return {
-      frame(frame) {
-        const at = frame.indexOf(USAGE_KEY);
-        if (at < 0 || !usageObjectAt(frame, at)) return true;
-        const data = frameData(frame);
-        if (!data) return true;
-        let chunk: any;
-        try {
-          chunk = JSON.parse(data);
-        } catch {
-          return true;
-        }
-        usage = readChatUsage(chunk.usage) ?? usage;
-        // The usage-only chunk the client did not ask for stays with Sluice.
-        return !(dropUsageChunk && Array.isArray(chunk.choices) && chunk.choices.length === 0);
-      },
-      usage: () => usage,
-    };
+  passthroughStream(ex) {
+    return chatPassthrough(ex.get(usageInjected) === true, codec.errorBody);
   },
 
   bodyUsage(body) {
@@ -222,17 +149,45 @@ const codec: Codec = {
   modelList(models) {
     return {
       object: 'list',
-      data: models.map((m) => ({ id: m.id, object: 'model', created: m.created, owned_by: m.ownedBy })),
+      data: models.map((m) => ({ id: m.id, object: 'model', created: m.created, owned_by: m.ownedBy, families: m.families })),
     };
   },
 
-  errorBody(err) {
-    return JSON.stringify({ error: { message: err.message, type: errorTypes[err.kind], param: err.param, code: err.code } });
+  errorBody: openAiErrorBody,
+
+  toCanonical(ex) {
+    const req = ex.request;
+    const fields = applyModelRules(req, ex.model!);
+    const maxOutputTokens = req.max_completion_tokens ?? req.max_tokens ?? (fields.max_completion_tokens as number | undefined);
+    return chatToCanonical(req, ex.model!, maxOutputTokens);
   },
 
-  streamErrorFrame(err) {
-    return dataFrame(codec.errorBody(err));
+  writeResponse: (res, ex) => JSON.stringify(canonicalToChatResponse(res, ex)),
+
+  streamWriter: (ex) => chatStreamWriter(ex, codec.errorBody),
+
+  fromCanonical(req, ex) {
+    return {
+      method: 'POST',
+      path: '/chat/completions',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify(canonicalToChat(req, ex.model!.features.streamUsage)),
+      stream: req.stream,
+      model: req.model,
+    };
   },
+
+  readResponse(body) {
+    try {
+      return chatResponseToCanonical(JSON.parse(body.toString('utf8')));
+    } catch {
+      throw new GatewayError('upstream_error', 'The upstream answered with a body that is not JSON.');
+    }
+  },
+
+  streamReader: () => chatStreamReader(),
+
+  readError: readOpenAiError,
 };
 
 export default definePlugin((ctx) => {

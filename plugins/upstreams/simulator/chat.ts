@@ -3,14 +3,12 @@
  * input and renders the plan the way OpenAI does, as a reply script (status, headers, timed byte
  * steps) that a transport plays out, in process or over a socket.
  */
-import { randomBytes } from 'node:crypto';
 import { dataFrame } from '../../../src/sse.js';
 import {
   plan,
   units,
   type ChoicePlan,
   type EngineInput,
-  type JsonSchema,
   type Plan,
   type ResponseFormat,
   type Role,
@@ -19,21 +17,24 @@ import {
   type SimToolCall,
   type ToolChoice,
 } from './engine.js';
+import {
+  RequestError,
+  StepBuilder,
+  faultReply,
+  generationMs,
+  isRecord,
+  isSchema,
+  jsonReply,
+  optionalBoolean,
+  parseJsonBody,
+  parseOr400,
+  positiveInteger,
+  randomId,
+  tokenIntervalMs,
+  type SimReply,
+} from './reply.js';
 
-export interface ReplyStep {
-  /** Wait this long after the previous step (or the request) before writing. */
-  delayMs: number;
-  bytes: string;
-}
-
-/** A complete scripted response. Headers go out with the first step. */
-export interface SimReply {
-  status: number;
-  headers: Record<string, string>;
-  steps: ReplyStep[];
-  /** After the last step the transport closes abruptly instead of ending cleanly. */
-  cut: boolean;
-}
+export { errorReply, notFound, type ReplyStep, type SimReply } from './reply.js';
 
 export interface ChatOptions {
   /** Model ids listed by `GET /models`. */
@@ -51,18 +52,9 @@ export interface ChatRequest {
 }
 
 /** A request the simulator refuses with 400, in OpenAI's terms. */
-export class ChatRequestError extends Error {
-  constructor(
-    message: string,
-    readonly param: string | null,
-    readonly code: string | null,
-  ) {
-    super(message);
-  }
-}
+export const ChatRequestError = RequestError;
+export type ChatRequestError = RequestError;
 
-const JSON_HEADERS = { 'content-type': 'application/json' };
-const SSE_HEADERS = { 'content-type': 'text/event-stream; charset=utf-8' };
 const FINGERPRINT = 'fp_simulator';
 /** Fixed, so model lists are byte-identical across runs. */
 const MODELS_CREATED = 1_700_000_000;
@@ -76,25 +68,12 @@ export function routeChat(method: string, path: string, body: Buffer | string | 
   return undefined;
 }
 
-export function notFound(method: string, path: string): SimReply {
-  return errorReply(404, `Invalid URL (${method} ${path})`, 'invalid_request_error', null, null);
-}
-
 export function chatCompletion(body: Buffer | string | undefined): SimReply {
-  let parsed: unknown;
-  try {
-    parsed = JSON.parse(typeof body === 'string' ? body : (body?.toString('utf8') ?? ''));
-  } catch {
-    return errorReply(400, 'The request body is not valid JSON.', 'invalid_request_error', null, null);
-  }
-  let request: ChatRequest;
-  try {
-    request = parseChatRequest(parsed);
-  } catch (err) {
-    if (!(err instanceof ChatRequestError)) throw err;
-    return errorReply(400, err.message, 'invalid_request_error', err.param, err.code);
-  }
-  return renderChat(request, plan(request.input));
+  const json = parseJsonBody(body);
+  if ('reply' in json) return json.reply;
+  const request = parseOr400(() => parseChatRequest(json.value));
+  if ('reply' in request) return request.reply;
+  return renderChat(request.value, plan(request.value.input));
 }
 
 export function renderChat(request: ChatRequest, p: Plan): SimReply {
@@ -107,10 +86,6 @@ export function renderChat(request: ChatRequest, p: Plan): SimReply {
 export function modelList(models: string[]): SimReply {
   const data = models.map((id) => ({ id, object: 'model', created: MODELS_CREATED, owned_by: 'sluice-simulator' }));
   return jsonReply(200, { object: 'list', data });
-}
-
-export function errorReply(status: number, message: string, type: string, param: string | null, code: string | null): SimReply {
-  return jsonReply(status, { error: { message, type, param, code } });
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -137,7 +112,7 @@ function completionReply(request: ChatRequest, p: Plan, id: string, created: num
     system_fingerprint: FINGERPRINT,
   };
   // A non-stream answer arrives when the last token would have.
-  return jsonReply(200, body, generationMs(p));
+  return jsonReply(200, body, generationMs(p, longestAnswer(p)));
 }
 
 function streamReply(request: ChatRequest, p: Plan, id: string, created: number): SimReply {
@@ -146,51 +121,37 @@ function streamReply(request: ChatRequest, p: Plan, id: string, created: number)
     `"model":${JSON.stringify(request.model)},"service_tier":"default","system_fingerprint":"${FINGERPRINT}","choices":[`;
   const chunk = (choice: object) => dataFrame(head + JSON.stringify(choice) + (request.includeUsage ? '],"usage":null}' : ']}'));
 
-  const steps: ReplyStep[] = [];
-  let frames: string[] = [];
-  let delayMs = p.timing.ttftMs;
-  const flush = (nextDelayMs: number) => {
-    if (frames.length > 0) steps.push({ delayMs, bytes: frames.join('') });
-    frames = [];
-    delayMs = nextDelayMs;
-  };
-
   // The opening chunks go out with the first token, after the ttft delay.
+  const script = new StepBuilder(p.timing.ttftMs);
   p.choices.forEach((choice, index) => {
-    frames.push(chunk(openingDelta(index, choice)));
+    script.push(chunk(openingDelta(index, choice)));
     if (choice.kind === 'tool_call') {
       const header = { index: 0, id: `call_${choice.callId}`, type: 'function', function: { name: choice.name, arguments: '' } };
-      frames.push(chunk(choiceDelta(index, { tool_calls: [header] })));
+      script.push(chunk(choiceDelta(index, { tool_calls: [header] })));
     }
   });
 
-  const intervalMs = p.timing.tokensPerSecond > 0 ? 1000 / p.timing.tokensPerSecond : 0;
+  const intervalMs = tokenIntervalMs(p);
   const { cutAfter } = p.fault;
   const positions = longestAnswer(p);
   let emitted = 0;
   for (let pos = 0; pos < positions; pos++) {
-    if (pos > 0 && intervalMs > 0) flush(intervalMs);
+    if (pos > 0 && intervalMs > 0) script.flush(intervalMs);
     for (const [index, choice] of p.choices.entries()) {
       const unit = units(choice)[pos];
       if (unit === undefined) continue;
-      if (cutAfter !== undefined && emitted >= cutAfter) return cutReply(steps, flush);
-      frames.push(chunk(unitDelta(index, choice, unit)));
+      if (cutAfter !== undefined && emitted >= cutAfter) return script.sse(true);
+      script.push(chunk(unitDelta(index, choice, unit)));
       emitted++;
     }
   }
   // A cut beyond the answer's length still drops the connection, before the finish.
-  if (cutAfter !== undefined) return cutReply(steps, flush);
+  if (cutAfter !== undefined) return script.sse(true);
 
-  p.choices.forEach((choice, index) => frames.push(chunk({ index, delta: {}, logprobs: null, finish_reason: choice.finishReason })));
-  if (request.includeUsage) frames.push(dataFrame(`${head}],"usage":${JSON.stringify(usage(p))}}`));
-  frames.push(dataFrame('[DONE]'));
-  flush(0);
-  return { status: 200, headers: { ...SSE_HEADERS }, steps, cut: false };
-}
-
-function cutReply(steps: ReplyStep[], flush: (nextDelayMs: number) => void): SimReply {
-  flush(0);
-  return { status: 200, headers: { ...SSE_HEADERS }, steps, cut: true };
+  p.choices.forEach((choice, index) => script.push(chunk({ index, delta: {}, logprobs: null, finish_reason: choice.finishReason })));
+  if (request.includeUsage) script.push(dataFrame(`${head}],"usage":${JSON.stringify(usage(p))}}`));
+  script.push(dataFrame('[DONE]'));
+  return script.sse(false);
 }
 
 function openingDelta(index: number, choice: ChoicePlan): object {
@@ -222,35 +183,9 @@ function usage(p: Plan): object {
   };
 }
 
-/** Time until the last token: ttft, then one interval per further token. */
-function generationMs(p: Plan): number {
-  const tps = p.timing.tokensPerSecond;
-  const positions = longestAnswer(p);
-  return p.timing.ttftMs + (tps > 0 && positions > 1 ? ((positions - 1) * 1000) / tps : 0);
-}
-
 /** Choices are generated side by side, so the longest one sets the number of token steps. */
 function longestAnswer(p: Plan): number {
   return Math.max(0, ...p.choices.map((c) => units(c).length));
-}
-
-function faultReply(status: number): SimReply {
-  if (status === 429) return errorReply(status, 'Rate limit reached (simulated).', 'requests', null, 'rate_limit_exceeded');
-  if (status >= 500) return errorReply(status, 'The server had an error while processing your request (simulated).', 'server_error', null, null);
-  if (status === 401) return errorReply(status, 'Incorrect API key provided (simulated).', 'invalid_request_error', null, 'invalid_api_key');
-  return errorReply(status, `Simulated error with status ${status}.`, 'invalid_request_error', null, null);
-}
-
-function jsonReply(status: number, body: unknown, delayMs = 0): SimReply {
-  return { status, headers: { ...JSON_HEADERS }, steps: [{ delayMs, bytes: JSON.stringify(body) }], cut: false };
-}
-
-const ID_ALPHABET = 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789';
-
-function randomId(length: number): string {
-  let id = '';
-  for (const byte of randomBytes(length)) id += ID_ALPHABET[byte % ID_ALPHABET.length];
-  return id;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -266,29 +201,29 @@ const ROLES = new Map<unknown, Role>([
 ]);
 
 export function parseChatRequest(body: unknown): ChatRequest {
-  if (!isRecord(body)) throw new ChatRequestError('The request body must be a JSON object.', null, 'invalid_type');
-  if (typeof body.model !== 'string' || body.model === '') throw new ChatRequestError('You must provide a model parameter.', 'model', null);
+  if (!isRecord(body)) throw new RequestError('The request body must be a JSON object.', null, 'invalid_type');
+  if (typeof body.model !== 'string' || body.model === '') throw new RequestError('You must provide a model parameter.', 'model', null);
   if (!Array.isArray(body.messages)) {
     const missing = body.messages === undefined;
-    throw new ChatRequestError(
+    throw new RequestError(
       missing ? "Missing required parameter: 'messages'." : "Invalid type for 'messages': expected an array.",
       'messages',
       missing ? 'missing_required_parameter' : 'invalid_type',
     );
   }
-  if (body.messages.length === 0) throw new ChatRequestError("Invalid 'messages': empty array.", 'messages', 'empty_array');
+  if (body.messages.length === 0) throw new RequestError("Invalid 'messages': empty array.", 'messages', 'empty_array');
 
   const stream = optionalBoolean(body.stream, 'stream') ?? false;
   let includeUsage = false;
   if (body.stream_options !== undefined && body.stream_options !== null) {
-    if (!stream) throw new ChatRequestError("The 'stream_options' parameter is only allowed when 'stream' is enabled.", 'stream_options', 'invalid_value');
-    if (!isRecord(body.stream_options)) throw new ChatRequestError("Invalid type for 'stream_options': expected an object.", 'stream_options', 'invalid_type');
+    if (!stream) throw new RequestError("The 'stream_options' parameter is only allowed when 'stream' is enabled.", 'stream_options', 'invalid_value');
+    if (!isRecord(body.stream_options)) throw new RequestError("Invalid type for 'stream_options': expected an object.", 'stream_options', 'invalid_type');
     includeUsage = body.stream_options.include_usage === true;
   }
 
   const tools = parseTools(body.tools);
   const n = positiveInteger(body.n, 'n') ?? 1;
-  if (n > MAX_CHOICES) throw new ChatRequestError(`Invalid 'n': expected a value <= ${MAX_CHOICES}.`, 'n', 'integer_above_max_value');
+  if (n > MAX_CHOICES) throw new RequestError(`Invalid 'n': expected a value <= ${MAX_CHOICES}.`, 'n', 'integer_above_max_value');
   return {
     model: body.model,
     stream,
@@ -307,23 +242,23 @@ export function parseChatRequest(body: unknown): ChatRequest {
 
 function parseMessage(raw: unknown, i: number): SimMessage {
   const where = `messages[${i}]`;
-  if (!isRecord(raw)) throw new ChatRequestError(`Invalid type for '${where}': expected an object.`, where, 'invalid_type');
+  if (!isRecord(raw)) throw new RequestError(`Invalid type for '${where}': expected an object.`, where, 'invalid_type');
   const role = ROLES.get(raw.role);
-  if (!role) throw new ChatRequestError(`Invalid value for '${where}.role': ${JSON.stringify(raw.role)}.`, `${where}.role`, 'invalid_value');
+  if (!role) throw new RequestError(`Invalid value for '${where}.role': ${JSON.stringify(raw.role)}.`, `${where}.role`, 'invalid_value');
   const message: SimMessage = { role, text: '', images: 0 };
   const { content } = raw;
   if (typeof content === 'string') message.text = content;
   else if (Array.isArray(content)) {
     const texts: string[] = [];
     for (const part of content) {
-      if (!isRecord(part)) throw new ChatRequestError(`Invalid type for '${where}.content': parts must be objects.`, `${where}.content`, 'invalid_type');
+      if (!isRecord(part)) throw new RequestError(`Invalid type for '${where}.content': parts must be objects.`, `${where}.content`, 'invalid_type');
       if (part.type === 'text' && typeof part.text === 'string') texts.push(part.text);
       else if (part.type === 'refusal' && typeof part.refusal === 'string') texts.push(part.refusal);
       else if (part.type === 'image_url') message.images++;
     }
     message.text = texts.join('\n');
   } else if (content !== undefined && content !== null) {
-    throw new ChatRequestError(`Invalid type for '${where}.content': expected a string or an array.`, `${where}.content`, 'invalid_type');
+    throw new RequestError(`Invalid type for '${where}.content': expected a string or an array.`, `${where}.content`, 'invalid_type');
   }
   if (Array.isArray(raw.tool_calls)) message.toolCalls = raw.tool_calls.flatMap(parseToolCall);
   return message;
@@ -338,7 +273,7 @@ function parseToolCall(raw: unknown): SimToolCall[] {
 
 function parseTools(raw: unknown): SimTool[] {
   if (raw === undefined || raw === null) return [];
-  if (!Array.isArray(raw)) throw new ChatRequestError("Invalid type for 'tools': expected an array.", 'tools', 'invalid_type');
+  if (!Array.isArray(raw)) throw new RequestError("Invalid type for 'tools': expected an array.", 'tools', 'invalid_type');
   return raw.flatMap((tool: unknown, i): SimTool[] => {
     // Custom (free-form) tools are accepted but never called.
     if (isRecord(tool) && tool.type === 'custom') return [];
@@ -346,7 +281,7 @@ function parseTools(raw: unknown): SimTool[] {
       const { parameters } = tool.function;
       return [{ name: tool.function.name, parameters: isSchema(parameters) ? parameters : undefined }];
     }
-    throw new ChatRequestError(`Invalid value for 'tools[${i}]': expected a function tool with a name.`, `tools[${i}]`, 'invalid_value');
+    throw new RequestError(`Invalid value for 'tools[${i}]': expected a function tool with a name.`, `tools[${i}]`, 'invalid_value');
   });
 }
 
@@ -364,50 +299,29 @@ function parseToolChoice(raw: unknown, tools: SimTool[]): ToolChoice {
     }
     if (typeof name === 'string') {
       if (tools.some((t) => t.name === name)) return { name };
-      throw new ChatRequestError(`Invalid value for 'tool_choice': no function named '${name}' in 'tools'.`, 'tool_choice', 'invalid_value');
+      throw new RequestError(`Invalid value for 'tool_choice': no function named '${name}' in 'tools'.`, 'tool_choice', 'invalid_value');
     }
   }
-  throw new ChatRequestError("Invalid value for 'tool_choice'.", 'tool_choice', 'invalid_value');
+  throw new RequestError("Invalid value for 'tool_choice'.", 'tool_choice', 'invalid_value');
 }
 
 function parseResponseFormat(raw: unknown): ResponseFormat {
   if (raw === undefined || raw === null) return 'text';
-  if (!isRecord(raw)) throw new ChatRequestError("Invalid type for 'response_format': expected an object.", 'response_format', 'invalid_type');
+  if (!isRecord(raw)) throw new RequestError("Invalid type for 'response_format': expected an object.", 'response_format', 'invalid_type');
   if (raw.type === 'text' || raw.type === 'json_object') return raw.type;
   if (raw.type === 'json_schema') {
     if (!isRecord(raw.json_schema)) {
-      throw new ChatRequestError("Missing required parameter: 'response_format.json_schema'.", 'response_format.json_schema', 'missing_required_parameter');
+      throw new RequestError("Missing required parameter: 'response_format.json_schema'.", 'response_format.json_schema', 'missing_required_parameter');
     }
     const { schema } = raw.json_schema;
     return { schema: isSchema(schema) ? schema : {} };
   }
-  throw new ChatRequestError(`Invalid value for 'response_format.type': ${JSON.stringify(raw.type)}.`, 'response_format.type', 'invalid_value');
+  throw new RequestError(`Invalid value for 'response_format.type': ${JSON.stringify(raw.type)}.`, 'response_format.type', 'invalid_value');
 }
 
 function parseStop(raw: unknown): string[] {
   if (raw === undefined || raw === null) return [];
   if (typeof raw === 'string') return [raw];
   if (Array.isArray(raw) && raw.every((s) => typeof s === 'string')) return raw;
-  throw new ChatRequestError("Invalid type for 'stop': expected a string or an array of strings.", 'stop', 'invalid_type');
-}
-
-function positiveInteger(raw: unknown, param: string): number | undefined {
-  if (raw === undefined || raw === null) return undefined;
-  if (typeof raw !== 'number' || !Number.isInteger(raw)) throw new ChatRequestError(`Invalid type for '${param}': expected an integer.`, param, 'invalid_type');
-  if (raw < 1) throw new ChatRequestError(`Invalid '${param}': expected a value >= 1, got ${raw}.`, param, 'integer_below_min_value');
-  return raw;
-}
-
-function optionalBoolean(raw: unknown, param: string): boolean | undefined {
-  if (raw === undefined || raw === null) return undefined;
-  if (typeof raw !== 'boolean') throw new ChatRequestError(`Invalid type for '${param}': expected a boolean.`, param, 'invalid_type');
-  return raw;
-}
-
-function isSchema(value: unknown): value is JsonSchema {
-  return typeof value === 'boolean' || isRecord(value);
-}
-
-function isRecord(value: unknown): value is Record<string, unknown> {
-  return typeof value === 'object' && value !== null && !Array.isArray(value);
+  throw new RequestError("Invalid type for 'stop': expected a string or an array of strings.", 'stop', 'invalid_type');
 }

@@ -2,7 +2,7 @@
  * The simulator's brain, in family-neutral terms: a normalized conversation goes in, a plan of what
  * to answer (tokens, tool call, finish reason, usage, timing, fault) comes out. Pure and
  * deterministic: the same conversation always gets the same answer. Wire rendering lives in the
- * family modules (chat.ts).
+ * family modules (chat.ts, responses.ts).
  */
 import { countTokens } from 'gpt-tokenizer';
 
@@ -141,7 +141,7 @@ function inputTokens(messages: SimMessage[]): number {
 }
 
 /** Splits text into token-like pieces (" word", punctuation runs, whitespace) that concatenate back to it. */
-function fragments(text: string): string[] {
+export function fragments(text: string): string[] {
   return text.match(/ ?[\p{L}\p{N}_]+|\s+|[^\p{L}\p{N}_\s]+/gu) ?? [];
 }
 

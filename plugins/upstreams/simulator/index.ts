@@ -1,11 +1,24 @@
 /**
  * The built-in simulator as an upstream kind: answers in process, without sockets, by playing the
- * rendered reply script into the response sink with the script's timing. Also exports the script
- * player, which the standalone server (server.ts) shares.
+ * rendered reply script into the response sink with the script's timing. Also exports the router
+ * and the script player, which the standalone server (server.ts) shares.
  */
 import { definePlugin, type ResponseSink, type Upstream, type UpstreamCall, type UpstreamRequest } from '../../../src/contracts.js';
 import { GatewayError } from '../../../src/errors.js';
-import { DEFAULT_MODELS, notFound, routeChat, type ChatOptions, type SimReply } from './chat.js';
+import { DEFAULT_MODELS, routeChat, type ChatOptions } from './chat.js';
+import { notFound, type SimReply } from './reply.js';
+import { routeResponses } from './responses.js';
+
+/** The wire families the simulator speaks. Either way it serves both endpoints. */
+export type SimulatorFamily = 'chat' | 'responses';
+
+/**
+ * Routes a request (path relative to the API root): `POST /chat/completions`, `POST /responses`,
+ * `GET /models`; undefined for any other route.
+ */
+export function routeSimulator(method: string, path: string, body: Buffer | string | undefined, options: ChatOptions): SimReply | undefined {
+  return routeChat(method, path, body, options) ?? routeResponses(method, path, body);
+}
 
 /** Where a reply script is played. */
 export interface ReplyOutput {
@@ -92,14 +105,17 @@ class ReplyPlayer implements UpstreamCall {
   }
 }
 
-/** An in-process simulator channel speaking the chat family. */
+/**
+ * An in-process simulator channel. Options: `models` (ids listed by `GET /models`) and `family`
+ * ('chat', the default, or 'responses': the family the gateway is told this upstream speaks).
+ */
 export function simulatorUpstream(name: string, options: Record<string, unknown>): Upstream {
   const chatOptions: ChatOptions = { models: modelsOption(name, options.models) };
   return {
     name,
-    family: 'chat',
+    family: familyOption(name, options.family),
     send(req: UpstreamRequest, sink: ResponseSink): UpstreamCall {
-      const reply = routeChat(req.method, req.path, req.body, chatOptions) ?? notFound(req.method, req.path);
+      const reply = routeSimulator(req.method, req.path, req.body, chatOptions) ?? notFound(req.method, req.path);
       return playReply(reply, {
         start: (status, headers) => sink.start(status, headers),
         data: (bytes) => sink.data(Buffer.from(bytes)),
@@ -107,6 +123,12 @@ export function simulatorUpstream(name: string, options: Record<string, unknown>
       });
     },
   };
+}
+
+function familyOption(name: string, value: unknown): SimulatorFamily {
+  if (value === undefined) return 'chat';
+  if (value === 'chat' || value === 'responses') return value;
+  throw new Error(`upstream ${name}: 'family' must be 'chat' or 'responses'`);
 }
 
 function modelsOption(name: string, value: unknown): string[] {

@@ -2,15 +2,16 @@
  * The simulator as its own HTTP process (for benchmarks and tests against a real socket):
  *   node dist/plugins/upstreams/simulator/server.js --port N [--host 127.0.0.1]
  * Prints `simulator listening on http://HOST:PORT` once it listens. Serves POST /v1/chat/completions,
- * GET /v1/models, GET /healthz and GET /stats (what tests check the gateway sent); `cut_after` drops
- * the connection without ending the response.
+ * POST /v1/responses, GET /v1/models, GET /healthz and GET /stats (what tests check the gateway
+ * sent); `cut_after` drops the connection without ending the response.
  */
 import { STATUS_CODES } from 'node:http';
 import { pathToFileURL } from 'node:url';
 import { parseArgs } from 'node:util';
 import uWS from 'uWebSockets.js';
-import { DEFAULT_MODELS, errorReply, notFound, routeChat, type ChatOptions, type SimReply } from './chat.js';
-import { playReply } from './index.js';
+import { DEFAULT_MODELS, type ChatOptions } from './chat.js';
+import { playReply, routeSimulator } from './index.js';
+import { errorReply, notFound, type SimReply } from './reply.js';
 
 export interface SimulatorServerOptions {
   /** Defaults to 127.0.0.1. */
@@ -26,14 +27,16 @@ export interface SimulatorServer {
 }
 
 const MAX_BODY_BYTES = 64 * 1024 * 1024;
+/** The generation endpoints /stats counts. */
+const GENERATION_PATHS = new Set(['/v1/chat/completions', '/v1/responses']);
 
 /** Counters behind GET /stats. */
 interface Stats {
-  /** Chat completion requests received. */
+  /** Generation requests received (chat completions and responses). */
   requests: number;
   /** Exchanges the client dropped before the response was complete. */
   aborted: number;
-  /** Raw body of the latest chat completion request, parsed only when asked for. */
+  /** Raw body of the latest generation request, parsed only when asked for. */
   lastBody?: Buffer;
 }
 
@@ -73,11 +76,11 @@ function handle(res: uWS.HttpResponse, req: uWS.HttpRequest, options: ChatOption
   const route = (body?: Buffer): SimReply => {
     if (method === 'GET' && url === '/healthz') return json({ status: 'ok' });
     if (method === 'GET' && url === '/stats') return json({ requests: stats.requests, aborted: stats.aborted, lastRequest: parsed(stats.lastBody) });
-    if (method === 'POST' && url === '/v1/chat/completions' && body) {
+    if (method === 'POST' && GENERATION_PATHS.has(url) && body) {
       stats.requests++;
       stats.lastBody = body;
     }
-    const reply = url.startsWith('/v1/') ? routeChat(method, url.slice(3) + (query ? `?${query}` : ''), body, options) : undefined;
+    const reply = url.startsWith('/v1/') ? routeSimulator(method, url.slice(3) + (query ? `?${query}` : ''), body, options) : undefined;
     return reply ?? notFound(method, url);
   };
   if (method !== 'POST') {

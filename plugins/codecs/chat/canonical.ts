@@ -1,0 +1,249 @@
+/** Chat completions requests and answers to and from the canonical pivot. */
+import type * as C from '../../../src/canonical.js';
+import type { ModelConfig } from '../../../src/config.js';
+import type { Usage } from '../../../src/contracts.js';
+import { GatewayError } from '../../../src/errors.js';
+import type { Exchange } from '../../../src/exchange.js';
+import { newId, unixNow } from '../../../src/ids.js';
+
+type Json = Record<string, any>;
+
+/** OpenAI's usage object in family-neutral terms. */
+export function readChatUsage(u: any): Usage | undefined {
+  if (!u || typeof u !== 'object' || typeof u.prompt_tokens !== 'number') return undefined;
+  return {
+    inputTokens: u.prompt_tokens,
+    outputTokens: u.completion_tokens ?? 0,
+    cachedTokens: u.prompt_tokens_details?.cached_tokens,
+    reasoningTokens: u.completion_tokens_details?.reasoning_tokens,
+  };
+}
+
+export function writeChatUsage(u: Usage): Json {
+  return {
+    prompt_tokens: u.inputTokens,
+    completion_tokens: u.outputTokens,
+    total_tokens: u.inputTokens + u.outputTokens,
+    prompt_tokens_details: { cached_tokens: u.cachedTokens ?? 0 },
+    completion_tokens_details: { reasoning_tokens: u.reasoningTokens ?? 0 },
+  };
+}
+
+const finishReasons: Record<string, C.FinishReason> = {
+  stop: 'stop',
+  length: 'length',
+  tool_calls: 'tool_calls',
+  function_call: 'tool_calls',
+  content_filter: 'content_filter',
+};
+
+export const readFinishReason = (reason: unknown): C.FinishReason => finishReasons[String(reason)] ?? 'stop';
+
+function partsOf(content: unknown, where: string): C.Part[] {
+  if (typeof content === 'string') return content ? [{ type: 'text', text: content }] : [];
+  if (!Array.isArray(content)) return [];
+  return content.map((p: Json, i): C.Part => {
+    switch (p.type) {
+      case 'text':
+        return { type: 'text', text: p.text };
+      case 'refusal':
+        return { type: 'text', text: p.refusal };
+      case 'image_url':
+        return { type: 'image', url: p.image_url.url, ...(p.image_url.detail && { detail: p.image_url.detail }) };
+      case 'file':
+        return { type: 'file', fileId: p.file.file_id, data: p.file.file_data, filename: p.file.filename };
+      case 'input_audio':
+        return { type: 'audio', data: p.input_audio.data, format: p.input_audio.format };
+      default:
+        throw new GatewayError('invalid_request', `Unsupported content part type '${p.type}'.`, `${where}[${i}].type`);
+    }
+  });
+}
+
+/** The client's chat request, canonically. Model rules were applied by the caller. */
+export function chatToCanonical(req: Json, model: ModelConfig, maxOutputTokens: number | undefined): C.Request {
+  const unsupported = (param: string, what: string) =>
+    new GatewayError('unsupported_parameter', `Unsupported parameter: '${param}': ${what} is not available for model \`${model.id}\`, whose upstream speaks another API.`, param);
+  if ((req.n ?? 1) > 1) throw unsupported('n', 'more than one choice');
+  const toolNames = new Map<string, string>();
+  const messages = (req.messages as Json[]).map((m, i): C.Message => {
+    const where = `messages[${i}].content`;
+    switch (m.role) {
+      case 'system':
+      case 'developer':
+        return { role: 'system', content: partsOf(m.content, where) };
+      case 'user':
+        return { role: 'user', content: partsOf(m.content, where) };
+      case 'assistant': {
+        const toolCalls = (m.tool_calls ?? []).map((c: Json, j: number): C.ToolCall => {
+          if (c.type !== 'function') throw unsupported(`messages[${i}].tool_calls[${j}]`, 'a custom tool call');
+          toolNames.set(c.id, c.function.name);
+          return { id: c.id, name: c.function.name, arguments: c.function.arguments };
+        });
+        return { role: 'assistant', content: partsOf(m.content, where), toolCalls };
+      }
+      case 'tool':
+        return { role: 'tool', toolCallId: m.tool_call_id, name: toolNames.get(m.tool_call_id), content: partsOf(m.content, where) };
+      default:
+        throw unsupported(`messages[${i}].role`, `the '${m.role}' role`);
+    }
+  });
+  const tools = (req.tools ?? []).map((t: Json, i: number): C.Tool => {
+    if (t.type !== 'function') throw unsupported(`tools[${i}]`, 'a custom tool');
+    const f = t.function;
+    return { name: f.name, description: f.description, parameters: f.parameters, strict: f.strict ?? undefined };
+  });
+  let toolChoice: C.ToolChoice | undefined;
+  const choice = req.tool_choice;
+  if (typeof choice === 'string') toolChoice = choice as C.ToolChoice;
+  else if (choice?.type === 'function') toolChoice = { name: choice.function.name };
+  else if (choice?.type === 'allowed_tools') {
+    toolChoice = { mode: choice.allowed_tools.mode, allowed: choice.allowed_tools.tools.map((t: Json) => t.function?.name) };
+  } else if (choice) throw unsupported('tool_choice', `tool_choice '${choice.type}'`);
+
+  const rf = req.response_format;
+  const format: C.OutputFormat | undefined =
+    rf?.type === 'json_schema'
+      ? { type: 'json_schema', name: rf.json_schema.name, schema: rf.json_schema.schema, strict: rf.json_schema.strict ?? undefined, description: rf.json_schema.description }
+      : rf?.type === 'json_object'
+        ? { type: 'json_object' }
+        : undefined;
+  return {
+    model: model.upstreamModel,
+    messages,
+    tools,
+    toolChoice,
+    parallelToolCalls: req.parallel_tool_calls,
+    format,
+    maxOutputTokens,
+    temperature: req.temperature ?? undefined,
+    topP: req.top_p ?? undefined,
+    stop: typeof req.stop === 'string' ? [req.stop] : (req.stop ?? undefined),
+    seed: req.seed ?? undefined,
+    presencePenalty: req.presence_penalty ?? undefined,
+    frequencyPenalty: req.frequency_penalty ?? undefined,
+    reasoning: req.reasoning_effort ? { effort: req.reasoning_effort } : undefined,
+    metadata: req.metadata ?? undefined,
+    user: req.user,
+    stream: req.stream === true,
+  };
+}
+
+function writeParts(parts: C.Part[]): string | Json[] {
+  if (parts.every((p) => p.type === 'text')) return parts.map((p) => (p as { text: string }).text).join('');
+  return parts.map((p) => {
+    switch (p.type) {
+      case 'text':
+        return { type: 'text', text: p.text };
+      case 'image':
+        return { type: 'image_url', image_url: { url: p.url, ...(p.detail && { detail: p.detail }) } };
+      case 'file':
+        return { type: 'file', file: { file_id: p.fileId, file_data: p.data, filename: p.filename } };
+      case 'audio':
+        return { type: 'input_audio', input_audio: { data: p.data, format: p.format } };
+    }
+  });
+}
+
+/** A canonical request as a chat completions body for an upstream. */
+export function canonicalToChat(req: C.Request, streamUsage: boolean): Json {
+  const messages = req.messages.map((m): Json => {
+    switch (m.role) {
+      case 'system':
+      case 'user':
+        return { role: m.role, content: writeParts(m.content) };
+      case 'assistant': {
+        const text = writeParts(m.content);
+        return {
+          role: 'assistant',
+          content: text === '' && m.toolCalls.length ? null : text,
+          ...(m.toolCalls.length && {
+            tool_calls: m.toolCalls.map((c) => ({ id: c.id, type: 'function', function: { name: c.name, arguments: c.arguments } })),
+          }),
+        };
+      }
+      case 'tool':
+        return { role: 'tool', tool_call_id: m.toolCallId, content: writeParts(m.content) };
+    }
+  });
+  const body: Json = { model: req.model, messages };
+  if (req.tools.length) {
+    body.tools = req.tools.map((t) => ({
+      type: 'function',
+      function: { name: t.name, ...(t.description && { description: t.description }), ...(t.parameters && { parameters: t.parameters }), ...(t.strict !== undefined && { strict: t.strict }) },
+    }));
+  }
+  const choice = req.toolChoice;
+  if (typeof choice === 'string') body.tool_choice = choice;
+  else if (choice && 'name' in choice) body.tool_choice = { type: 'function', function: { name: choice.name } };
+  else if (choice) body.tool_choice = { type: 'allowed_tools', allowed_tools: { mode: choice.mode, tools: choice.allowed.map((name) => ({ type: 'function', function: { name } })) } };
+  if (req.parallelToolCalls !== undefined && req.tools.length) body.parallel_tool_calls = req.parallelToolCalls;
+  if (req.format?.type === 'json_schema') {
+    const { name, schema, strict, description } = req.format;
+    body.response_format = { type: 'json_schema', json_schema: { name, ...(description && { description }), ...(schema && { schema }), ...(strict !== undefined && { strict }) } };
+  } else if (req.format?.type === 'json_object') body.response_format = { type: 'json_object' };
+  if (req.maxOutputTokens !== undefined) body.max_completion_tokens = req.maxOutputTokens;
+  if (req.temperature !== undefined) body.temperature = req.temperature;
+  if (req.topP !== undefined) body.top_p = req.topP;
+  if (req.stop?.length) body.stop = req.stop;
+  if (req.seed !== undefined) body.seed = req.seed;
+  if (req.presencePenalty !== undefined) body.presence_penalty = req.presencePenalty;
+  if (req.frequencyPenalty !== undefined) body.frequency_penalty = req.frequencyPenalty;
+  if (req.reasoning?.effort) body.reasoning_effort = req.reasoning.effort;
+  if (req.metadata) body.metadata = req.metadata;
+  if (req.user) body.user = req.user;
+  if (req.stream) {
+    body.stream = true;
+    if (streamUsage) body.stream_options = { include_usage: true };
+  }
+  return body;
+}
+
+/** A chat completions body from an upstream, canonically. */
+export function chatResponseToCanonical(body: Json): C.Response {
+  const choice = body.choices?.[0] ?? {};
+  const message = choice.message ?? {};
+  const toolCalls: C.ToolCall[] = (message.tool_calls ?? [])
+    .filter((c: Json) => c.type === 'function')
+    .map((c: Json) => ({ id: c.id, name: c.function.name, arguments: c.function.arguments ?? '' }));
+  return {
+    id: body.id,
+    model: body.model,
+    created: body.created,
+    text: typeof message.content === 'string' ? message.content : '',
+    reasoning: typeof message.reasoning_content === 'string' ? message.reasoning_content : undefined,
+    toolCalls,
+    finishReason: toolCalls.length ? 'tool_calls' : readFinishReason(choice.finish_reason),
+    usage: readChatUsage(body.usage),
+  };
+}
+
+/** Tool calls make the finish `tool_calls`, whatever the upstream called it. */
+export const chatFinishReason = (reason: C.FinishReason, toolCalls: number) => (toolCalls > 0 ? 'tool_calls' : reason);
+
+/** A canonical answer as a chat completions body for the client. */
+export function canonicalToChatResponse(res: C.Response, ex: Exchange): Json {
+  return {
+    id: newId('chatcmpl-', 12),
+    object: 'chat.completion',
+    created: unixNow(),
+    model: ex.modelId,
+    choices: [
+      {
+        index: 0,
+        message: {
+          role: 'assistant',
+          content: res.text === '' && res.toolCalls.length ? null : res.text,
+          refusal: null,
+          ...(res.reasoning && { reasoning_content: res.reasoning }),
+          ...(res.toolCalls.length && {
+            tool_calls: res.toolCalls.map((c) => ({ id: c.id, type: 'function', function: { name: c.name, arguments: c.arguments } })),
+          }),
+        },
+        logprobs: null,
+        finish_reason: chatFinishReason(res.finishReason, res.toolCalls.length),
+      },
+    ],
+    ...(res.usage && { usage: writeChatUsage(res.usage) }),
+  };
+}

@@ -1,0 +1,130 @@
+/** Chat completions streams: passthrough scanning, and reading/writing canonical events. */
+import type * as C from '../../../src/canonical.js';
+import type { ClientStream, Usage } from '../../../src/contracts.js';
+import { GatewayError } from '../../../src/errors.js';
+import { readOpenAiError } from '../openai-common.js';
+import type { Exchange } from '../../../src/exchange.js';
+import { newId, unixNow } from '../../../src/ids.js';
+import { dataFrame, frameData, hasObjectField } from '../../../src/sse.js';
+import { chatFinishReason, readChatUsage, readFinishReason, writeChatUsage } from './canonical.js';
+
+const USAGE_KEY = Buffer.from('"usage"');
+
+export const chatErrorFrame = (body: string) => dataFrame(body);
+
+/**
+ * Relays a same-family stream. Only a frame that carries a usage object is parsed; the usage-only
+ * chunk Sluice asked for on the client's behalf is kept from the client.
+ */
+export function chatPassthrough(dropUsageChunk: boolean, errorBody: (err: GatewayError) => string): ClientStream {
+  let usage: Usage | undefined;
+  return {
+    frame(frame) {
+      if (!hasObjectField(frame, USAGE_KEY)) return true;
+      const data = frameData(frame);
+      if (!data) return true;
+      let chunk: any;
+      try {
+        chunk = JSON.parse(data);
+      } catch {
+        return true;
+      }
+      usage = readChatUsage(chunk.usage) ?? usage;
+      return !(dropUsageChunk && Array.isArray(chunk.choices) && chunk.choices.length === 0);
+    },
+    end: () => '',
+    fail: (err) => chatErrorFrame(errorBody(err)),
+    usage: () => usage,
+  };
+}
+
+/** Upstream chat chunks → canonical events. Tool calls are renumbered 0, 1, … by first sight. */
+export function chatStreamReader(): C.StreamReader {
+  let started = false;
+  const toolIndex = new Map<number, number>();
+  return {
+    frame(data) {
+      if (data === '[DONE]') return [];
+      let chunk: any;
+      try {
+        chunk = JSON.parse(data);
+      } catch {
+        return [{ type: 'error', error: new GatewayError('upstream_error', 'The upstream sent a stream frame that is not JSON.') }];
+      }
+      if (chunk.error) return [{ type: 'error', error: readOpenAiError(502, JSON.stringify(chunk)) }];
+      const events: C.Event[] = [];
+      if (!started) {
+        started = true;
+        events.push({ type: 'start', id: chunk.id, model: chunk.model, created: chunk.created });
+      }
+      const choice = chunk.choices?.find((c: any) => (c.index ?? 0) === 0);
+      const delta = choice?.delta;
+      if (delta) {
+        if (typeof delta.reasoning_content === 'string' && delta.reasoning_content) events.push({ type: 'reasoning', delta: delta.reasoning_content });
+        if (typeof delta.content === 'string' && delta.content) events.push({ type: 'text', delta: delta.content });
+        for (const call of delta.tool_calls ?? []) {
+          const upstreamIndex = call.index ?? 0;
+          let index = toolIndex.get(upstreamIndex);
+          if (index === undefined) {
+            index = toolIndex.size;
+            toolIndex.set(upstreamIndex, index);
+            events.push({ type: 'tool_call', index, id: call.id ?? newId('call_', 12), name: call.function?.name ?? '' });
+          }
+          if (call.function?.arguments) events.push({ type: 'tool_arguments', index, delta: call.function.arguments });
+        }
+      }
+      if (choice?.finish_reason) events.push({ type: 'finish', reason: readFinishReason(choice.finish_reason) });
+      const usage = readChatUsage(chunk.usage);
+      if (usage) events.push({ type: 'usage', usage });
+      return events;
+    },
+    end: () => [],
+  };
+}
+
+/** Canonical events → chat chunks for the client, as OpenAI streams them. */
+export function chatStreamWriter(ex: Exchange, errorBody: (err: GatewayError) => string): C.StreamWriter {
+  const includeUsage = ex.request.stream_options?.include_usage === true;
+  const head = { id: newId('chatcmpl-', 12), object: 'chat.completion.chunk', created: unixNow(), model: ex.modelId };
+  let started = false;
+  let finished = false;
+  let toolCalls = 0;
+  let usage: Usage | undefined;
+  const chunk = (delta: object, finish: string | null = null) =>
+    dataFrame(JSON.stringify({ ...head, choices: [{ index: 0, delta, logprobs: null, finish_reason: finish }], ...(includeUsage && { usage: null }) }));
+  const opening = () => (started ? '' : ((started = true), chunk({ role: 'assistant', content: '' })));
+
+  return {
+    event(e) {
+      switch (e.type) {
+        case 'start':
+          return opening();
+        case 'text':
+          return opening() + chunk({ content: e.delta });
+        case 'reasoning':
+          return opening() + chunk({ reasoning_content: e.delta });
+        case 'tool_call':
+          toolCalls++;
+          return opening() + chunk({ tool_calls: [{ index: e.index, id: e.id, type: 'function', function: { name: e.name, arguments: '' } }] });
+        case 'tool_arguments':
+          return chunk({ tool_calls: [{ index: e.index, function: { arguments: e.delta } }] });
+        case 'finish':
+          if (finished) return '';
+          finished = true;
+          return opening() + chunk({}, chatFinishReason(e.reason, toolCalls));
+        case 'usage':
+          usage = e.usage;
+          return '';
+        case 'error':
+          return '';
+      }
+    },
+    end() {
+      let out = opening();
+      if (!finished) out += chunk({}, chatFinishReason('stop', toolCalls));
+      if (includeUsage && usage) out += dataFrame(JSON.stringify({ ...head, choices: [], usage: writeChatUsage(usage) }));
+      return out + 'data: [DONE]\n\n';
+    },
+    fail: (err) => chatErrorFrame(errorBody(err)),
+  };
+}

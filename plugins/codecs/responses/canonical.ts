@@ -1,0 +1,367 @@
+/**
+ * Responses requests and answers to and from the canonical pivot, including the bridge's limits:
+ * what a chat-only upstream cannot do is refused up front, and what it can do in another shape
+ * (custom tools, namespaced tools) is mapped there and back.
+ */
+import type * as C from '../../../src/canonical.js';
+import type { ModelConfig } from '../../../src/config.js';
+import type { Usage } from '../../../src/contracts.js';
+import { GatewayError } from '../../../src/errors.js';
+import { StateKey, type Exchange } from '../../../src/exchange.js';
+import { newId, unixNow } from '../../../src/ids.js';
+import { itemType } from './schema.js';
+
+type Json = Record<string, any>;
+
+/** Tools the client declared in a shape the upstream does not have, to map calls back. */
+export interface ToolMapping {
+  /** Custom (free-text) tools, sent upstream as functions taking one string `input`. */
+  custom: Set<string>;
+  /** Flattened name → the namespace and name the client knows. */
+  namespaced: Map<string, { namespace: string; name: string }>;
+}
+
+export const toolMapping = new StateKey<ToolMapping>('responses tool mapping');
+
+const NAMESPACE_SEPARATOR = '__';
+
+export function readResponsesUsage(u: any): Usage | undefined {
+  if (!u || typeof u !== 'object' || typeof u.input_tokens !== 'number') return undefined;
+  return {
+    inputTokens: u.input_tokens,
+    outputTokens: u.output_tokens ?? 0,
+    cachedTokens: u.input_tokens_details?.cached_tokens,
+    reasoningTokens: u.output_tokens_details?.reasoning_tokens,
+  };
+}
+
+export function writeResponsesUsage(u: Usage): Json {
+  return {
+    input_tokens: u.inputTokens,
+    input_tokens_details: { cached_tokens: u.cachedTokens ?? 0 },
+    output_tokens: u.outputTokens,
+    output_tokens_details: { reasoning_tokens: u.reasoningTokens ?? 0 },
+    total_tokens: u.inputTokens + u.outputTokens,
+  };
+}
+
+const familyNames: Record<string, string> = { chat: 'chat completions', gemini: 'content generation' };
+
+function partsOf(content: unknown, where: string, bridgeRefusal: (param: string, what: string) => GatewayError): C.Part[] {
+  if (typeof content === 'string') return content ? [{ type: 'text', text: content }] : [];
+  return (content as Json[]).map((p, i): C.Part => {
+    switch (p.type) {
+      case 'input_text':
+      case 'output_text':
+        return { type: 'text', text: p.text };
+      case 'refusal':
+        return { type: 'text', text: p.refusal };
+      case 'input_image':
+        if (!p.image_url) throw bridgeRefusal(`${where}[${i}].file_id`, 'images by file id');
+        return { type: 'image', url: p.image_url, ...(p.detail && { detail: p.detail }) };
+      case 'input_file':
+        return { type: 'file', fileId: p.file_id, url: p.file_url, data: p.file_data, filename: p.filename };
+      default:
+        throw bridgeRefusal(`${where}[${i}].type`, `'${p.type}' content`);
+    }
+  });
+}
+
+const outputText = (output: unknown): C.Part[] =>
+  typeof output === 'string' ? [{ type: 'text', text: output }] : partsOf(output, 'output', () => new GatewayError('invalid_request', 'bad output'));
+
+/**
+ * A Responses request for an upstream of another family. Model rules were applied by the caller.
+ */
+export function responsesToCanonical(req: Json, model: ModelConfig, upstreamFamily: string, maxOutputTokens: number | undefined): { request: C.Request; mapping: ToolMapping } {
+  const upstreamName = familyNames[upstreamFamily] ?? upstreamFamily;
+  const refuse = (param: string, what: string) =>
+    new GatewayError('unsupported_parameter', `Model \`${model.id}\` is served through an upstream that speaks ${upstreamName}, which cannot take ${what}.`, param);
+
+  // Tools: functions as they are; custom tools as one-string functions; namespaces flattened.
+  const mapping: ToolMapping = { custom: new Set(), namespaced: new Map() };
+  const tools: C.Tool[] = [];
+  const seen = new Map<string, string>();
+  const addTool = (t: Json, where: string, namespace?: string) => {
+    const name = namespace ? `${namespace}${NAMESPACE_SEPARATOR}${t.name}` : t.name;
+    if (seen.has(name)) {
+      throw new GatewayError('invalid_request', `Tools ${seen.get(name)} and ${where} both become '${name}' for the upstream; rename one.`, where);
+    }
+    if (namespace && !/^[A-Za-z0-9_-]{1,64}$/.test(name)) throw refuse(where, `the tool name '${name}' (namespace and name flattened)`);
+    seen.set(name, where);
+    if (namespace) mapping.namespaced.set(name, { namespace, name: t.name });
+    if (t.type === 'custom') {
+      mapping.custom.add(name);
+      tools.push({
+        name,
+        description: t.description ?? (t.format?.type === 'grammar' ? `Input must match this ${t.format.syntax} grammar:\n${t.format.definition}` : undefined),
+        parameters: { type: 'object', properties: { input: { type: 'string' } }, required: ['input'], additionalProperties: false },
+      });
+    } else if (t.type === 'function') {
+      tools.push({ name, description: t.description ?? undefined, parameters: t.parameters ?? undefined, strict: t.strict ?? undefined });
+    } else {
+      throw refuse(where, `the server-side tool '${t.type}' (it would have to run it)`);
+    }
+  };
+  (req.tools ?? []).forEach((t: Json, i: number) => {
+    if (t.type === 'namespace') t.tools.forEach((inner: Json, j: number) => addTool(inner, `tools[${i}].tools[${j}]`, t.name));
+    else addTool(t, `tools[${i}]`);
+  });
+  const flatName = (name: string, namespace?: string) => (namespace ? `${namespace}${NAMESPACE_SEPARATOR}${name}` : name);
+
+  // Input: consecutive calls (and the assistant text before them) form one assistant turn.
+  const messages: C.Message[] = [];
+  if (req.instructions) messages.push({ role: 'system', content: [{ type: 'text', text: req.instructions }] });
+  const toolNames = new Map<string, string>();
+  const assistantTurn = (): Extract<C.Message, { role: 'assistant' }> => {
+    const last = messages.at(-1);
+    if (last?.role === 'assistant') return last;
+    const turn: C.Message = { role: 'assistant', content: [], toolCalls: [] };
+    messages.push(turn);
+    return turn;
+  };
+  const input: Json[] = typeof req.input === 'string' ? [{ role: 'user', content: req.input }] : req.input;
+  input.forEach((item, i) => {
+    const where = `input[${i}]`;
+    switch (itemType(item)) {
+      case 'message': {
+        const content = partsOf(item.content, `${where}.content`, refuse);
+        if (item.role === 'assistant') assistantTurn().content.push(...content);
+        else messages.push({ role: item.role === 'user' ? 'user' : 'system', content });
+        break;
+      }
+      case 'function_call': {
+        const name = flatName(item.name, item.namespace);
+        toolNames.set(item.call_id, name);
+        assistantTurn().toolCalls.push({ id: item.call_id, name, arguments: item.arguments });
+        break;
+      }
+      case 'custom_tool_call':
+        toolNames.set(item.call_id, item.name);
+        assistantTurn().toolCalls.push({ id: item.call_id, name: item.name, arguments: JSON.stringify({ input: item.input }) });
+        break;
+      case 'function_call_output':
+      case 'custom_tool_call_output':
+        messages.push({ role: 'tool', toolCallId: item.call_id, name: toolNames.get(item.call_id), content: outputText(item.output) });
+        break;
+      case 'reasoning':
+        // Reasoning items only mean something to the model that wrote them.
+        break;
+      case 'item_reference':
+        throw refuse(`${where}.id`, 'item references (send the items themselves)');
+      default:
+        throw refuse(`${where}.type`, `'${item.type}' items`);
+    }
+  });
+
+  let toolChoice: C.ToolChoice | undefined;
+  const choice = req.tool_choice;
+  if (typeof choice === 'string') toolChoice = choice as C.ToolChoice;
+  else if (choice?.type === 'function' || choice?.type === 'custom') toolChoice = { name: flatName(choice.name, choice.namespace) };
+  else if (choice?.type === 'allowed_tools') toolChoice = { mode: choice.mode, allowed: choice.tools.map((t: Json) => flatName(t.name, t.namespace)) };
+  else if (choice) throw refuse('tool_choice', `tool_choice '${choice.type}'`);
+
+  const f = req.text?.format;
+  const format: C.OutputFormat | undefined =
+    f?.type === 'json_schema'
+      ? { type: 'json_schema', name: f.name, schema: f.schema, strict: f.strict ?? undefined, description: f.description }
+      : f?.type === 'json_object'
+        ? { type: 'json_object' }
+        : undefined;
+
+  return {
+    mapping,
+    request: {
+      model: model.upstreamModel,
+      messages,
+      tools,
+      toolChoice,
+      parallelToolCalls: req.parallel_tool_calls ?? undefined,
+      format,
+      maxOutputTokens,
+      temperature: req.temperature ?? undefined,
+      topP: req.top_p ?? undefined,
+      reasoning: req.reasoning ? { effort: req.reasoning.effort ?? undefined, summary: req.reasoning.summary ?? undefined } : undefined,
+      metadata: req.metadata ?? undefined,
+      user: req.user,
+      stream: req.stream === true,
+    },
+  };
+}
+
+function writeParts(parts: C.Part[], role: 'user' | 'assistant'): Json[] {
+  return parts.map((p) => {
+    switch (p.type) {
+      case 'text':
+        return role === 'assistant' ? { type: 'output_text', text: p.text, annotations: [] } : { type: 'input_text', text: p.text };
+      case 'image':
+        return { type: 'input_image', image_url: p.url, detail: p.detail ?? 'auto' };
+      case 'file':
+        return { type: 'input_file', ...(p.fileId && { file_id: p.fileId }), ...(p.url && { file_url: p.url }), ...(p.data && { file_data: p.data }), ...(p.filename && { filename: p.filename }) };
+      case 'audio':
+        return { type: 'input_audio', input_audio: { data: p.data, format: p.format } };
+    }
+  });
+}
+
+/** A canonical request as a Responses body for an upstream (7.2). */
+export function canonicalToResponses(req: C.Request): Json {
+  const unsupported = (param: string, what: string) =>
+    new GatewayError('unsupported_parameter', `Unsupported parameter: '${param}': the model's upstream speaks Responses, which has no ${what}.`, param);
+  if (req.stop?.length) throw unsupported('stop', 'stop sequences');
+  const instructions = req.messages
+    .filter((m) => m.role === 'system')
+    .map((m) => m.content.map((p) => (p.type === 'text' ? p.text : '')).join(''))
+    .join('\n\n');
+  const input: Json[] = [];
+  for (const m of req.messages) {
+    if (m.role === 'user') input.push({ role: 'user', content: writeParts(m.content, 'user') });
+    else if (m.role === 'assistant') {
+      if (m.content.length) input.push({ role: 'assistant', content: writeParts(m.content, 'assistant') });
+      for (const c of m.toolCalls) input.push({ type: 'function_call', call_id: c.id, name: c.name, arguments: c.arguments });
+    } else if (m.role === 'tool') {
+      const text = m.content.map((p) => (p.type === 'text' ? p.text : '')).join('');
+      input.push({ type: 'function_call_output', call_id: m.toolCallId, output: text });
+    }
+  }
+  const body: Json = { model: req.model, input, store: false };
+  if (instructions) body.instructions = instructions;
+  if (req.tools.length) {
+    body.tools = req.tools.map((t) => ({ type: 'function', name: t.name, description: t.description ?? null, parameters: t.parameters ?? null, strict: t.strict ?? false }));
+  }
+  const choice = req.toolChoice;
+  if (typeof choice === 'string') body.tool_choice = choice;
+  else if (choice && 'name' in choice) body.tool_choice = { type: 'function', name: choice.name };
+  else if (choice) body.tool_choice = { type: 'allowed_tools', mode: choice.mode, tools: choice.allowed.map((name) => ({ type: 'function', name })) };
+  if (req.parallelToolCalls !== undefined && req.tools.length) body.parallel_tool_calls = req.parallelToolCalls;
+  if (req.format?.type === 'json_schema') {
+    const { name, schema, strict, description } = req.format;
+    body.text = { format: { type: 'json_schema', name, schema: schema ?? {}, ...(description && { description }), ...(strict !== undefined && { strict }) } };
+  } else if (req.format?.type === 'json_object') body.text = { format: { type: 'json_object' } };
+  if (req.maxOutputTokens !== undefined) body.max_output_tokens = req.maxOutputTokens;
+  if (req.temperature !== undefined) body.temperature = req.temperature;
+  if (req.topP !== undefined) body.top_p = req.topP;
+  if (req.reasoning) body.reasoning = { ...(req.reasoning.effort && { effort: req.reasoning.effort }), ...(req.reasoning.summary && { summary: req.reasoning.summary }) };
+  if (req.metadata) body.metadata = req.metadata;
+  if (req.user) body.user = req.user;
+  if (req.stream) body.stream = true;
+  return body;
+}
+
+/** A Responses body from an upstream, canonically (7.3). */
+export function responsesBodyToCanonical(body: Json): C.Response {
+  let text = '';
+  let reasoning: string | undefined;
+  const toolCalls: C.ToolCall[] = [];
+  for (const item of body.output ?? []) {
+    if (item.type === 'message') {
+      for (const part of item.content ?? []) if (part.type === 'output_text') text += part.text;
+    } else if (item.type === 'reasoning') {
+      const summary = (item.summary ?? []).map((s: Json) => s.text).join('\n\n');
+      if (summary) reasoning = (reasoning ? reasoning + '\n\n' : '') + summary;
+    } else if (item.type === 'function_call') {
+      toolCalls.push({ id: item.call_id ?? item.id, name: item.name, arguments: item.arguments ?? '' });
+    } else if (item.type === 'custom_tool_call') {
+      toolCalls.push({ id: item.call_id ?? item.id, name: item.name, arguments: JSON.stringify({ input: item.input }) });
+    }
+  }
+  return {
+    id: body.id,
+    model: body.model,
+    created: body.created_at,
+    text,
+    reasoning,
+    toolCalls,
+    finishReason: finishFromStatus(body.status, body.incomplete_details?.reason, toolCalls.length),
+    usage: readResponsesUsage(body.usage),
+  };
+}
+
+export function finishFromStatus(status: string, incompleteReason: string | undefined, toolCalls: number): C.FinishReason {
+  if (status === 'incomplete') return incompleteReason === 'content_filter' ? 'content_filter' : 'length';
+  return toolCalls > 0 ? 'tool_calls' : 'stop';
+}
+
+/** Status and incomplete_details for a canonical finish reason. */
+export function statusOf(reason: C.FinishReason): { status: string; incomplete_details: Json | null } {
+  if (reason === 'length') return { status: 'incomplete', incomplete_details: { reason: 'max_output_tokens' } };
+  if (reason === 'content_filter') return { status: 'incomplete', incomplete_details: { reason: 'content_filter' } };
+  return { status: 'completed', incomplete_details: null };
+}
+
+/** The Response object around some output, echoing the request as OpenAI does. */
+export function responseObject(ex: Exchange, fields: { id: string; created_at: number; status: string } & Json): Json {
+  const r = ex.request;
+  return {
+    object: 'response',
+    error: null,
+    incomplete_details: null,
+    instructions: r.instructions ?? null,
+    max_output_tokens: r.max_output_tokens ?? null,
+    model: ex.modelId,
+    output: [],
+    parallel_tool_calls: r.parallel_tool_calls ?? true,
+    previous_response_id: null,
+    reasoning: r.reasoning ?? { effort: null, summary: null },
+    store: false,
+    temperature: r.temperature ?? 1,
+    text: r.text ?? { format: { type: 'text' } },
+    tool_choice: r.tool_choice ?? 'auto',
+    tools: r.tools ?? [],
+    top_p: r.top_p ?? 1,
+    truncation: 'disabled',
+    usage: null,
+    metadata: r.metadata ?? {},
+    ...fields,
+  };
+}
+
+/** A canonical tool call as the output item the client declared it as. */
+export function callItem(call: C.ToolCall, mapping: ToolMapping | undefined, status: string, itemId?: string): Json {
+  if (mapping?.custom.has(call.name)) {
+    let input = call.arguments;
+    try {
+      const parsed = JSON.parse(call.arguments);
+      if (typeof parsed?.input === 'string') input = parsed.input;
+    } catch {
+      // Arguments that are not the expected object are passed on as the input text.
+    }
+    return { type: 'custom_tool_call', id: itemId ?? newId('ctc_'), call_id: call.id, name: call.name, input, status };
+  }
+  const original = mapping?.namespaced.get(call.name);
+  return {
+    type: 'function_call',
+    id: itemId ?? newId('fc_'),
+    call_id: call.id,
+    name: original?.name ?? call.name,
+    ...(original && { namespace: original.namespace }),
+    arguments: call.arguments,
+    status,
+  };
+}
+
+export const messageItem = (id: string, text: string, status: string) => ({
+  type: 'message',
+  id,
+  status,
+  role: 'assistant',
+  content: [{ type: 'output_text', text, annotations: [] }],
+});
+
+export const reasoningItem = (id: string, text: string) => ({ type: 'reasoning', id, summary: [{ type: 'summary_text', text }] });
+
+/** A canonical answer as a complete Response for the client. */
+export function canonicalToResponsesBody(res: C.Response, ex: Exchange): Json {
+  const mapping = ex.get(toolMapping);
+  const output: Json[] = [];
+  if (res.reasoning) output.push(reasoningItem(newId('rs_'), res.reasoning));
+  if (res.text) output.push(messageItem(newId('msg_'), res.text, 'completed'));
+  for (const call of res.toolCalls) output.push(callItem(call, mapping, 'completed'));
+  return responseObject(ex, {
+    id: newId('resp_'),
+    created_at: unixNow(),
+    ...statusOf(res.finishReason),
+    output,
+    usage: res.usage ? writeResponsesUsage(res.usage) : null,
+  });
+}

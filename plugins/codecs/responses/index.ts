@@ -1,0 +1,187 @@
+/**
+ * The Responses family (`POST /v1/responses`, OpenAI shape). Native upstreams get the client's
+ * bytes; a chat-only upstream is served through the bridge (canonical pivot, see canonical.ts).
+ */
+import type { ModelConfig } from '../../../src/config.js';
+import { definePlugin, type Codec } from '../../../src/contracts.js';
+import { GatewayError } from '../../../src/errors.js';
+import { bearerCredential, openAiErrorBody, readOpenAiError } from '../openai-common.js';
+import { parseJsonObject, withFields } from '../../../src/json-body.js';
+import { frameData } from '../../../src/sse.js';
+import { canonicalToResponses, canonicalToResponsesBody, readResponsesUsage, responsesBodyToCanonical, responsesToCanonical, toolMapping } from './canonical.js';
+import { itemType, validateResponsesRequest } from './schema.js';
+import { responsesPassthrough, responsesStreamReader, responsesStreamWriter } from './stream.js';
+
+type Json = Record<string, any>;
+
+
+const ownTools = new Set(['function', 'custom', 'namespace']);
+
+/** Refuses what the model's config says it cannot do; returns the output ceiling to apply. */
+function applyModelRules(req: Json, model: ModelConfig): { maxOutputTokens?: number; addDefault: boolean } {
+  const unsupported = (param: string, what: string) =>
+    new GatewayError('unsupported_parameter', `Unsupported parameter: '${param}': model \`${model.id}\` does not support ${what}.`, param);
+  const { features, maxOutputTokens } = model;
+  const tools: Json[] = req.tools ?? [];
+  if (!features.tools && (tools.some((t) => ownTools.has(t.type)) || (req.tool_choice && req.tool_choice !== 'none'))) {
+    throw unsupported('tools', 'tool calling');
+  }
+  if (!features.jsonSchema && req.text?.format?.type === 'json_schema') throw unsupported('text.format', 'json_schema structured output');
+  if (!features.temperature && req.temperature != null) throw unsupported('temperature', 'a sampling temperature');
+  if (!features.reasoning && req.reasoning && (req.reasoning.effort != null || req.reasoning.summary != null)) {
+    throw unsupported('reasoning', 'reasoning controls');
+  }
+  if (!features.vision && Array.isArray(req.input)) {
+    req.input.forEach((item: Json, i: number) => {
+      const j = Array.isArray(item.content) ? item.content.findIndex((p: Json) => p?.type === 'input_image') : -1;
+      if (j >= 0) throw unsupported(`input[${i}].content[${j}]`, 'image input');
+    });
+  }
+  const asked = req.max_output_tokens ?? undefined;
+  if (asked !== undefined && maxOutputTokens.max && asked > maxOutputTokens.max) {
+    throw new GatewayError('invalid_value', `max_output_tokens is too large: ${asked}. Model \`${model.id}\` supports at most ${maxOutputTokens.max} output tokens.`, 'max_output_tokens');
+  }
+  return { maxOutputTokens: asked ?? maxOutputTokens.default, addDefault: asked === undefined && maxOutputTokens.default !== undefined };
+}
+
+function textOf(content: unknown): string {
+  if (typeof content === 'string') return content;
+  if (!Array.isArray(content)) return '';
+  return content.map((p) => (typeof p?.text === 'string' ? p.text : '')).join('');
+}
+
+const codec: Codec = {
+  family: 'responses',
+  endpoints: [{ method: 'post', path: '/v1/responses', kind: 'generate' }],
+  streamContentType: 'text/event-stream; charset=utf-8',
+
+  translationMode: (upstreamFamily) => (upstreamFamily === 'chat' ? 'bridge' : 'translated'),
+
+  credential: bearerCredential,
+
+  decode(ex) {
+    const parsed = parseJsonObject(ex.body);
+    if (parsed === 'not_json') throw new GatewayError('invalid_json', 'We could not parse the JSON body of your request. Send valid JSON.');
+    if (parsed === 'not_object') throw new GatewayError('invalid_request', 'The request body must be a JSON object.');
+    const invalid = validateResponsesRequest(parsed);
+    if (invalid) throw invalid;
+    if (parsed.previous_response_id != null) {
+      throw new GatewayError(
+        'unsupported_parameter',
+        "'previous_response_id' is supported only on the Responses WebSocket channel (the same path, upgraded to a WebSocket). Over HTTP, send the whole conversation in 'input'.",
+        'previous_response_id',
+      );
+    }
+    if (parsed.conversation != null) {
+      throw new GatewayError('unsupported_parameter', "'conversation' is not supported: Sluice keeps no conversations. Send the whole conversation in 'input'.", 'conversation');
+    }
+    if (parsed.background === true) {
+      throw new GatewayError('unsupported_parameter', "'background' responses are not supported.", 'background');
+    }
+    ex.request = parsed;
+    ex.modelId = parsed.model;
+    ex.stream = parsed.stream === true;
+  },
+
+  errorBody: openAiErrorBody,
+
+  promptText(ex) {
+    const req = ex.request;
+    const parts: string[] = [req.instructions ?? ''];
+    const input: Json[] = typeof req.input === 'string' ? [{ content: req.input }] : req.input;
+    for (const item of input) {
+      const type = itemType(item);
+      if (type === 'message') parts.push(textOf(item.content));
+      else if (type === 'function_call') parts.push(item.name, item.arguments);
+      else if (type === 'function_call_output' || type === 'custom_tool_call_output') parts.push(textOf(item.output));
+      else if (type === 'custom_tool_call') parts.push(item.name, item.input);
+    }
+    if (req.tools) parts.push(JSON.stringify(req.tools));
+    return parts.join('\n');
+  },
+
+  prepare(ex) {
+    const req = ex.request;
+    const model = ex.model!;
+    const serverTool = (req.tools ?? []).find((t: Json) => !ownTools.has(t.type) && !model.features.serverTools.includes(t.type));
+    if (serverTool) {
+      throw new GatewayError('unsupported_parameter', `Unsupported parameter: 'tools': model \`${model.id}\` does not offer the server-side tool '${serverTool.type}'.`, 'tools');
+    }
+    const { maxOutputTokens, addDefault } = applyModelRules(req, model);
+    const fields: Json = {};
+    if (addDefault) fields.max_output_tokens = maxOutputTokens;
+    if (model.upstreamModel !== req.model) fields.model = model.upstreamModel;
+    return {
+      method: 'POST',
+      path: '/responses',
+      headers: { 'content-type': 'application/json' },
+      body: withFields(ex.body, req, fields),
+      stream: ex.stream,
+      model: model.upstreamModel,
+    };
+  },
+
+  passthroughStream: (ex) => responsesPassthrough(ex),
+
+  bodyUsage(body) {
+    try {
+      return readResponsesUsage(JSON.parse(body.toString('utf8')).usage);
+    } catch {
+      return undefined;
+    }
+  },
+
+  deliveredText(frames) {
+    let text = '';
+    for (const frame of frames) {
+      const data = frameData(frame);
+      if (!data || !data.includes('.delta"')) continue;
+      try {
+        const e = JSON.parse(data);
+        if (typeof e.delta === 'string') text += e.delta;
+      } catch {
+        // A frame that is not JSON carries no output.
+      }
+    }
+    return text;
+  },
+
+  toCanonical(ex, upstreamFamily) {
+    const { maxOutputTokens } = applyModelRules(ex.request, ex.model!);
+    const { request, mapping } = responsesToCanonical(ex.request, ex.model!, upstreamFamily, maxOutputTokens);
+    ex.set(toolMapping, mapping);
+    return request;
+  },
+
+  writeResponse: (res, ex) => JSON.stringify(canonicalToResponsesBody(res, ex)),
+
+  streamWriter: (ex) => responsesStreamWriter(ex),
+
+  fromCanonical(req) {
+    return {
+      method: 'POST',
+      path: '/responses',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify(canonicalToResponses(req)),
+      stream: req.stream,
+      model: req.model,
+    };
+  },
+
+  readResponse(body) {
+    try {
+      return responsesBodyToCanonical(JSON.parse(body.toString('utf8')));
+    } catch {
+      throw new GatewayError('upstream_error', 'The upstream answered with a body that is not JSON.');
+    }
+  },
+
+  streamReader: () => responsesStreamReader(),
+
+  readError: readOpenAiError,
+};
+
+export default definePlugin((ctx) => {
+  ctx.addCodec(codec);
+  return { name: 'codecs/responses' };
+});

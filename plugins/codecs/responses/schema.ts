@@ -1,0 +1,176 @@
+/**
+ * The Responses request as ajv checks it. Input items are checked one by one against the schema
+ * of their type, so an error can name the item (`input[3].call_id`); unknown fields pass through.
+ */
+import { GatewayError } from '../../../src/errors.js';
+import { compileValidator, type RequestValidator } from '../../../src/validation.js';
+
+const text = { type: 'string' };
+const callId = { type: 'string', minLength: 1 };
+
+const inputPart = {
+  type: 'object',
+  required: ['type'],
+  discriminator: { propertyName: 'type' },
+  oneOf: [
+    { properties: { type: { const: 'input_text' }, text }, required: ['text'] },
+    {
+      properties: {
+        type: { const: 'input_image' },
+        image_url: { type: 'string', minLength: 1 },
+        file_id: { type: 'string' },
+        detail: { enum: ['low', 'high', 'auto', 'original'] },
+      },
+    },
+    { properties: { type: { const: 'input_file' } } },
+    { properties: { type: { const: 'input_audio' } } },
+  ],
+};
+
+const outputPart = {
+  type: 'object',
+  required: ['type'],
+  discriminator: { propertyName: 'type' },
+  oneOf: [
+    { properties: { type: { const: 'output_text' }, text }, required: ['text'] },
+    { properties: { type: { const: 'refusal' }, refusal: text }, required: ['refusal'] },
+  ],
+};
+
+const itemSchemas: Record<string, object> = {
+  message: {
+    type: 'object',
+    required: ['role', 'content'],
+    properties: {
+      role: { enum: ['user', 'system', 'developer', 'assistant'] },
+      content: { anyOf: [{ type: 'string' }, { type: 'array' }] },
+    },
+    if: { properties: { role: { const: 'assistant' } } },
+    then: { properties: { content: { anyOf: [{ type: 'string' }, { type: 'array', items: outputPart }] } } },
+    else: { properties: { content: { anyOf: [{ type: 'string' }, { type: 'array', items: inputPart }] } } },
+  },
+  function_call: {
+    type: 'object',
+    required: ['call_id', 'name', 'arguments'],
+    properties: { call_id: callId, name: { type: 'string', minLength: 1 }, arguments: text, namespace: text },
+  },
+  function_call_output: {
+    type: 'object',
+    required: ['call_id', 'output'],
+    properties: { call_id: callId, output: { anyOf: [{ type: 'string' }, { type: 'array', items: inputPart }] } },
+  },
+  custom_tool_call: {
+    type: 'object',
+    required: ['call_id', 'name', 'input'],
+    properties: { call_id: callId, name: { type: 'string', minLength: 1 }, input: text },
+  },
+  custom_tool_call_output: {
+    type: 'object',
+    required: ['call_id', 'output'],
+    properties: { call_id: callId, output: { anyOf: [{ type: 'string' }, { type: 'array' }] } },
+  },
+  reasoning: { type: 'object', properties: { summary: { type: 'array' } } },
+  item_reference: { type: 'object', required: ['id'], properties: { id: { type: 'string', minLength: 1 } } },
+};
+
+const functionTool = {
+  properties: {
+    type: { const: 'function' },
+    name: { type: 'string', pattern: '^[A-Za-z0-9_-]{1,64}$' },
+    parameters: { type: ['object', 'null'] },
+    strict: { type: ['boolean', 'null'] },
+  },
+  required: ['name'],
+};
+
+const requestSchema = {
+  type: 'object',
+  required: ['model', 'input'],
+  properties: {
+    model: { type: 'string', minLength: 1 },
+    input: { anyOf: [{ type: 'string' }, { type: 'array', items: { type: 'object' } }] },
+    instructions: { type: ['string', 'null'] },
+    tools: {
+      type: 'array',
+      items: {
+        type: 'object',
+        required: ['type'],
+        properties: { type: { type: 'string' } },
+        allOf: [
+          { if: { properties: { type: { const: 'function' } } }, then: functionTool },
+          {
+            if: { properties: { type: { const: 'custom' } } },
+            then: { properties: { name: { type: 'string', pattern: '^[A-Za-z0-9_-]{1,64}$' } }, required: ['name'] },
+          },
+          {
+            if: { properties: { type: { const: 'namespace' } } },
+            then: {
+              required: ['name', 'tools'],
+              properties: { name: { type: 'string', minLength: 1 }, tools: { type: 'array', items: { type: 'object', required: ['type', 'name'] } } },
+            },
+          },
+        ],
+      },
+    },
+    tool_choice: {
+      anyOf: [{ enum: ['none', 'auto', 'required'] }, { type: 'object', required: ['type'], properties: { type: { type: 'string' } } }],
+    },
+    text: {
+      type: 'object',
+      properties: {
+        format: {
+          type: 'object',
+          required: ['type'],
+          discriminator: { propertyName: 'type' },
+          oneOf: [
+            { properties: { type: { const: 'text' } } },
+            { properties: { type: { const: 'json_object' } } },
+            {
+              properties: { type: { const: 'json_schema' }, name: { type: 'string', pattern: '^[A-Za-z0-9_-]{1,64}$' }, schema: { type: 'object' } },
+              required: ['name', 'schema'],
+            },
+          ],
+        },
+      },
+    },
+    reasoning: {
+      type: ['object', 'null'],
+      properties: {
+        effort: { enum: ['none', 'minimal', 'low', 'medium', 'high', 'xhigh', 'max', null] },
+        summary: { enum: ['auto', 'concise', 'detailed', null] },
+      },
+    },
+    max_output_tokens: { type: ['integer', 'null'], minimum: 1 },
+    temperature: { type: ['number', 'null'], minimum: 0, maximum: 2 },
+    top_p: { type: ['number', 'null'], minimum: 0, maximum: 1 },
+    parallel_tool_calls: { type: ['boolean', 'null'] },
+    metadata: { type: ['object', 'null'], additionalProperties: { type: 'string' } },
+    stream: { type: ['boolean', 'null'] },
+    previous_response_id: { type: ['string', 'null'] },
+    store: { type: ['boolean', 'null'] },
+  },
+};
+
+const validateRequest = compileValidator(requestSchema);
+const validateItem: Record<string, RequestValidator> = Object.fromEntries(
+  Object.entries(itemSchemas).map(([type, schema]) => [type, compileValidator(schema)]),
+);
+
+/** The item's type; a bare `{role, content}` is a message. */
+export const itemType = (item: Record<string, unknown>) => (typeof item.type === 'string' ? item.type : 'message');
+
+export function validateResponsesRequest(body: Record<string, any>): GatewayError | undefined {
+  const invalid = validateRequest(body);
+  if (invalid) return invalid;
+  if (!Array.isArray(body.input)) return undefined;
+  for (let i = 0; i < body.input.length; i++) {
+    const item = body.input[i];
+    const check = validateItem[itemType(item)];
+    const problem = check?.(item);
+    if (problem) {
+      const field = problem.param ? `input[${i}].${problem.param}` : `input[${i}]`;
+      return new GatewayError('invalid_request', problem.message.replace(/'[^']*'/, `'${field}'`), field);
+    }
+  }
+  return undefined;
+}

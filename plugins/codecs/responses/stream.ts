@@ -1,0 +1,280 @@
+/** Responses event streams: passthrough scanning, and reading/writing canonical events (2.7–2.9, 7.4, 7.5). */
+import type * as C from '../../../src/canonical.js';
+import type { ClientStream, Usage } from '../../../src/contracts.js';
+import { GatewayError } from '../../../src/errors.js';
+import type { Exchange } from '../../../src/exchange.js';
+import { newId, unixNow } from '../../../src/ids.js';
+import { eventFrame, frameData, hasObjectField } from '../../../src/sse.js';
+import {
+  callItem,
+  finishFromStatus,
+  messageItem,
+  readResponsesUsage,
+  reasoningItem,
+  responseObject,
+  statusOf,
+  toolMapping,
+  writeResponsesUsage,
+} from './canonical.js';
+
+type Json = Record<string, any>;
+
+const USAGE_KEY = Buffer.from('"usage"');
+
+const errorOf = (err: GatewayError) => ({ code: err.upstreamCode ?? err.code, message: err.message });
+
+/** The terminal failure event, so a stream never just stops (2.6, pitfall 9). */
+function failedFrame(ex: Exchange, sequence: number, id: string, createdAt: number, err: GatewayError, output: Json[]): string {
+  const response = responseObject(ex, { id, created_at: createdAt, status: 'failed', error: errorOf(err), output });
+  return eventFrame('response.failed', JSON.stringify({ type: 'response.failed', sequence_number: sequence, response }));
+}
+
+/**
+ * Relays a native Responses stream as it is. It parses only the first frame (for the response id)
+ * and the frame that carries usage; it counts frames so a failure can continue the numbering.
+ */
+export function responsesPassthrough(ex: Exchange): ClientStream {
+  let frames = 0;
+  let id: string | undefined;
+  let createdAt = unixNow();
+  let usage: Usage | undefined;
+  const parse = (frame: Buffer): Json | undefined => {
+    try {
+      return JSON.parse(frameData(frame) ?? '');
+    } catch {
+      return undefined;
+    }
+  };
+  return {
+    frame(frame) {
+      frames++;
+      if (id === undefined) {
+        const event = parse(frame);
+        id = event?.response?.id ?? '';
+        createdAt = event?.response?.created_at ?? createdAt;
+      }
+      if (hasObjectField(frame, USAGE_KEY)) usage = readResponsesUsage(parse(frame)?.response?.usage) ?? usage;
+      return true;
+    },
+    end: () => '',
+    fail: (err) => failedFrame(ex, frames, id || newId('resp_'), createdAt, err, []),
+    usage: () => usage,
+  };
+}
+
+/** Upstream Responses events → canonical events, for a client of another family. */
+export function responsesStreamReader(): C.StreamReader {
+  const calls = new Map<string, { index: number; streamed: boolean }>();
+  const byOutputIndex = new Map<number, string>();
+  const call = (e: Json) => calls.get(e.item_id ?? byOutputIndex.get(e.output_index));
+  return {
+    frame(data) {
+      let e: Json;
+      try {
+        e = JSON.parse(data);
+      } catch {
+        return [{ type: 'error', error: new GatewayError('upstream_error', 'The upstream sent a stream frame that is not JSON.') }];
+      }
+      switch (e.type) {
+        case 'response.created':
+          return [{ type: 'start', id: e.response?.id, model: e.response?.model, created: e.response?.created_at }];
+        case 'response.output_text.delta':
+          return e.delta ? [{ type: 'text', delta: e.delta }] : [];
+        case 'response.reasoning_summary_text.delta':
+        case 'response.reasoning_text.delta':
+          return e.delta ? [{ type: 'reasoning', delta: e.delta }] : [];
+        case 'response.output_item.added': {
+          const item = e.item ?? {};
+          if (item.type !== 'function_call' && item.type !== 'custom_tool_call') return [];
+          const index = calls.size;
+          calls.set(item.id ?? item.call_id, { index, streamed: false });
+          byOutputIndex.set(e.output_index, item.id ?? item.call_id);
+          return [{ type: 'tool_call', index, id: item.call_id ?? item.id, name: item.name }];
+        }
+        case 'response.function_call_arguments.delta': {
+          const c = call(e);
+          if (!c || !e.delta) return [];
+          c.streamed = true;
+          return [{ type: 'tool_arguments', index: c.index, delta: e.delta }];
+        }
+        case 'response.output_item.done': {
+          // Upstreams that deliver a call whole, without deltas, still owe its arguments.
+          const item = e.item ?? {};
+          const c = calls.get(item.id ?? item.call_id);
+          if (!c || c.streamed) return [];
+          c.streamed = true;
+          const args = item.type === 'custom_tool_call' ? JSON.stringify({ input: item.input }) : item.arguments;
+          return args ? [{ type: 'tool_arguments', index: c.index, delta: args }] : [];
+        }
+        case 'response.completed':
+        case 'response.incomplete':
+        case 'response.done': {
+          const r = e.response ?? {};
+          const events: C.Event[] = [{ type: 'finish', reason: finishFromStatus(r.status, r.incomplete_details?.reason, calls.size) }];
+          const usage = readResponsesUsage(r.usage);
+          if (usage) events.push({ type: 'usage', usage });
+          return events;
+        }
+        case 'response.failed': {
+          const error = e.response?.error ?? {};
+          return [{ type: 'error', error: new GatewayError('upstream_error', error.message ?? 'The upstream failed.', null, undefined, error.code) }];
+        }
+        case 'error':
+          return [{ type: 'error', error: new GatewayError('upstream_error', e.message ?? e.error?.message ?? 'The upstream failed.', null, undefined, e.code ?? e.error?.code) }];
+        default:
+          return [];
+      }
+    },
+    end: () => [],
+  };
+}
+
+interface OpenItem {
+  kind: 'message' | 'reasoning';
+  index: number;
+  id: string;
+  text: string;
+}
+
+interface CallState {
+  index: number;
+  call: C.ToolCall;
+  itemId: string;
+  custom: boolean;
+}
+
+/**
+ * Canonical events → the full Responses event sequence (2.8): created, in_progress, items with
+ * their parts and deltas, then exactly one terminal event. Output indexes are contiguous from 0
+ * and item ids unique, as the official SDK's accumulator demands.
+ */
+export function responsesStreamWriter(ex: Exchange): C.StreamWriter {
+  const mapping = ex.get(toolMapping);
+  const id = newId('resp_');
+  const createdAt = unixNow();
+  const output: (Json | undefined)[] = [];
+  const calls: CallState[] = [];
+  let sequence = 0;
+  let started = false;
+  let open: OpenItem | undefined;
+  let finish: C.FinishReason = 'stop';
+  let usage: Usage | undefined;
+
+  const frame = (type: string, payload: Json) => eventFrame(type, JSON.stringify({ type, sequence_number: sequence++, ...payload }));
+  const snapshot = (status: string, extra: Json = {}) =>
+    responseObject(ex, { id, created_at: createdAt, status, output: output.filter(Boolean), ...extra });
+  const opening = () => {
+    if (started) return '';
+    started = true;
+    return frame('response.created', { response: snapshot('in_progress') }) + frame('response.in_progress', { response: snapshot('in_progress') });
+  };
+  const closeOpen = () => {
+    if (!open) return '';
+    const { kind, index, id: itemId, text } = open;
+    open = undefined;
+    let out: string;
+    let item: Json;
+    if (kind === 'message') {
+      const part = { type: 'output_text', text, annotations: [] };
+      item = messageItem(itemId, text, 'completed');
+      out =
+        frame('response.output_text.done', { item_id: itemId, output_index: index, content_index: 0, text, logprobs: [] }) +
+        frame('response.content_part.done', { item_id: itemId, output_index: index, content_index: 0, part });
+    } else {
+      const part = { type: 'summary_text', text };
+      item = reasoningItem(itemId, text);
+      out =
+        frame('response.reasoning_summary_text.done', { item_id: itemId, output_index: index, summary_index: 0, text }) +
+        frame('response.reasoning_summary_part.done', { item_id: itemId, output_index: index, summary_index: 0, part });
+    }
+    output[index] = item;
+    return out + frame('response.output_item.done', { output_index: index, item });
+  };
+  const openItem = (kind: OpenItem['kind']) => {
+    let out = opening() + closeOpen();
+    const index = output.length;
+    output.push(undefined);
+    if (kind === 'message') {
+      open = { kind, index, id: newId('msg_'), text: '' };
+      out +=
+        frame('response.output_item.added', { output_index: index, item: { type: 'message', id: open.id, status: 'in_progress', role: 'assistant', content: [] } }) +
+        frame('response.content_part.added', { item_id: open.id, output_index: index, content_index: 0, part: { type: 'output_text', text: '', annotations: [] } });
+    } else {
+      open = { kind, index, id: newId('rs_'), text: '' };
+      out +=
+        frame('response.output_item.added', { output_index: index, item: { type: 'reasoning', id: open.id, summary: [] } }) +
+        frame('response.reasoning_summary_part.added', { item_id: open.id, output_index: index, summary_index: 0, part: { type: 'summary_text', text: '' } });
+    }
+    return out;
+  };
+  const closeCalls = () => {
+    let out = '';
+    for (const c of calls) {
+      const item = callItem(c.call, mapping, 'completed', c.itemId);
+      if (c.custom) {
+        out +=
+          frame('response.custom_tool_call_input.delta', { item_id: c.itemId, output_index: c.index, delta: item.input }) +
+          frame('response.custom_tool_call_input.done', { item_id: c.itemId, output_index: c.index, input: item.input });
+      } else {
+        out += frame('response.function_call_arguments.done', { item_id: c.itemId, output_index: c.index, name: item.name, arguments: c.call.arguments });
+      }
+      output[c.index] = item;
+      out += frame('response.output_item.done', { output_index: c.index, item });
+    }
+    calls.length = 0;
+    return out;
+  };
+
+  return {
+    event(e) {
+      switch (e.type) {
+        case 'start':
+          return opening();
+        case 'text': {
+          const out = open?.kind === 'message' ? '' : openItem('message');
+          open!.text += e.delta;
+          return out + frame('response.output_text.delta', { item_id: open!.id, output_index: open!.index, content_index: 0, delta: e.delta, logprobs: [] });
+        }
+        case 'reasoning': {
+          const out = open?.kind === 'reasoning' ? '' : openItem('reasoning');
+          open!.text += e.delta;
+          return out + frame('response.reasoning_summary_text.delta', { item_id: open!.id, output_index: open!.index, summary_index: 0, delta: e.delta });
+        }
+        case 'tool_call': {
+          const out = opening() + closeOpen();
+          const index = output.length;
+          output.push(undefined);
+          const custom = mapping?.custom.has(e.name) ?? false;
+          const state: CallState = { index, call: { id: e.id, name: e.name, arguments: '' }, itemId: newId(custom ? 'ctc_' : 'fc_'), custom };
+          calls[e.index] = state;
+          const item = callItem(state.call, mapping, 'in_progress', state.itemId);
+          return out + frame('response.output_item.added', { output_index: index, item: custom ? { ...item, input: '' } : item });
+        }
+        case 'tool_arguments': {
+          const c = calls[e.index];
+          if (!c) return '';
+          c.call.arguments += e.delta;
+          return c.custom ? '' : frame('response.function_call_arguments.delta', { item_id: c.itemId, output_index: c.index, delta: e.delta });
+        }
+        case 'finish':
+          finish = e.reason;
+          return '';
+        case 'usage':
+          usage = e.usage;
+          return '';
+        case 'error':
+          return '';
+      }
+    },
+    end() {
+      const out = opening() + closeOpen() + closeCalls();
+      const { status, incomplete_details } = statusOf(finish);
+      const type = status === 'incomplete' ? 'response.incomplete' : 'response.completed';
+      const response = snapshot(status, { incomplete_details, usage: usage ? writeResponsesUsage(usage) : null, ...(status === 'completed' && { completed_at: unixNow() }) });
+      return out + frame(type, { response });
+    },
+    fail(err) {
+      return opening() + failedFrame(ex, sequence++, id, createdAt, err, output.filter((x): x is Json => !!x));
+    },
+  };
+}

@@ -1,0 +1,10 @@
+/** A native OpenAI Responses upstream (`POST {baseUrl}/responses`). */
+import { definePlugin } from '../../../src/contracts.js';
+import { createHttpUpstream } from '../../../src/http-upstream.js';
+
+const kind = { family: 'responses', authHeaders: (apiKey: string) => ({ authorization: `Bearer ${apiKey}` }) };
+
+export default definePlugin((ctx) => {
+  ctx.addUpstreamKind('openai-responses', (name, options) => createHttpUpstream(kind, name, options));
+  return { name: 'upstreams/openai-responses' };
+});

@@ -1,0 +1,157 @@
+/**
+ * What the simulator's wire families share: the reply script they render into, OpenAI-shaped
+ * error replies, random ids, pacing of token steps and light request-validation helpers.
+ */
+import { randomBytes } from 'node:crypto';
+import type { JsonSchema, Plan } from './engine.js';
+
+export interface ReplyStep {
+  /** Wait this long after the previous step (or the request) before writing. */
+  delayMs: number;
+  bytes: string;
+}
+
+/** A complete scripted response. Headers go out with the first step. */
+export interface SimReply {
+  status: number;
+  headers: Record<string, string>;
+  steps: ReplyStep[];
+  /** After the last step the transport closes abruptly instead of ending cleanly. */
+  cut: boolean;
+}
+
+export const JSON_HEADERS: Readonly<Record<string, string>> = { 'content-type': 'application/json' };
+export const SSE_HEADERS: Readonly<Record<string, string>> = { 'content-type': 'text/event-stream; charset=utf-8' };
+
+/** A request the simulator refuses with 400, in OpenAI's terms. */
+export class RequestError extends Error {
+  constructor(
+    message: string,
+    readonly param: string | null,
+    readonly code: string | null,
+  ) {
+    super(message);
+  }
+}
+
+export function jsonReply(status: number, body: unknown, delayMs = 0): SimReply {
+  return { status, headers: { ...JSON_HEADERS }, steps: [{ delayMs, bytes: JSON.stringify(body) }], cut: false };
+}
+
+export function errorReply(status: number, message: string, type: string, param: string | null, code: string | null): SimReply {
+  return jsonReply(status, { error: { message, type, param, code } });
+}
+
+export function notFound(method: string, path: string): SimReply {
+  return errorReply(404, `Invalid URL (${method} ${path})`, 'invalid_request_error', null, null);
+}
+
+/** The body OpenAI sends for a request the `error=` directive fails. */
+export function faultReply(status: number): SimReply {
+  if (status === 429) return errorReply(status, 'Rate limit reached (simulated).', 'requests', null, 'rate_limit_exceeded');
+  if (status >= 500) return errorReply(status, 'The server had an error while processing your request (simulated).', 'server_error', null, null);
+  if (status === 401) return errorReply(status, 'Incorrect API key provided (simulated).', 'invalid_request_error', null, 'invalid_api_key');
+  return errorReply(status, `Simulated error with status ${status}.`, 'invalid_request_error', null, null);
+}
+
+/** Parses a JSON body, or answers the 400 OpenAI gives for one that is not JSON. */
+export function parseJsonBody(body: Buffer | string | undefined): { value: unknown } | { reply: SimReply } {
+  try {
+    return { value: JSON.parse(typeof body === 'string' ? body : (body?.toString('utf8') ?? '')) as unknown };
+  } catch {
+    return { reply: errorReply(400, 'The request body is not valid JSON.', 'invalid_request_error', null, null) };
+  }
+}
+
+/** Runs a request parser, turning a RequestError into OpenAI's 400 reply. */
+export function parseOr400<T>(parse: () => T): { value: T } | { reply: SimReply } {
+  try {
+    return { value: parse() };
+  } catch (err) {
+    if (!(err instanceof RequestError)) throw err;
+    return { reply: errorReply(400, err.message, 'invalid_request_error', err.param, err.code) };
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Ids
+
+const ID_ALPHABET = 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789';
+
+/** `length` random letters and digits. */
+export function randomId(length: number): string {
+  let id = '';
+  for (const byte of randomBytes(length)) id += ID_ALPHABET[byte % ID_ALPHABET.length];
+  return id;
+}
+
+/** `length` random lowercase hex digits (`length` even). */
+export function randomHex(length: number): string {
+  return randomBytes(Math.ceil(length / 2)).toString('hex').slice(0, length);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Pacing
+
+/**
+ * Collects frames into timed steps. The first step waits `firstDelayMs` (the ttft); `flush(ms)`
+ * closes the current step and makes the next one wait `ms`.
+ */
+export class StepBuilder {
+  readonly steps: ReplyStep[] = [];
+  private frames: string[] = [];
+
+  constructor(private delayMs: number) {}
+
+  push(frame: string): void {
+    this.frames.push(frame);
+  }
+
+  flush(nextDelayMs = 0): void {
+    if (this.frames.length > 0) this.steps.push({ delayMs: this.delayMs, bytes: this.frames.join('') });
+    this.frames = [];
+    this.delayMs = nextDelayMs;
+  }
+
+  /** The finished event-stream reply; `cut` drops the connection after the last step. */
+  sse(cut: boolean): SimReply {
+    this.flush(0);
+    return { status: 200, headers: { ...SSE_HEADERS }, steps: this.steps, cut };
+  }
+}
+
+/** Milliseconds between two token steps; 0 when the plan is unpaced. */
+export function tokenIntervalMs(p: Plan): number {
+  return p.timing.tokensPerSecond > 0 ? 1000 / p.timing.tokensPerSecond : 0;
+}
+
+/** Time until the last of `tokenSteps` token steps: ttft, then one interval per further step. */
+export function generationMs(p: Plan, tokenSteps: number): number {
+  const tps = p.timing.tokensPerSecond;
+  return p.timing.ttftMs + (tps > 0 && tokenSteps > 1 ? ((tokenSteps - 1) * 1000) / tps : 0);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Validation helpers
+
+export function isRecord(value: unknown): value is Record<string, unknown> {
+  return typeof value === 'object' && value !== null && !Array.isArray(value);
+}
+
+export function isSchema(value: unknown): value is JsonSchema {
+  return typeof value === 'boolean' || isRecord(value);
+}
+
+/** An optional integer >= 1. */
+export function positiveInteger(raw: unknown, param: string): number | undefined {
+  if (raw === undefined || raw === null) return undefined;
+  if (typeof raw !== 'number' || !Number.isInteger(raw)) throw new RequestError(`Invalid type for '${param}': expected an integer.`, param, 'invalid_type');
+  if (raw < 1) throw new RequestError(`Invalid '${param}': expected a value >= 1, got ${raw}.`, param, 'integer_below_min_value');
+  return raw;
+}
+
+export function optionalBoolean(raw: unknown, param: string): boolean | undefined {
+  if (raw === undefined || raw === null) return undefined;
+  if (typeof raw !== 'boolean') throw new RequestError(`Invalid type for '${param}': expected a boolean.`, param, 'invalid_type');
+  return raw;
+}

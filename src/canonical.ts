@@ -1,0 +1,148 @@
+/**
+ * The canonical pivot between wire families. A request, answer or stream from family A reaches
+ * family B as `codec[A] → canonical → codec[B]`: N codecs, not N² converters. It carries what
+ * every family can express; what only one family can say stays in passthrough.
+ */
+import type { Usage } from './contracts.js';
+import type { GatewayError } from './errors.js';
+
+export type Part =
+  | { type: 'text'; text: string }
+  /** `url` may be a `data:` URL. */
+  | { type: 'image'; url: string; detail?: string; mimeType?: string }
+  | { type: 'file'; fileId?: string; url?: string; data?: string; filename?: string; mimeType?: string }
+  | { type: 'audio'; data: string; format: string };
+
+export interface ToolCall {
+  /** The id the client uses to pair the result with the call (chat `id`, Responses `call_id`). */
+  id: string;
+  name: string;
+  /** JSON text. */
+  arguments: string;
+  /** Opaque provider state that must survive a round trip (Gemini thought signatures). */
+  signature?: string;
+}
+
+export type Message =
+  | { role: 'system'; content: Part[] }
+  | { role: 'user'; content: Part[] }
+  | { role: 'assistant'; content: Part[]; toolCalls: ToolCall[] }
+  | { role: 'tool'; toolCallId: string; name?: string; content: Part[] };
+
+export interface Tool {
+  name: string;
+  description?: string;
+  /** JSON Schema of the arguments object. */
+  parameters?: Record<string, unknown>;
+  strict?: boolean;
+}
+
+export type ToolChoice = 'auto' | 'none' | 'required' | { name: string } | { allowed: string[]; mode: 'auto' | 'required' };
+
+export type OutputFormat =
+  | { type: 'text' }
+  | { type: 'json_object' }
+  | { type: 'json_schema'; name: string; schema?: Record<string, unknown>; strict?: boolean; description?: string };
+
+export interface Request {
+  /** The upstream's name for the model. */
+  model: string;
+  messages: Message[];
+  tools: Tool[];
+  toolChoice?: ToolChoice;
+  parallelToolCalls?: boolean;
+  format?: OutputFormat;
+  maxOutputTokens?: number;
+  temperature?: number;
+  topP?: number;
+  stop?: string[];
+  seed?: number;
+  presencePenalty?: number;
+  frequencyPenalty?: number;
+  reasoning?: { effort?: string; summary?: string };
+  metadata?: Record<string, string>;
+  user?: string;
+  stream: boolean;
+}
+
+export type FinishReason = 'stop' | 'length' | 'tool_calls' | 'content_filter';
+
+/** A complete (non-streamed) answer. */
+export interface Response {
+  id?: string;
+  model?: string;
+  /** Unix seconds. */
+  created?: number;
+  text: string;
+  reasoning?: string;
+  toolCalls: ToolCall[];
+  finishReason: FinishReason;
+  usage?: Usage;
+}
+
+/** One step of a streamed answer. Tool calls are numbered from 0 in order of appearance. */
+export type Event =
+  | { type: 'start'; id?: string; model?: string; created?: number }
+  | { type: 'text'; delta: string }
+  | { type: 'reasoning'; delta: string }
+  | { type: 'tool_call'; index: number; id: string; name: string; signature?: string }
+  | { type: 'tool_arguments'; index: number; delta: string }
+  | { type: 'finish'; reason: FinishReason }
+  | { type: 'usage'; usage: Usage }
+  | { type: 'error'; error: GatewayError };
+
+/** Turns an upstream stream of one family into canonical events. */
+export interface StreamReader {
+  frame(data: string): Event[];
+  /** The upstream ended; anything still pending. */
+  end(): Event[];
+}
+
+/** Turns canonical events into a client stream of one family (SSE frame text). */
+export interface StreamWriter {
+  event(e: Event): string;
+  /** The upstream ended cleanly: the closing frames. */
+  end(): string;
+  /** The upstream failed midway: the family's stream-failure frames. */
+  fail(err: GatewayError): string;
+}
+
+/** The text of text parts, joined. */
+export function textOf(parts: Part[]): string {
+  let out = '';
+  for (const p of parts) if (p.type === 'text') out += p.text;
+  return out;
+}
+
+/** Collects a canonical event stream into a complete answer (used by tests and non-stream paths). */
+export function collect(events: Iterable<Event>): Response {
+  const res: Response = { text: '', toolCalls: [], finishReason: 'stop' };
+  for (const e of events) {
+    switch (e.type) {
+      case 'start':
+        Object.assign(res, { id: e.id, model: e.model, created: e.created });
+        break;
+      case 'text':
+        res.text += e.delta;
+        break;
+      case 'reasoning':
+        res.reasoning = (res.reasoning ?? '') + e.delta;
+        break;
+      case 'tool_call':
+        res.toolCalls[e.index] = { id: e.id, name: e.name, arguments: '', ...(e.signature && { signature: e.signature }) };
+        break;
+      case 'tool_arguments':
+        res.toolCalls[e.index]!.arguments += e.delta;
+        break;
+      case 'finish':
+        res.finishReason = e.reason;
+        break;
+      case 'usage':
+        res.usage = e.usage;
+        break;
+      case 'error':
+        throw e.error;
+    }
+  }
+  return res;
+}
