@@ -97,6 +97,10 @@ export async function runLoad({ url, headers, body, requests, concurrency }: Loa
 
 export interface Scenario {
   name: string;
+  /** Path on both servers: the simulator answers it directly, Sluice forwards it. */
+  path: '/v1/chat/completions' | '/v1/responses';
+  /** The model Sluice routes: `sim-chat` sits behind a chat upstream, `sim-responses` behind a native one. */
+  model: 'sim-chat' | 'sim-responses';
   prompt: string;
   stream: boolean;
   requests: number;
@@ -104,10 +108,17 @@ export interface Scenario {
 }
 
 export const scenarios: Scenario[] = [
-  { name: 'non-stream, 16 tokens', prompt: 'hi [[sim tokens=16]]', stream: false, requests: 4000, concurrency: 32 },
-  { name: 'stream, 16 tokens', prompt: 'hi [[sim tokens=16]]', stream: true, requests: 4000, concurrency: 32 },
-  { name: 'stream, 4000 tokens', prompt: 'long [[sim tokens=4000]]', stream: true, requests: 300, concurrency: 8 },
+  { name: 'chat, non-stream, 16 tokens', path: '/v1/chat/completions', model: 'sim-chat', prompt: 'hi [[sim tokens=16]]', stream: false, requests: 4000, concurrency: 32 },
+  { name: 'chat, stream, 16 tokens', path: '/v1/chat/completions', model: 'sim-chat', prompt: 'hi [[sim tokens=16]]', stream: true, requests: 4000, concurrency: 32 },
+  { name: 'chat, stream, 4000 tokens', path: '/v1/chat/completions', model: 'sim-chat', prompt: 'long [[sim tokens=4000]]', stream: true, requests: 300, concurrency: 8 },
+  { name: 'responses native, stream, 4000 tokens', path: '/v1/responses', model: 'sim-responses', prompt: 'long [[sim tokens=4000]]', stream: true, requests: 200, concurrency: 8 },
+  { name: 'responses bridged, stream, 4000 tokens', path: '/v1/responses', model: 'sim-chat', prompt: 'long [[sim tokens=4000]]', stream: true, requests: 200, concurrency: 8 },
 ];
+
+function requestBody(s: Scenario): string {
+  if (s.path === '/v1/responses') return JSON.stringify({ model: s.model, input: s.prompt, stream: s.stream });
+  return JSON.stringify({ model: s.model, messages: [{ role: 'user', content: s.prompt }], stream: s.stream });
+}
 
 export async function runE2e(): Promise<Record<string, string>[]> {
   const dataDir = mkdtempSync(join(tmpdir(), 'sluice-bench-'));
@@ -119,7 +130,14 @@ export async function runE2e(): Promise<Record<string, string>[]> {
     const config = join(dataDir, 'sluice.yaml');
     writeFileSync(
       config,
-      `upstreams:\n  sim: { kind: openai-chat, baseUrl: "${simUrl}/v1" }\nmodels:\n  - { id: sim-chat, upstream: sim }\n`,
+      [
+        'upstreams:',
+        `  chat: { kind: openai-chat, baseUrl: "${simUrl}/v1" }`,
+        `  responses: { kind: openai-responses, baseUrl: "${simUrl}/v1" }`,
+        'models:',
+        '  - { id: sim-chat, upstream: chat }',
+        '  - { id: sim-responses, upstream: responses }',
+      ].join('\n'),
     );
     const gw = await spawnUntil(
       [join(dist, 'src/main.js'), 'serve', '--config', config],
@@ -133,9 +151,9 @@ export async function runE2e(): Promise<Record<string, string>[]> {
 
     const rows: Record<string, string>[] = [];
     for (const s of scenarios) {
-      const body = JSON.stringify({ model: 'sim-chat', messages: [{ role: 'user', content: s.prompt }], stream: s.stream });
-      const direct: Load = { url: `${simUrl}/v1/chat/completions`, headers: {}, body, requests: s.requests, concurrency: s.concurrency };
-      const viaSluice: Load = { ...direct, url: `${gatewayUrl}/v1/chat/completions`, headers: { authorization: `Bearer ${key}` } };
+      const body = requestBody(s);
+      const direct: Load = { url: simUrl + s.path, headers: {}, body, requests: s.requests, concurrency: s.concurrency };
+      const viaSluice: Load = { ...direct, url: gatewayUrl + s.path, headers: { authorization: `Bearer ${key}` } };
       await runLoad({ ...direct, requests: 200 });
       await runLoad({ ...viaSluice, requests: 200 });
       const d = await runLoad(direct);

@@ -168,7 +168,7 @@ export function responsesStreamWriter(ex: Exchange): C.StreamWriter {
     started = true;
     return frame('response.created', { response: snapshot('in_progress') }) + frame('response.in_progress', { response: snapshot('in_progress') });
   };
-  const closeOpen = () => {
+  const closeOpen = (status = 'completed') => {
     if (!open) return '';
     const { kind, index, id: itemId, text } = open;
     open = undefined;
@@ -176,7 +176,7 @@ export function responsesStreamWriter(ex: Exchange): C.StreamWriter {
     let item: Json;
     if (kind === 'message') {
       const part = { type: 'output_text', text, annotations: [] };
-      item = messageItem(itemId, text, 'completed');
+      item = messageItem(itemId, text, status);
       out =
         frame('response.output_text.done', { item_id: itemId, output_index: index, content_index: 0, text, logprobs: [] }) +
         frame('response.content_part.done', { item_id: itemId, output_index: index, content_index: 0, part });
@@ -207,10 +207,10 @@ export function responsesStreamWriter(ex: Exchange): C.StreamWriter {
     }
     return out;
   };
-  const closeCalls = () => {
+  const closeCalls = (status = 'completed') => {
     let out = '';
     for (const c of calls) {
-      const item = callItem(c.call, mapping, 'completed', c.itemId);
+      const item = callItem(c.call, mapping, status, c.itemId);
       if (c.custom) {
         out +=
           frame('response.custom_tool_call_input.delta', { item_id: c.itemId, output_index: c.index, delta: item.input }) +
@@ -274,7 +274,9 @@ export function responsesStreamWriter(ex: Exchange): C.StreamWriter {
       return out + frame(type, { response });
     },
     fail(err) {
-      return opening() + failedFrame(ex, sequence++, id, createdAt, err, output.filter((x): x is Json => !!x));
+      // Items cut short are closed as incomplete, so the failed response still accounts for them.
+      const out = opening() + closeOpen('incomplete') + closeCalls('incomplete');
+      return out + failedFrame(ex, sequence++, id, createdAt, err, output.filter((x): x is Json => !!x));
     },
   };
 }
