@@ -98,6 +98,8 @@ export type UpstreamFactory = (name: string, options: Record<string, unknown>, c
 export interface ClientStream {
   /** Called per upstream SSE frame; returns false to keep the frame from the client. */
   frame(frame: Buffer): boolean;
+  /** After each upstream chunk: frames of its own the stream wrote for that chunk, if any. */
+  take?(): string;
   /** The upstream ended cleanly: closing bytes for the client, if any. */
   end(): string;
   /** The upstream failed midway: the family's stream-failure frames. */

@@ -164,7 +164,7 @@ export class Pipeline {
           upstreamStatus = status;
           const isEventStream = String(headers['content-type'] ?? '').includes('text/event-stream');
           if (!ex.stream || status >= 300 || !isEventStream || ex.aborted) return;
-          stream = upstreamCodec === ex.codec ? recording(ex, ex.codec.passthroughStream(ex)) : translating(ex, upstreamCodec, write);
+          stream = upstreamCodec === ex.codec ? recording(ex, ex.codec.passthroughStream(ex)) : translating(ex, upstreamCodec);
           ex.status = 200;
           res.startStream(200, { 'content-type': ex.codec.streamContentType, 'cache-control': 'no-cache', 'x-accel-buffering': 'no' });
         },
@@ -176,6 +176,8 @@ export class Pipeline {
           }
           writable = true;
           splitter.push(chunk, visit, write);
+          const own = stream.take?.();
+          if (own) write(own);
           if (!writable) res.onWritable(() => call!.resume());
           return writable;
         },
@@ -184,7 +186,7 @@ export class Pipeline {
           if (stream) {
             const rest = splitter.flush();
             if (rest && visit(rest)) write(rest);
-            res.end(stream.end());
+            res.end((stream.take?.() ?? '') + stream.end());
           } else {
             this.finishCollected(ex, res, upstream, upstreamCodec, upstreamStatus, Buffer.concat(collected));
           }
@@ -252,13 +254,14 @@ function recording(ex: Exchange, stream: ClientStream): ClientStream {
   };
 }
 
-/** Reads upstream frames into canonical events and writes them as client frames. */
-function translating(ex: Exchange, upstreamCodec: Codec, write: (text: string) => void): ClientStream {
+/** Reads upstream frames into canonical events and writes them as client frames, one write per chunk. */
+function translating(ex: Exchange, upstreamCodec: Codec): ClientStream {
   const reader = upstreamCodec.streamReader(ex);
   const writer = ex.codec.streamWriter(ex);
   let usage: Usage | undefined;
   let delivered = '';
   let failed = false;
+  let pending = '';
   ex.set(deliveredOutput, () => delivered);
   const emit = (events: Event[]): string => {
     let out = '';
@@ -280,9 +283,13 @@ function translating(ex: Exchange, upstreamCodec: Codec, write: (text: string) =
   return {
     frame(frame) {
       const data = frameData(frame);
-      const out = data === null ? '' : emit(reader.frame(data));
-      if (out) write(out);
+      if (data !== null) pending += emit(reader.frame(data));
       return false;
+    },
+    take() {
+      const out = pending;
+      pending = '';
+      return out;
     },
     end: () => {
       const out = emit(reader.end());
