@@ -35,6 +35,10 @@ export interface ModelConfig {
   families: Record<string, FamilyMode>;
   /** Families the config restricts the model to; undefined offers every family Sluice speaks. */
   offeredFamilies?: string[];
+  /** Request parameters to drop, instead of refusing, when the upstream cannot honour them. */
+  ignoreParameters: string[];
+  /** Context window in tokens, shown in model lists that carry it. */
+  contextTokens: number;
   /** Unix seconds, shown in model lists. */
   created: number;
   ownedBy: string;
@@ -72,8 +76,10 @@ export const defaultPlugins = [
   'grant',
   'codecs/chat',
   'codecs/responses',
+  'codecs/gemini',
   'upstreams/openai-chat',
   'upstreams/openai-responses',
+  'upstreams/gemini',
   'upstreams/simulator',
   'usage',
   'access-log',
@@ -84,10 +90,12 @@ const embeddedDefault: { upstreams: Record<string, UpstreamConfig>; models: NonN
   upstreams: {
     simulator: { kind: 'simulator' },
     'simulator-responses': { kind: 'simulator', family: 'responses' },
+    'simulator-gemini': { kind: 'simulator', family: 'gemini' },
   },
   models: [
     { id: 'sim-chat', upstream: 'simulator', maxOutputTokens: { default: 1024, max: 8192 } },
     { id: 'sim-responses', upstream: 'simulator-responses', maxOutputTokens: { default: 1024, max: 8192 }, features: { serverTools: ['web_search'] } },
+    { id: 'sim-gemini', upstream: 'simulator-gemini', maxOutputTokens: { default: 1024, max: 8192 } },
     {
       id: 'sim-chat-basic',
       upstream: 'simulator',
@@ -171,6 +179,8 @@ const schema = {
             },
           },
           families: { type: 'array', minItems: 1, items: { type: 'string', minLength: 1 }, uniqueItems: true },
+          ignoreParameters: { type: 'array', items: { type: 'string', minLength: 1 }, uniqueItems: true },
+          contextTokens: { type: 'integer', minimum: 1 },
           created: { type: 'integer', minimum: 0 },
           ownedBy: { type: 'string' },
         },
@@ -217,7 +227,7 @@ interface RawConfig {
   log?: { level?: string };
   plugins?: (string | { name: string; options?: Record<string, unknown> })[];
   upstreams?: Record<string, UpstreamConfig>;
-  models?: (Partial<Omit<ModelConfig, 'features' | 'families'>> & { id: string; upstream: string; features?: Partial<ModelFeatures>; families?: string[] })[];
+  models?: (Partial<Omit<ModelConfig, 'features' | 'families' | 'ignoreParameters'>> & { ignoreParameters?: string[]; id: string; upstream: string; features?: Partial<ModelFeatures>; families?: string[] })[];
 }
 
 function resolve(raw: RawConfig, env: NodeJS.ProcessEnv, source: string): Config {
@@ -243,6 +253,8 @@ function resolve(raw: RawConfig, env: NodeJS.ProcessEnv, source: string): Config
       features: { tools: true, jsonSchema: true, vision: true, temperature: true, reasoning: true, streamUsage: true, serverTools: [], ...m.features },
       families: {},
       offeredFamilies: m.families,
+      ignoreParameters: m.ignoreParameters ?? [],
+      contextTokens: m.contextTokens ?? 131072,
       created: m.created ?? 1767225600,
       ownedBy: m.ownedBy ?? 'sluice',
     };

@@ -115,7 +115,8 @@ export interface ClientStream {
 export interface Codec {
   readonly family: string;
   readonly endpoints: Endpoint[];
-  readonly streamContentType: string;
+  /** Content type of a stream answer (most families: `text/event-stream`). */
+  streamContentType(ex: Exchange): string;
   /** How this family is served from another family's upstream; 'translated' when absent. */
   translationMode?(upstreamFamily: string): FamilyMode;
   /** The caller's credential: undefined when none was sent, '' when it is malformed. */

@@ -27,6 +27,7 @@ export const catalog = {
   invalid_value: { status: 400, kind: 'invalid_request' },
   unsupported_parameter: { status: 400, kind: 'invalid_request' },
   model_not_found: { status: 400, kind: 'invalid_request' },
+  prompt_blocked: { status: 400, kind: 'invalid_request' },
   missing_api_key: { status: 401, kind: 'authentication' },
   invalid_api_key: { status: 401, kind: 'authentication' },
   key_disabled: { status: 401, kind: 'authentication' },

@@ -3,7 +3,7 @@
  * them. A phase that returns nothing continues synchronously; only a returned promise is awaited.
  */
 import type { ModelConfig } from './config.js';
-import type { Event } from './canonical.js';
+import type { Event, Response } from './canonical.js';
 import type { ClientStream, Codec, Plugin, PhaseResult, Upstream, UpstreamCall, UpstreamRequest, Usage } from './contracts.js';
 import { GatewayError, asGatewayError } from './errors.js';
 import { StateKey, type Exchange } from './exchange.js';
@@ -166,7 +166,7 @@ export class Pipeline {
           if (!ex.stream || status >= 300 || !isEventStream || ex.aborted) return;
           stream = upstreamCodec === ex.codec ? recording(ex, ex.codec.passthroughStream(ex)) : translating(ex, upstreamCodec);
           ex.status = 200;
-          res.startStream(200, { 'content-type': ex.codec.streamContentType, 'cache-control': 'no-cache', 'x-accel-buffering': 'no' });
+          res.startStream(200, { 'content-type': ex.codec.streamContentType(ex), 'cache-control': 'no-cache', 'x-accel-buffering': 'no' });
         },
         data: (chunk) => {
           if (settled) return false;
@@ -215,13 +215,20 @@ export class Pipeline {
         res.reply(status, { 'content-type': 'application/json' }, body);
         return;
       }
-      const answer = upstreamCodec.readResponse(body, ex);
+      let answer: Response;
+      try {
+        answer = upstreamCodec.readResponse(body, ex);
+      } catch (err) {
+        // A 200 can still be a refusal (a blocked prompt) or an unreadable body.
+        this.fail(ex, res, asGatewayError(err));
+        return;
+      }
       ex.usage = answer.usage;
       res.reply(status, { 'content-type': 'application/json' }, ex.codec.writeResponse(answer, ex));
       return;
     }
     const err = upstreamCodec.readError(status, body);
-    if (status === 401 || status === 403) {
+    if (err.status === 401 || err.status === 403) {
       this.fail(ex, res, new GatewayError('upstream_error', `Upstream \`${upstream.name}\` rejected the gateway's credentials (${status}).`));
     } else if (status >= 400 && status < 500) {
       // The client's own mistake as the upstream saw it: same status; the same body when the family matches.

@@ -655,7 +655,7 @@ t.test('in-process upstream with family: responses', async (t) => {
   t.equal(upstream.name, 'sim-r');
   t.equal(factory('sim-c', {}, ctx).family, 'chat', 'chat by default');
   t.equal(factory('sim-c', { family: 'chat' }, ctx).family, 'chat');
-  t.throws(() => simulatorUpstream('bad', { family: 'gemini' }), /family/);
+  t.throws(() => simulatorUpstream('bad', { family: 'anthropic' }), /family/);
 
   const post = (path: string, payload: string, stream: boolean) => ({ method: 'POST' as const, path, headers: {}, body: payload, stream, model: 'sim-chat' });
 

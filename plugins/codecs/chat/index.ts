@@ -69,7 +69,7 @@ const codec: Codec = {
     // One model list serves both OpenAI families: entries say which families each model serves.
     { method: 'get', path: '/v1/models', kind: 'models', families: ['chat', 'responses'] },
   ],
-  streamContentType: 'text/event-stream; charset=utf-8',
+  streamContentType: () => 'text/event-stream; charset=utf-8',
 
   credential: bearerCredential,
 

@@ -53,7 +53,7 @@ function textOf(content: unknown): string {
 const codec: Codec = {
   family: 'responses',
   endpoints: [{ method: 'post', path: '/v1/responses', kind: 'generate' }],
-  streamContentType: 'text/event-stream; charset=utf-8',
+  streamContentType: () => 'text/event-stream; charset=utf-8',
 
   translationMode: (upstreamFamily) => (upstreamFamily === 'chat' ? 'bridge' : 'translated'),
 

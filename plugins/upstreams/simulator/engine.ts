@@ -62,7 +62,8 @@ export interface Plan {
   choices: ChoicePlan[];
   usage: { inputTokens: number; outputTokens: number };
   timing: { ttftMs: number; tokensPerSecond: number };
-  fault: { errorStatus?: number; cutAfter?: number };
+  /** `blocked`: the prompt is refused by a (simulated) safety filter; families that have no such answer ignore it. */
+  fault: { errorStatus?: number; cutAfter?: number; blocked?: boolean };
 }
 
 /** What a `[[sim …]]` directive can set. */
@@ -72,6 +73,8 @@ export interface Directives {
   ttftMs: number;
   errorStatus?: number;
   cutAfter?: number;
+  /** `block=1`: the prompt is blocked (set only when asked for). */
+  block?: boolean;
 }
 
 const DEFAULT_TOKENS = 16;
@@ -100,7 +103,7 @@ export function plan(input: EngineInput): Plan {
     choices,
     usage: { inputTokens: inputTokens(input.messages), outputTokens: choices.reduce((sum, c) => sum + units(c).length, 0) },
     timing: { ttftMs: directives.ttftMs, tokensPerSecond: directives.tps },
-    fault: { errorStatus: directives.errorStatus, cutAfter: directives.cutAfter },
+    fault: { errorStatus: directives.errorStatus, cutAfter: directives.cutAfter, ...(directives.block ? { blocked: true } : {}) },
   };
 }
 
@@ -125,13 +128,17 @@ export function parseDirectives(text: string): Directives {
       else if (key === 'ttft_ms') out.ttftMs = value;
       else if (key === 'error' && whole && value >= 400 && value <= 599) out.errorStatus = value;
       else if (key === 'cut_after' && whole) out.cutAfter = value;
+      else if (key === 'block' && whole) {
+        if (value > 0) out.block = true;
+        else delete out.block;
+      }
     }
   }
   return out;
 }
 
 /** o200k tokens of all message text, plus a fixed overhead per message and per image. */
-function inputTokens(messages: SimMessage[]): number {
+export function inputTokens(messages: SimMessage[]): number {
   let total = 0;
   for (const m of messages) {
     total += countText(m.text) + TOKENS_PER_MESSAGE + TOKENS_PER_IMAGE * m.images;

@@ -6,18 +6,35 @@
 import { definePlugin, type ResponseSink, type Upstream, type UpstreamCall, type UpstreamRequest } from '../../../src/contracts.js';
 import { GatewayError } from '../../../src/errors.js';
 import { DEFAULT_MODELS, routeChat, type ChatOptions } from './chat.js';
+import { DEFAULT_GEMINI_MODELS, geminiNotFound, routeGemini } from './gemini.js';
 import { notFound, type SimReply } from './reply.js';
 import { routeResponses } from './responses.js';
 
-/** The wire families the simulator speaks. Either way it serves both endpoints. */
-export type SimulatorFamily = 'chat' | 'responses';
+/** The wire families the simulator speaks. Whichever it is told, it serves every family's endpoints. */
+export type SimulatorFamily = 'chat' | 'responses' | 'gemini';
+
+export interface SimulatorRoutes extends ChatOptions {
+  /** Ids the Gemini `GET /models` lists and `GET /models/{id}` finds; DEFAULT_GEMINI_MODELS when absent. */
+  geminiModels?: string[];
+  /**
+   * Which API answers the listing routes, `GET /models` and `GET /models/{id}`: 'openai' (the
+   * default) or 'gemini'. Generation routes of every family are served either way.
+   */
+  listing?: 'openai' | 'gemini';
+}
 
 /**
- * Routes a request (path relative to the API root): `POST /chat/completions`, `POST /responses`,
- * `GET /models`; undefined for any other route.
+ * Routes a request (path relative to the API root, query string included): `POST /chat/completions`,
+ * `POST /responses`, `POST /models/{model}:generateContent` (and `:streamGenerateContent`,
+ * `:countTokens`), `GET /models` (and, when listing Gemini models, `GET /models/{id}`); undefined
+ * for any other route.
  */
-export function routeSimulator(method: string, path: string, body: Buffer | string | undefined, options: ChatOptions): SimReply | undefined {
-  return routeChat(method, path, body, options) ?? routeResponses(method, path, body);
+export function routeSimulator(method: string, path: string, body: Buffer | string | undefined, options: SimulatorRoutes): SimReply | undefined {
+  const gemini = { models: options.geminiModels ?? DEFAULT_GEMINI_MODELS };
+  if (options.listing === 'gemini') return routeGemini(method, path, body, gemini) ?? routeChat(method, path, body, options) ?? routeResponses(method, path, body);
+  return (
+    routeChat(method, path, body, options) ?? routeResponses(method, path, body) ?? (method === 'POST' ? routeGemini(method, path, body, gemini) : undefined)
+  );
 }
 
 /** Where a reply script is played. */
@@ -106,16 +123,21 @@ class ReplyPlayer implements UpstreamCall {
 }
 
 /**
- * An in-process simulator channel. Options: `models` (ids listed by `GET /models`) and `family`
- * ('chat', the default, or 'responses': the family the gateway is told this upstream speaks).
+ * An in-process simulator channel. Options: `family` ('chat', the default, 'responses' or
+ * 'gemini': the family the gateway is told this upstream speaks) and `models` (ids listed by
+ * `GET /models`: OpenAI's list, or Google's for the gemini family, whose `GET /models/{id}` and
+ * 404s are Google's too).
  */
 export function simulatorUpstream(name: string, options: Record<string, unknown>): Upstream {
-  const chatOptions: ChatOptions = { models: modelsOption(name, options.models) };
+  const family = familyOption(name, options.family);
+  const models = modelsOption(name, options.models, family === 'gemini' ? DEFAULT_GEMINI_MODELS : DEFAULT_MODELS);
+  const routes: SimulatorRoutes = family === 'gemini' ? { models: DEFAULT_MODELS, geminiModels: models, listing: 'gemini' } : { models };
+  const missing = family === 'gemini' ? geminiNotFound : notFound;
   return {
     name,
-    family: familyOption(name, options.family),
+    family,
     send(req: UpstreamRequest, sink: ResponseSink): UpstreamCall {
-      const reply = routeSimulator(req.method, req.path, req.body, chatOptions) ?? notFound(req.method, req.path);
+      const reply = routeSimulator(req.method, req.path, req.body, routes) ?? missing(req.method, req.path);
       return playReply(reply, {
         start: (status, headers) => sink.start(status, headers),
         data: (bytes) => sink.data(Buffer.from(bytes)),
@@ -127,12 +149,12 @@ export function simulatorUpstream(name: string, options: Record<string, unknown>
 
 function familyOption(name: string, value: unknown): SimulatorFamily {
   if (value === undefined) return 'chat';
-  if (value === 'chat' || value === 'responses') return value;
-  throw new Error(`upstream ${name}: 'family' must be 'chat' or 'responses'`);
+  if (value === 'chat' || value === 'responses' || value === 'gemini') return value;
+  throw new Error(`upstream ${name}: 'family' must be 'chat', 'responses' or 'gemini'`);
 }
 
-function modelsOption(name: string, value: unknown): string[] {
-  if (value === undefined) return DEFAULT_MODELS;
+function modelsOption(name: string, value: unknown, fallback: string[]): string[] {
+  if (value === undefined) return fallback;
   if (Array.isArray(value) && value.every((m) => typeof m === 'string')) return value;
   throw new Error(`upstream ${name}: 'models' must be a list of model ids`);
 }

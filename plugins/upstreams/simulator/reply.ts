@@ -1,6 +1,7 @@
 /**
  * What the simulator's wire families share: the reply script they render into, OpenAI-shaped
- * error replies, random ids, pacing of token steps and light request-validation helpers.
+ * error replies, JSON body parsing, random ids, pacing of token steps and light request-validation
+ * helpers.
  */
 import { randomBytes } from 'node:crypto';
 import type { JsonSchema, Plan } from './engine.js';
@@ -54,23 +55,33 @@ export function faultReply(status: number): SimReply {
   return errorReply(status, `Simulated error with status ${status}.`, 'invalid_request_error', null, null);
 }
 
-/** Parses a JSON body, or answers the 400 OpenAI gives for one that is not JSON. */
-export function parseJsonBody(body: Buffer | string | undefined): { value: unknown } | { reply: SimReply } {
+/** Parses a JSON body; undefined when it is not JSON. */
+export function readJson(body: Buffer | string | undefined): { value: unknown } | undefined {
   try {
     return { value: JSON.parse(typeof body === 'string' ? body : (body?.toString('utf8') ?? '')) as unknown };
   } catch {
-    return { reply: errorReply(400, 'The request body is not valid JSON.', 'invalid_request_error', null, null) };
+    return undefined;
+  }
+}
+
+/** Parses a JSON body, or answers the 400 OpenAI gives for one that is not JSON. */
+export function parseJsonBody(body: Buffer | string | undefined): { value: unknown } | { reply: SimReply } {
+  return readJson(body) ?? { reply: errorReply(400, 'The request body is not valid JSON.', 'invalid_request_error', null, null) };
+}
+
+/** Runs a request parser, turning a RequestError into the reply `refuse` makes of it. */
+export function parseOr<T>(parse: () => T, refuse: (err: RequestError) => SimReply): { value: T } | { reply: SimReply } {
+  try {
+    return { value: parse() };
+  } catch (err) {
+    if (!(err instanceof RequestError)) throw err;
+    return { reply: refuse(err) };
   }
 }
 
 /** Runs a request parser, turning a RequestError into OpenAI's 400 reply. */
 export function parseOr400<T>(parse: () => T): { value: T } | { reply: SimReply } {
-  try {
-    return { value: parse() };
-  } catch (err) {
-    if (!(err instanceof RequestError)) throw err;
-    return { reply: errorReply(400, err.message, 'invalid_request_error', err.param, err.code) };
-  }
+  return parseOr(parse, (err) => errorReply(400, err.message, 'invalid_request_error', err.param, err.code));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -115,8 +126,42 @@ export class StepBuilder {
 
   /** The finished event-stream reply; `cut` drops the connection after the last step. */
   sse(cut: boolean): SimReply {
+    return this.reply(SSE_HEADERS, cut);
+  }
+
+  /** The finished 200 reply with these headers; `cut` drops the connection after the last step. */
+  reply(headers: Readonly<Record<string, string>>, cut: boolean): SimReply {
     this.flush(0);
-    return { status: 200, headers: { ...SSE_HEADERS }, steps: this.steps, cut };
+    return { status: 200, headers: { ...headers }, steps: this.steps, cut };
+  }
+}
+
+/**
+ * Frames placed on a plan's token clock: tick k is due `ttft + k × interval` after the request.
+ * Ticks may be skipped (time still passes); frames of one tick share a step, and an unpaced plan
+ * puts everything in one step.
+ */
+export class TickScript {
+  private builder: StepBuilder | undefined;
+  private tick = 0;
+
+  constructor(private readonly p: Plan) {}
+
+  push(tick: number, frame: string): void {
+    const intervalMs = tokenIntervalMs(this.p);
+    if (!this.builder) {
+      this.builder = new StepBuilder(this.p.timing.ttftMs + tick * intervalMs);
+      this.tick = tick;
+    } else if (tick > this.tick) {
+      if (intervalMs > 0) this.builder.flush((tick - this.tick) * intervalMs);
+      this.tick = tick;
+    }
+    this.builder.push(frame);
+  }
+
+  /** The finished 200 reply; `cut` drops the connection after the last step. */
+  reply(headers: Readonly<Record<string, string>>, cut: boolean): SimReply {
+    return (this.builder ?? new StepBuilder(this.p.timing.ttftMs)).reply(headers, cut);
   }
 }
 
@@ -153,5 +198,24 @@ export function positiveInteger(raw: unknown, param: string): number | undefined
 export function optionalBoolean(raw: unknown, param: string): boolean | undefined {
   if (raw === undefined || raw === null) return undefined;
   if (typeof raw !== 'boolean') throw new RequestError(`Invalid type for '${param}': expected a boolean.`, param, 'invalid_type');
+  return raw;
+}
+
+export function requiredString(raw: unknown, param: string, allowEmpty = false): string {
+  if (raw === undefined || raw === null) throw new RequestError(`Missing required parameter: '${param}'.`, param, 'missing_required_parameter');
+  if (typeof raw !== 'string') throw new RequestError(`Invalid type for '${param}': expected a string.`, param, 'invalid_type');
+  if (raw === '' && !allowEmpty) throw new RequestError(`Invalid '${param}': empty string.`, param, 'empty_string');
+  return raw;
+}
+
+export function optionalString(raw: unknown, param: string): string | undefined {
+  if (raw === undefined || raw === null) return undefined;
+  if (typeof raw !== 'string') throw new RequestError(`Invalid type for '${param}': expected a string.`, param, 'invalid_type');
+  return raw;
+}
+
+export function optionalNumber(raw: unknown, param: string): number | undefined {
+  if (raw === undefined || raw === null) return undefined;
+  if (typeof raw !== 'number' || !Number.isFinite(raw)) throw new RequestError(`Invalid type for '${param}': expected a number.`, param, 'invalid_type');
   return raw;
 }

@@ -26,10 +26,13 @@ import {
   isSchema,
   jsonReply,
   optionalBoolean,
+  optionalNumber,
+  optionalString,
   parseJsonBody,
   parseOr400,
   positiveInteger,
   randomHex,
+  requiredString,
   tokenIntervalMs,
   type SimReply,
 } from './reply.js';
@@ -614,24 +617,5 @@ function parseReasoning(raw: unknown): ResponseEcho['reasoning'] {
 function parseMetadata(raw: unknown): Record<string, unknown> {
   if (raw === undefined || raw === null) return {};
   if (!isRecord(raw)) throw new RequestError("Invalid type for 'metadata': expected an object.", 'metadata', 'invalid_type');
-  return raw;
-}
-
-function requiredString(raw: unknown, param: string, allowEmpty = false): string {
-  if (raw === undefined || raw === null) throw new RequestError(`Missing required parameter: '${param}'.`, param, 'missing_required_parameter');
-  if (typeof raw !== 'string') throw new RequestError(`Invalid type for '${param}': expected a string.`, param, 'invalid_type');
-  if (raw === '' && !allowEmpty) throw new RequestError(`Invalid '${param}': empty string.`, param, 'empty_string');
-  return raw;
-}
-
-function optionalString(raw: unknown, param: string): string | undefined {
-  if (raw === undefined || raw === null) return undefined;
-  if (typeof raw !== 'string') throw new RequestError(`Invalid type for '${param}': expected a string.`, param, 'invalid_type');
-  return raw;
-}
-
-function optionalNumber(raw: unknown, param: string): number | undefined {
-  if (raw === undefined || raw === null) return undefined;
-  if (typeof raw !== 'number' || !Number.isFinite(raw)) throw new RequestError(`Invalid type for '${param}': expected a number.`, param, 'invalid_type');
   return raw;
 }

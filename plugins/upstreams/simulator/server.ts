@@ -2,15 +2,18 @@
  * The simulator as its own HTTP process (for benchmarks and tests against a real socket):
  *   node dist/plugins/upstreams/simulator/server.js --port N [--host 127.0.0.1]
  * Prints `simulator listening on http://HOST:PORT` once it listens. Serves POST /v1/chat/completions,
- * POST /v1/responses, GET /v1/models, GET /healthz and GET /stats (what tests check the gateway
- * sent); `cut_after` drops the connection without ending the response.
+ * POST /v1/responses, GET /v1/models, the Gemini API under /v1beta (POST
+ * /v1beta/models/{model}:generateContent, :streamGenerateContent, :countTokens; GET /v1beta/models,
+ * GET /v1beta/models/{id}), GET /healthz and GET /stats (what tests check the gateway sent);
+ * `cut_after` drops the connection without ending the response.
  */
 import { STATUS_CODES } from 'node:http';
 import { pathToFileURL } from 'node:url';
 import { parseArgs } from 'node:util';
 import uWS from 'uWebSockets.js';
-import { DEFAULT_MODELS, type ChatOptions } from './chat.js';
-import { playReply, routeSimulator } from './index.js';
+import { DEFAULT_MODELS } from './chat.js';
+import { DEFAULT_GEMINI_MODELS, geminiError, geminiNotFound, routeGemini } from './gemini.js';
+import { playReply, routeSimulator, type SimulatorRoutes } from './index.js';
 import { errorReply, notFound, type SimReply } from './reply.js';
 
 export interface SimulatorServerOptions {
@@ -18,7 +21,10 @@ export interface SimulatorServerOptions {
   host?: string;
   /** 0 (the default) picks a free port. */
   port?: number;
+  /** Ids listed by GET /v1/models. */
   models?: string[];
+  /** Ids listed by GET /v1beta/models. */
+  geminiModels?: string[];
 }
 
 export interface SimulatorServer {
@@ -29,10 +35,22 @@ export interface SimulatorServer {
 const MAX_BODY_BYTES = 64 * 1024 * 1024;
 /** The generation endpoints /stats counts. */
 const GENERATION_PATHS = new Set(['/v1/chat/completions', '/v1/responses']);
+const GEMINI_GENERATION = /^\/v1beta\/models\/.+:(generateContent|streamGenerateContent)$/;
+const GEMINI_ROOT = '/v1beta/';
+
+function isGeneration(url: string): boolean {
+  if (GENERATION_PATHS.has(url)) return true;
+  if (!url.startsWith(GEMINI_ROOT)) return false;
+  try {
+    return GEMINI_GENERATION.test(decodeURIComponent(url));
+  } catch {
+    return false;
+  }
+}
 
 /** Counters behind GET /stats. */
 interface Stats {
-  /** Generation requests received (chat completions and responses). */
+  /** Generation requests received (chat completions, responses, Gemini content generation). */
   requests: number;
   /** Exchanges the client dropped before the response was complete. */
   aborted: number;
@@ -43,11 +61,14 @@ interface Stats {
 export function startSimulatorServer(options: SimulatorServerOptions = {}): Promise<SimulatorServer> {
   const host = options.host ?? '127.0.0.1';
   const port = options.port ?? 0;
-  const chatOptions: ChatOptions = { models: options.models ?? DEFAULT_MODELS };
+  const routes: Required<Pick<SimulatorRoutes, 'models' | 'geminiModels'>> = {
+    models: options.models ?? DEFAULT_MODELS,
+    geminiModels: options.geminiModels ?? DEFAULT_GEMINI_MODELS,
+  };
   // close() exists at runtime (it also drops open connections) but is missing from the typings.
   const app: uWS.TemplatedApp & { close?(): void } = uWS.App();
   const stats: Stats = { requests: 0, aborted: 0 };
-  app.any('/*', (res, req) => handle(res, req, chatOptions, stats));
+  app.any('/*', (res, req) => handle(res, req, routes, stats));
   return new Promise((resolve, reject) => {
     app.listen(host, port, (listenSocket) => {
       if (!listenSocket) {
@@ -65,22 +86,26 @@ export function startSimulatorServer(options: SimulatorServerOptions = {}): Prom
   });
 }
 
-function handle(res: uWS.HttpResponse, req: uWS.HttpRequest, options: ChatOptions, stats: Stats): void {
+function handle(res: uWS.HttpResponse, req: uWS.HttpRequest, options: Required<Pick<SimulatorRoutes, 'models' | 'geminiModels'>>, stats: Stats): void {
   // Everything from req must be read now: it is only valid during this callback.
   const method = req.getMethod().toUpperCase();
   const url = req.getUrl();
   const query = req.getQuery();
+  const gemini = url.startsWith(GEMINI_ROOT);
   const exchange = new Exchange(res, () => stats.aborted++);
   res.onAborted(() => exchange.abort());
 
   const route = (body?: Buffer): SimReply => {
     if (method === 'GET' && url === '/healthz') return json({ status: 'ok' });
     if (method === 'GET' && url === '/stats') return json({ requests: stats.requests, aborted: stats.aborted, lastRequest: parsed(stats.lastBody) });
-    if (method === 'POST' && GENERATION_PATHS.has(url) && body) {
+    if (method === 'POST' && isGeneration(url) && body) {
       stats.requests++;
       stats.lastBody = body;
     }
-    const reply = url.startsWith('/v1/') ? routeSimulator(method, url.slice(3) + (query ? `?${query}` : ''), body, options) : undefined;
+    const search = query ? `?${query}` : '';
+    // The Gemini API root serves only Gemini routes, with Google-shaped errors.
+    if (gemini) return routeGemini(method, url.slice(GEMINI_ROOT.length - 1) + search, body, { models: options.geminiModels }) ?? geminiNotFound(method, url);
+    const reply = url.startsWith('/v1/') ? routeSimulator(method, url.slice(3) + search, body, options) : undefined;
     return reply ?? notFound(method, url);
   };
   if (method !== 'POST') {
@@ -93,7 +118,12 @@ function handle(res: uWS.HttpResponse, req: uWS.HttpRequest, options: ChatOption
     if (size > MAX_BODY_BYTES) return;
     size += chunk.byteLength;
     if (size > MAX_BODY_BYTES) {
-      exchange.play(errorReply(413, 'The request body is too large.', 'invalid_request_error', null, null));
+      // Google refuses an oversized payload with a 400; OpenAI with a 413.
+      exchange.play(
+        gemini
+          ? geminiError(400, `Request payload size exceeds the limit: ${MAX_BODY_BYTES} bytes.`)
+          : errorReply(413, 'The request body is too large.', 'invalid_request_error', null, null),
+      );
       return;
     }
     // The ArrayBuffer is neutered when this callback returns: copy it.

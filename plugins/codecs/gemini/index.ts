@@ -1,0 +1,226 @@
+/**
+ * The content-generation family (Gemini shape): `POST /v1beta/models/{id}:generateContent`,
+ * `:streamGenerateContent` (`?alt=sse` for SSE, a JSON array without), `GET /v1beta/models[/{id}]`.
+ * Keys come in `x-svc-api-key`, or `x-goog-api-key` / `?key=` so the stock Gemini clients work.
+ */
+import type { ModelConfig } from '../../../src/config.js';
+import { definePlugin, type Codec } from '../../../src/contracts.js';
+import { GatewayError, codeForStatus } from '../../../src/errors.js';
+import type { Exchange } from '../../../src/exchange.js';
+import { parseJsonObject, withFields } from '../../../src/json-body.js';
+import { frameData } from '../../../src/sse.js';
+import { canonicalToGemini, canonicalToGeminiBody, geminiBodyToCanonical, geminiToCanonical, readGeminiUsage } from './canonical.js';
+import { validateGenerateContent } from './schema.js';
+import { geminiPassthrough, geminiStreamReader, geminiStreamWriter, sseMode } from './stream.js';
+
+type Json = Record<string, any>;
+
+const statusNames: Record<number, string> = {
+  400: 'INVALID_ARGUMENT',
+  401: 'UNAUTHENTICATED',
+  403: 'PERMISSION_DENIED',
+  404: 'NOT_FOUND',
+  405: 'INVALID_ARGUMENT',
+  413: 'INVALID_ARGUMENT',
+  429: 'RESOURCE_EXHAUSTED',
+  499: 'CANCELLED',
+  500: 'INTERNAL',
+  502: 'INTERNAL',
+  503: 'UNAVAILABLE',
+  504: 'DEADLINE_EXCEEDED',
+};
+
+const methods = { generateContent: false, streamGenerateContent: true } as const;
+
+/** `sim-gemini:generateContent` → the model id and the method; a `models/` prefix is accepted. */
+function parseTarget(target: string): { model: string; method?: string } {
+  const decoded = decodeURIComponent(target).replace(/^models\//, '');
+  const colon = decoded.lastIndexOf(':');
+  return colon < 0 ? { model: decoded } : { model: decoded.slice(0, colon), method: decoded.slice(colon + 1) };
+}
+
+function applyModelRules(req: Json, model: ModelConfig): { maxOutputTokens?: number; addDefault: boolean } {
+  const unsupported = (param: string, what: string) =>
+    new GatewayError('unsupported_parameter', `Unsupported parameter: '${param}': model \`${model.id}\` does not support ${what}.`, param);
+  const { features, maxOutputTokens } = model;
+  const gen: Json = req.generationConfig ?? {};
+  if (!features.tools && (req.tools?.length || req.toolConfig)) throw unsupported('tools', 'tool calling');
+  if (!features.jsonSchema && (gen.responseSchema || gen.responseJsonSchema)) throw unsupported('generationConfig.responseSchema', 'structured output');
+  if (!features.temperature && gen.temperature !== undefined) throw unsupported('generationConfig.temperature', 'a sampling temperature');
+  if (!features.reasoning && gen.thinkingConfig) throw unsupported('generationConfig.thinkingConfig', 'thinking controls');
+  if (!features.vision) {
+    req.contents.forEach((c: Json, i: number) => {
+      const j = (c.parts ?? []).findIndex((p: Json) => (p.inlineData ?? p.fileData)?.mimeType?.startsWith('image/'));
+      if (j >= 0) throw unsupported(`contents[${i}].parts[${j}]`, 'image input');
+    });
+  }
+  const asked: number | undefined = gen.maxOutputTokens;
+  if (asked !== undefined && maxOutputTokens.max && asked > maxOutputTokens.max) {
+    throw new GatewayError('invalid_value', `maxOutputTokens is too large: ${asked}. Model \`${model.id}\` supports at most ${maxOutputTokens.max} output tokens.`, 'generationConfig.maxOutputTokens');
+  }
+  return { maxOutputTokens: asked ?? maxOutputTokens.default, addDefault: asked === undefined && maxOutputTokens.default !== undefined };
+}
+
+function errorBody(err: GatewayError): string {
+  return JSON.stringify({ error: { code: err.status, message: err.message, status: statusNames[err.status] ?? (err.status >= 500 ? 'INTERNAL' : 'INVALID_ARGUMENT') } });
+}
+
+function modelEntry(m: ModelConfig): Json {
+  return {
+    name: `models/${m.id}`,
+    version: '1',
+    displayName: m.id,
+    description: `${m.id} via Sluice`,
+    inputTokenLimit: m.contextTokens,
+    outputTokenLimit: m.maxOutputTokens.max ?? m.maxOutputTokens.default ?? 8192,
+    supportedGenerationMethods: ['generateContent', 'streamGenerateContent'],
+  };
+}
+
+const upstreamPath = (model: string, stream: boolean) => `/models/${encodeURIComponent(model)}:${stream ? 'streamGenerateContent?alt=sse' : 'generateContent'}`;
+
+const codec: Codec = {
+  family: 'gemini',
+  endpoints: [
+    { method: 'post', path: '/v1beta/models/:target', kind: 'generate' },
+    { method: 'get', path: '/v1beta/models', kind: 'models' },
+    { method: 'get', path: '/v1beta/models/:target', kind: 'models' },
+  ],
+
+  streamContentType: (ex) => (ex.get(sseMode) ? 'text/event-stream' : 'application/json; charset=utf-8'),
+
+  credential(ex) {
+    return ex.headers['x-svc-api-key'] ?? ex.headers['x-goog-api-key'] ?? ex.queryParam('key');
+  },
+
+  decode(ex) {
+    const { model, method } = parseTarget(ex.params[0] ?? '');
+    if (!method || !(method in methods)) {
+      throw new GatewayError('not_found', `Method '${method ?? ''}' is not supported; use generateContent or streamGenerateContent.`);
+    }
+    const parsed = parseJsonObject(ex.body);
+    if (parsed === 'not_json') throw new GatewayError('invalid_json', 'Invalid JSON payload received.');
+    if (parsed === 'not_object') throw new GatewayError('invalid_request', 'The request body must be a JSON object.');
+    const invalid = validateGenerateContent(parsed);
+    if (invalid) throw invalid;
+    ex.request = parsed;
+    ex.modelId = model;
+    ex.stream = methods[method as keyof typeof methods];
+    ex.set(sseMode, ex.queryParam('alt') === 'sse');
+  },
+
+  modelList(models, ex: Exchange) {
+    if (ex.params[0] === undefined) return { models: models.map(modelEntry) };
+    const { model } = parseTarget(ex.params[0]);
+    const found = models.find((m) => m.id === model);
+    if (!found) throw new GatewayError('not_found', `Model models/${model} is not found or not available to this key.`);
+    return modelEntry(found);
+  },
+
+  errorBody,
+
+  promptText(ex) {
+    const texts: string[] = [];
+    for (const p of ex.request.systemInstruction?.parts ?? []) texts.push(p.text ?? '');
+    for (const c of ex.request.contents ?? []) {
+      for (const p of c.parts ?? []) {
+        if (typeof p.text === 'string') texts.push(p.text);
+        if (p.functionCall) texts.push(p.functionCall.name, JSON.stringify(p.functionCall.args ?? {}));
+        if (p.functionResponse) texts.push(JSON.stringify(p.functionResponse.response));
+      }
+    }
+    if (ex.request.tools) texts.push(JSON.stringify(ex.request.tools));
+    return texts.join('\n');
+  },
+
+  prepare(ex) {
+    const req = ex.request;
+    const model = ex.model!;
+    const { maxOutputTokens, addDefault } = applyModelRules(req, model);
+    const body = addDefault ? withFields(ex.body, req, { generationConfig: { ...req.generationConfig, maxOutputTokens } }) : ex.body;
+    return {
+      method: 'POST',
+      path: upstreamPath(model.upstreamModel, ex.stream),
+      headers: { 'content-type': 'application/json' },
+      body,
+      stream: ex.stream,
+      model: model.upstreamModel,
+    };
+  },
+
+  passthroughStream: (ex) => geminiPassthrough(ex, errorBody),
+
+  bodyUsage(body) {
+    try {
+      return readGeminiUsage(JSON.parse(body.toString('utf8')).usageMetadata);
+    } catch {
+      return undefined;
+    }
+  },
+
+  deliveredText(frames) {
+    let text = '';
+    for (const frame of frames) {
+      try {
+        for (const p of JSON.parse(frameData(frame) ?? '{}').candidates?.[0]?.content?.parts ?? []) {
+          if (typeof p.text === 'string') text += p.text;
+          if (p.functionCall) text += p.functionCall.name + JSON.stringify(p.functionCall.args ?? {});
+        }
+      } catch {
+        // A frame that is not JSON carries no output.
+      }
+    }
+    return text;
+  },
+
+  toCanonical(ex) {
+    const { maxOutputTokens } = applyModelRules(ex.request, ex.model!);
+    return geminiToCanonical(ex.request, ex.model!, ex.stream, maxOutputTokens);
+  },
+
+  writeResponse: (res, ex) => JSON.stringify(canonicalToGeminiBody(res, ex)),
+
+  streamWriter: (ex) => geminiStreamWriter(ex, errorBody),
+
+  fromCanonical(req) {
+    return {
+      method: 'POST',
+      path: upstreamPath(req.model, req.stream),
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify(canonicalToGemini(req)),
+      stream: req.stream,
+      model: req.model,
+    };
+  },
+
+  readResponse(body) {
+    let parsed: Json;
+    try {
+      parsed = JSON.parse(body.toString('utf8'));
+    } catch {
+      throw new GatewayError('upstream_error', 'The upstream answered with a body that is not JSON.');
+    }
+    return geminiBodyToCanonical(parsed);
+  },
+
+  streamReader: () => geminiStreamReader(),
+
+  readError(status, body) {
+    let error: Json | undefined;
+    try {
+      error = JSON.parse(body.toString()).error;
+    } catch {
+      // Not JSON: use the text.
+    }
+    const message: string = error?.message ?? (body.toString().slice(0, 300) || `Upstream answered ${status}.`);
+    // Gemini says 400 for a bad API key: that is the gateway's credential, not the client's request (7.11 item 8).
+    const badKey = /API key not valid/i.test(message) || JSON.stringify(error?.details ?? []).includes('API_KEY_INVALID');
+    const effective = badKey ? 401 : status;
+    return new GatewayError(codeForStatus(effective), message, null, effective, error?.status);
+  },
+};
+
+export default definePlugin((ctx) => {
+  ctx.addCodec(codec);
+  return { name: 'codecs/gemini' };
+});

@@ -1,0 +1,159 @@
+/**
+ * Content-generation streams. Clients ask for SSE (`?alt=sse`, data-only events) or, without it,
+ * get the real API's streamed JSON array. Upstream Gemini streams are always requested as SSE.
+ */
+import type * as C from '../../../src/canonical.js';
+import type { ClientStream, Usage } from '../../../src/contracts.js';
+import { GatewayError } from '../../../src/errors.js';
+import { StateKey, type Exchange } from '../../../src/exchange.js';
+import { newId } from '../../../src/ids.js';
+import { dataFrame, frameData, hasObjectField } from '../../../src/sse.js';
+import { blockedPrompt, readFinishReason, readGeminiUsage, readParts, writeAnswerParts, writeFinishReason, writeGeminiUsage } from './canonical.js';
+
+type Json = Record<string, any>;
+
+/** Set when the client asked for SSE; otherwise it gets a JSON array. */
+export const sseMode = new StateKey<boolean>('gemini sse');
+
+const USAGE_KEY = Buffer.from('"usageMetadata"');
+
+/** Frames events as SSE, or as the elements of one JSON array. */
+export class GeminiFraming {
+  private opened = false;
+  constructor(private readonly sse: boolean) {}
+
+  event(payload: string): string {
+    if (this.sse) return dataFrame(payload);
+    const out = (this.opened ? ',\r\n' : '[') + payload;
+    this.opened = true;
+    return out;
+  }
+
+  close(): string {
+    return this.sse ? '' : this.opened ? ']' : '[]';
+  }
+}
+
+/**
+ * Relays a Gemini upstream stream. SSE clients get the bytes as they are; array clients get each
+ * event's JSON. Usage totals are cumulative, so only the last frame that carries them is parsed.
+ */
+export function geminiPassthrough(ex: Exchange, errorBody: (err: GatewayError) => string): ClientStream {
+  const sse = ex.get(sseMode) === true;
+  const framing = new GeminiFraming(sse);
+  let lastUsageFrame: Buffer | undefined;
+  let pending = '';
+  return {
+    frame(frame) {
+      if (hasObjectField(frame, USAGE_KEY)) lastUsageFrame = frame;
+      if (sse) return true;
+      const data = frameData(frame);
+      if (data) pending += framing.event(data);
+      return false;
+    },
+    take() {
+      const out = pending;
+      pending = '';
+      return out;
+    },
+    end: () => framing.close(),
+    fail: (err) => framing.event(errorBody(err)) + framing.close(),
+    usage() {
+      try {
+        return lastUsageFrame && readGeminiUsage(JSON.parse(frameData(lastUsageFrame) ?? '').usageMetadata);
+      } catch {
+        return undefined;
+      }
+    },
+  };
+}
+
+/** Upstream Gemini events → canonical events. Call indexes keep counting across chunks (7.11 item 1). */
+export function geminiStreamReader(): C.StreamReader {
+  let started = false;
+  let calls = 0;
+  let finish: string | undefined;
+  let usage: Usage | undefined;
+  return {
+    frame(data) {
+      let chunk: Json;
+      try {
+        chunk = JSON.parse(data);
+      } catch {
+        return [{ type: 'error', error: new GatewayError('upstream_error', 'The upstream sent a stream event that is not JSON.') }];
+      }
+      if (chunk.error) {
+        const e = chunk.error;
+        return [{ type: 'error', error: new GatewayError('upstream_error', e.message ?? 'The upstream failed.', null, undefined, e.status) }];
+      }
+      const blocked = blockedPrompt(chunk);
+      if (blocked) return [{ type: 'error', error: blocked }];
+      const events: C.Event[] = [];
+      if (!started) {
+        started = true;
+        events.push({ type: 'start', id: chunk.responseId, model: chunk.modelVersion });
+      }
+      const candidate = chunk.candidates?.[0];
+      const { text, reasoning, calls: found } = readParts(candidate?.content?.parts ?? [], () => calls++);
+      if (reasoning) events.push({ type: 'reasoning', delta: reasoning });
+      if (text) events.push({ type: 'text', delta: text });
+      for (const call of found) {
+        events.push({ type: 'tool_call', index: call.index, id: call.id, name: call.name, ...(call.signature && { signature: call.signature }) });
+        events.push({ type: 'tool_arguments', index: call.index, delta: call.arguments });
+      }
+      if (candidate?.finishReason) finish = candidate.finishReason;
+      // Totals are cumulative: a chunk without them must not erase what is known (7.11 item 5).
+      usage = readGeminiUsage(chunk.usageMetadata) ?? usage;
+      return events;
+    },
+    end() {
+      const events: C.Event[] = [{ type: 'finish', reason: readFinishReason(finish, calls) }];
+      if (usage) events.push({ type: 'usage', usage });
+      return events;
+    },
+  };
+}
+
+/**
+ * Canonical events → Gemini increments. Text goes out as it comes; a call goes out whole, as
+ * Gemini sends them; the last event carries the finish reason and the usage totals.
+ */
+export function geminiStreamWriter(ex: Exchange, errorBody: (err: GatewayError) => string): C.StreamWriter {
+  const framing = new GeminiFraming(ex.get(sseMode) === true);
+  const responseId = newId('', 12);
+  const calls: C.ToolCall[] = [];
+  let finish: C.FinishReason = 'stop';
+  let usage: Usage | undefined;
+  const chunk = (parts: Json[], extra: Json = {}) =>
+    framing.event(JSON.stringify({ candidates: [{ content: { role: 'model', parts }, index: 0, ...extra.candidate }], ...extra.top, modelVersion: ex.modelId, responseId }));
+  return {
+    event(e) {
+      switch (e.type) {
+        case 'text':
+          return chunk([{ text: e.delta }]);
+        case 'reasoning':
+          return chunk([{ text: e.delta, thought: true }]);
+        case 'tool_call':
+          calls[e.index] = { id: e.id, name: e.name, arguments: '', ...(e.signature && { signature: e.signature }) };
+          return '';
+        case 'tool_arguments':
+          if (calls[e.index]) calls[e.index]!.arguments += e.delta;
+          return '';
+        case 'finish':
+          finish = e.reason;
+          return '';
+        case 'usage':
+          usage = e.usage;
+          return '';
+        default:
+          return '';
+      }
+    },
+    end() {
+      const parts = calls.length ? writeAnswerParts('', undefined, calls) : [{ text: '' }];
+      const last = chunk(parts, { candidate: { finishReason: writeFinishReason(finish) }, top: usage ? { usageMetadata: writeGeminiUsage(usage) } : {} });
+      return last + framing.close();
+    },
+    fail: (err) => framing.event(errorBody(err)) + framing.close(),
+  };
+}
