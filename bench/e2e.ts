@@ -54,7 +54,7 @@ interface Load {
 const LF_LF = Buffer.from('\n\n');
 
 export async function runLoad({ url, headers, body, requests, concurrency }: Load): Promise<LoadResult> {
-  const { origin, pathname } = new URL(url);
+  const { origin, pathname, search } = new URL(url);
   const pool = new Pool(origin, { connections: concurrency, keepAliveTimeout: 10_000 });
   const latencies: number[] = [];
   const ttfbs: number[] = [];
@@ -66,7 +66,7 @@ export async function runLoad({ url, headers, body, requests, concurrency }: Loa
     while (next < requests) {
       next++;
       const t0 = performance.now();
-      const res = await pool.request({ method: 'POST', path: pathname, headers: { 'content-type': 'application/json', ...headers }, body });
+      const res = await pool.request({ method: 'POST', path: pathname + search, headers: { 'content-type': 'application/json', ...headers }, body });
       if (res.statusCode !== 200) throw new Error(`${url} answered ${res.statusCode}: ${await res.body.text()}`);
       let first = true;
       for await (const chunk of res.body as AsyncIterable<Buffer>) {
@@ -95,30 +95,45 @@ export async function runLoad({ url, headers, body, requests, concurrency }: Loa
   };
 }
 
+type Family = 'chat' | 'responses' | 'gemini';
+
 export interface Scenario {
   name: string;
-  /** Path on both servers: the simulator answers it directly, Sluice forwards it. */
-  path: '/v1/chat/completions' | '/v1/responses';
-  /** The model Sluice routes: `sim-chat` sits behind a chat upstream, `sim-responses` behind a native one. */
-  model: 'sim-chat' | 'sim-responses';
+  /** The client's wire family: the same request goes straight to the simulator and through Sluice. */
+  family: Family;
+  /** The model Sluice routes; each sits behind an upstream of the family its name says. */
+  model: 'sim-chat' | 'sim-responses' | 'sim-gemini';
   prompt: string;
   stream: boolean;
   requests: number;
   concurrency: number;
 }
 
+const long = 'long [[sim tokens=4000]]';
 export const scenarios: Scenario[] = [
-  { name: 'chat, non-stream, 16 tokens', path: '/v1/chat/completions', model: 'sim-chat', prompt: 'hi [[sim tokens=16]]', stream: false, requests: 4000, concurrency: 32 },
-  { name: 'chat, stream, 16 tokens', path: '/v1/chat/completions', model: 'sim-chat', prompt: 'hi [[sim tokens=16]]', stream: true, requests: 4000, concurrency: 32 },
-  { name: 'chat, stream, 4000 tokens', path: '/v1/chat/completions', model: 'sim-chat', prompt: 'long [[sim tokens=4000]]', stream: true, requests: 300, concurrency: 8 },
-  { name: 'responses native, stream, 4000 tokens', path: '/v1/responses', model: 'sim-responses', prompt: 'long [[sim tokens=4000]]', stream: true, requests: 200, concurrency: 8 },
-  { name: 'responses bridged, stream, 4000 tokens', path: '/v1/responses', model: 'sim-chat', prompt: 'long [[sim tokens=4000]]', stream: true, requests: 200, concurrency: 8 },
+  { name: 'chat, non-stream, 16 tokens', family: 'chat', model: 'sim-chat', prompt: 'hi [[sim tokens=16]]', stream: false, requests: 4000, concurrency: 32 },
+  { name: 'chat, stream, 16 tokens', family: 'chat', model: 'sim-chat', prompt: 'hi [[sim tokens=16]]', stream: true, requests: 4000, concurrency: 32 },
+  { name: 'chat passthrough, 4000 tokens', family: 'chat', model: 'sim-chat', prompt: long, stream: true, requests: 300, concurrency: 8 },
+  { name: 'chat on gemini upstream, 4000 tokens', family: 'chat', model: 'sim-gemini', prompt: long, stream: true, requests: 100, concurrency: 8 },
+  { name: 'responses passthrough, 4000 tokens', family: 'responses', model: 'sim-responses', prompt: long, stream: true, requests: 200, concurrency: 8 },
+  { name: 'responses bridged to chat, 4000 tokens', family: 'responses', model: 'sim-chat', prompt: long, stream: true, requests: 200, concurrency: 8 },
+  { name: 'gemini passthrough, 4000 tokens', family: 'gemini', model: 'sim-gemini', prompt: long, stream: true, requests: 100, concurrency: 8 },
+  { name: 'gemini on chat upstream, 4000 tokens', family: 'gemini', model: 'sim-chat', prompt: long, stream: true, requests: 100, concurrency: 8 },
 ];
 
-function requestBody(s: Scenario): string {
-  if (s.path === '/v1/responses') return JSON.stringify({ model: s.model, input: s.prompt, stream: s.stream });
-  return JSON.stringify({ model: s.model, messages: [{ role: 'user', content: s.prompt }], stream: s.stream });
+/** The simulator's own model for each family: the direct baseline. */
+const nativeModel: Record<Family, string> = { chat: 'sim-chat', responses: 'sim-responses', gemini: 'sim-gemini' };
+
+function requestFor(family: Family, model: string, s: Scenario): { path: string; body: string } {
+  if (family === 'gemini') {
+    const path = `/v1beta/models/${model}:${s.stream ? 'streamGenerateContent?alt=sse' : 'generateContent'}`;
+    return { path, body: JSON.stringify({ contents: [{ role: 'user', parts: [{ text: s.prompt }] }] }) };
+  }
+  if (family === 'responses') return { path: '/v1/responses', body: JSON.stringify({ model, input: s.prompt, stream: s.stream }) };
+  return { path: '/v1/chat/completions', body: JSON.stringify({ model, messages: [{ role: 'user', content: s.prompt }], stream: s.stream }) };
 }
+
+const authFor = (family: Family, key: string): Record<string, string> => (family === 'gemini' ? { 'x-goog-api-key': key } : { authorization: `Bearer ${key}` });
 
 export async function runE2e(): Promise<Record<string, string>[]> {
   const dataDir = mkdtempSync(join(tmpdir(), 'sluice-bench-'));
@@ -134,9 +149,11 @@ export async function runE2e(): Promise<Record<string, string>[]> {
         'upstreams:',
         `  chat: { kind: openai-chat, baseUrl: "${simUrl}/v1" }`,
         `  responses: { kind: openai-responses, baseUrl: "${simUrl}/v1" }`,
+        `  gemini: { kind: gemini, baseUrl: "${simUrl}/v1beta" }`,
         'models:',
         '  - { id: sim-chat, upstream: chat }',
         '  - { id: sim-responses, upstream: responses }',
+        '  - { id: sim-gemini, upstream: gemini }',
       ].join('\n'),
     );
     const gw = await spawnUntil(
@@ -150,10 +167,12 @@ export async function runE2e(): Promise<Record<string, string>[]> {
     const [, key, gatewayUrl] = gw.match;
 
     const rows: Record<string, string>[] = [];
+    const passthrough = new Map<Family, LoadResult>();
     for (const s of scenarios) {
-      const body = requestBody(s);
-      const direct: Load = { url: simUrl + s.path, headers: {}, body, requests: s.requests, concurrency: s.concurrency };
-      const viaSluice: Load = { ...direct, url: gatewayUrl + s.path, headers: { authorization: `Bearer ${key}` } };
+      const straight = requestFor(s.family, nativeModel[s.family], s);
+      const through = requestFor(s.family, s.model, s);
+      const direct: Load = { url: simUrl + straight.path, headers: {}, body: straight.body, requests: s.requests, concurrency: s.concurrency };
+      const viaSluice: Load = { url: gatewayUrl + through.path, headers: authFor(s.family, key!), body: through.body, requests: s.requests, concurrency: s.concurrency };
       await runLoad({ ...direct, requests: 200 });
       await runLoad({ ...viaSluice, requests: 200 });
       const d = await runLoad(direct);
@@ -170,6 +189,10 @@ export async function runE2e(): Promise<Record<string, string>[]> {
         'sluice/direct': ratio ? `req/s ${(r.reqPerSec / ratio.reqPerSec).toFixed(2)}, p50 ${(r.p50Ms / ratio.p50Ms).toFixed(2)}` : '',
       });
       rows.push(row('direct', d), row('sluice', g, d));
+      if (s.model === nativeModel[s.family]) passthrough.set(s.family, g);
+      else if (passthrough.has(s.family)) {
+        rows.at(-1)!['sluice/direct'] += `; vs passthrough ${(g.reqPerSec / passthrough.get(s.family)!.reqPerSec).toFixed(2)}`;
+      }
     }
     return rows;
   } finally {

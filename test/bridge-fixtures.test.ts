@@ -11,6 +11,7 @@ import { SseSplitter, frameData } from '../src/sse.js';
 import { chatStreamReader, chatStreamWriter } from '../plugins/codecs/chat/stream.js';
 import { openAiErrorBody } from '../plugins/codecs/openai-common.js';
 import { responsesStreamReader, responsesStreamWriter } from '../plugins/codecs/responses/stream.js';
+import { geminiStreamReader } from '../plugins/codecs/gemini/stream.js';
 
 const fixture = (name: string) => readFileSync(new URL(`../../test/fixtures/${name}`, import.meta.url));
 
@@ -159,6 +160,33 @@ for (const name of ['responses-reasoning-text.sse', 'responses-tool.sse']) {
     t.pass('25 random splits give the same answer');
   });
 }
+
+t.test('gemini: calls in separate chunks keep counting, usage is the last total, CRLF framing', async (t) => {
+  const bytes = fixture('gemini-parallel-calls.sse');
+  const ex = exchange({ model: 'm', messages: [], stream: true, stream_options: { include_usage: true } });
+  const answer = collect(replay([bytes], geminiStreamReader(), chatStreamWriter(ex, openAiErrorBody)).events);
+  t.same(answer.toolCalls.map((c) => [JSON.parse(c.arguments).city, c.signature]), [['Oslo', 'c2lnLTE='], ['Rome', undefined]]);
+  t.not(answer.toolCalls[0]!.id, answer.toolCalls[1]!.id, 'synthesized ids are distinct');
+  t.equal(answer.finishReason, 'tool_calls', 'STOP with calls is tool_calls');
+  t.same(answer.usage, { inputTokens: 20, outputTokens: 16, cachedTokens: undefined, reasoningTokens: 4 });
+  t.equal(answer.reasoning, 'Checking both.');
+  const { out } = replay([bytes], geminiStreamReader(), chatStreamWriter(ex, openAiErrorBody));
+  const indexes = out
+    .split('\n\n')
+    .filter((f) => f.startsWith('data: {'))
+    .flatMap((f) => JSON.parse(f.slice(6)).choices[0]?.delta.tool_calls ?? [])
+    .filter((d: any) => d.id)
+    .map((d: any) => d.index);
+  t.same(indexes, [0, 1], 'chat clients see two calls at indexes 0 and 1');
+  for (let seed = 1; seed <= 25; seed++) {
+    const again = collect(replay(splitAt(bytes, seed), geminiStreamReader(), chatStreamWriter(ex, openAiErrorBody)).events);
+    if (JSON.stringify(again.toolCalls.map((c) => c.arguments)) !== JSON.stringify(answer.toolCalls.map((c) => c.arguments)) || again.usage?.outputTokens !== 16) {
+      t.fail(`seed ${seed}: split replay differs`);
+      return;
+    }
+  }
+  t.pass('25 random splits give the same answer');
+});
 
 t.test('a failure midway ends a bridged stream with response.failed', async (t) => {
   const bytes = fixture('chat-text.sse');
