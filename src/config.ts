@@ -83,6 +83,7 @@ export const defaultPlugins = [
   'upstreams/simulator',
   'usage',
   'access-log',
+  'console',
 ];
 
 /** The embedded default: the in-process simulator and its models. */

@@ -7,6 +7,7 @@ import type { GatewayError } from './errors.js';
 import type { Exchange } from './exchange.js';
 import type { Config, FamilyMode, ModelConfig } from './config.js';
 import type { Store } from './store/store.js';
+import type { JsonHandler } from './server.js';
 import type * as canonical from './canonical.js';
 
 /** Token usage in family-neutral terms. Output tokens include reasoning tokens. */
@@ -161,6 +162,8 @@ export interface BootContext {
   options: Record<string, unknown>;
   addCodec(codec: Codec): void;
   addUpstreamKind(kind: string, factory: UpstreamFactory): void;
+  /** Serve plain HTTP under a path prefix (e.g. the web console under `/console`). */
+  addRoute(prefix: string, handler: JsonHandler): void;
 }
 
 /** A plugin module's default export. */

@@ -7,24 +7,44 @@ import { join } from 'node:path';
 import type { Logger } from 'pino';
 import { adminRoutes } from './admin/http.js';
 import { AdminService } from './admin/service.js';
+import { Sessions } from './admin/sessions.js';
 import { resolveAdminToken } from './admin/token.js';
 import type { Config, ModelConfig } from './config.js';
 import type { BootContext, Codec, Plugin, PluginFactory, Upstream, UpstreamFactory } from './contracts.js';
 import { Pipeline } from './pipeline.js';
-import { startServer } from './server.js';
+import { startServer, type JsonHandler } from './server.js';
 import { SqliteStore } from './store/sqlite.js';
 import type { Store } from './store/store.js';
 
-export interface LoadedPlugins {
+/** What the plugins listed in config contribute. */
+export interface Loaded {
   plugins: Plugin[];
   codecs: Codec[];
-  upstreamKinds: Map<string, UpstreamFactory>;
+  upstreams: Map<string, Upstream>;
+  /** Extra HTTP routes by path prefix (the console). */
+  routes: Record<string, JsonHandler>;
 }
 
 const pluginName = /^[a-z0-9-]+(\/[a-z0-9-]+)*$/;
 
-export async function loadPlugins(config: Config, store: Store, log: Logger): Promise<LoadedPlugins> {
-  const loaded: LoadedPlugins = { plugins: [], codecs: [], upstreamKinds: new Map() };
+/**
+ * Loads the plugins in config order, builds the upstream channels from their kinds, and records
+ * on each model which families it serves and how.
+ */
+export async function loadPlugins(config: Config, store: Store, log: Logger): Promise<Loaded> {
+  const plugins: Plugin[] = [];
+  const codecs: Codec[] = [];
+  const kinds = new Map<string, UpstreamFactory>();
+  const routes: Record<string, JsonHandler> = {};
+  const context = (name: string, options: Record<string, unknown>): BootContext => ({
+    config,
+    store,
+    log: log.child({ plugin: name }),
+    options,
+    addCodec: (codec) => codecs.push(codec),
+    addUpstreamKind: (kind, make) => kinds.set(kind, make),
+    addRoute: (prefix, handler) => (routes[prefix] = handler),
+  });
   for (const entry of config.plugins) {
     if (!pluginName.test(entry.name)) throw new Error(`plugins: "${entry.name}" is not a plugin name`);
     let factory: PluginFactory;
@@ -33,17 +53,25 @@ export async function loadPlugins(config: Config, store: Store, log: Logger): Pr
     } catch (err) {
       throw new Error(`plugins: cannot load "${entry.name}": ${(err as Error).message}`);
     }
-    const ctx: BootContext = {
-      config,
-      store,
-      log: log.child({ plugin: entry.name }),
-      options: entry.options,
-      addCodec: (codec) => loaded.codecs.push(codec),
-      addUpstreamKind: (kind, make) => loaded.upstreamKinds.set(kind, make),
-    };
-    loaded.plugins.push(await factory(ctx));
+    plugins.push(await factory(context(entry.name, entry.options)));
   }
-  return loaded;
+
+  const upstreams = new Map<string, Upstream>();
+  for (const [name, { kind, ...options }] of Object.entries(config.upstreams)) {
+    const make = kinds.get(kind);
+    if (!make) throw new Error(`upstreams.${name}.kind: no loaded plugin provides "${kind}" (available: ${[...kinds.keys()].join(', ') || 'none'})`);
+    upstreams.set(name, make(name, options, context(`upstream ${name}`, options)));
+  }
+  for (const model of config.models) resolveFamilies(model, upstreams.get(model.upstream)!.family, codecs);
+  return { plugins, codecs, upstreams, routes };
+}
+
+function resolveFamilies(model: ModelConfig, upstreamFamily: string, codecs: Codec[]): void {
+  for (const codec of codecs) {
+    if (model.offeredFamilies && !model.offeredFamilies.includes(codec.family)) continue;
+    if (codec.family === upstreamFamily) model.families[codec.family] = 'native';
+    else if (codecs.some((c) => c.family === upstreamFamily)) model.families[codec.family] = codec.translationMode?.(upstreamFamily) ?? 'translated';
+  }
 }
 
 export function openStore(dataDir: string): Store {
@@ -51,13 +79,9 @@ export function openStore(dataDir: string): Store {
   return new SqliteStore(join(dataDir, 'sluice.db'));
 }
 
-/** Model ids and families an admin may grant. */
-export function adminService(store: Store, config: Config, codecs: Codec[]): AdminService {
-  return new AdminService(
-    store,
-    config.models.map((m) => m.id),
-    codecs.map((c) => c.family),
-  );
+export function adminService(store: Store, config: Config, loaded: Loaded): AdminService {
+  const channels = [...loaded.upstreams.values()].map((u) => ({ name: u.name, kind: config.upstreams[u.name]!.kind, family: u.family }));
+  return new AdminService(store, config.models, channels, loaded.codecs.map((c) => c.family));
 }
 
 export interface Gateway {
@@ -72,30 +96,8 @@ export interface Gateway {
 export async function startGateway(config: Config, log: Logger): Promise<Gateway> {
   const store = openStore(config.dataDir);
   const { token: adminToken, generated } = resolveAdminToken(config.dataDir, config.adminToken);
-  const { plugins, codecs, upstreamKinds } = await loadPlugins(config, store, log);
-
-  const upstreams = new Map<string, Upstream>();
-  for (const [name, upstreamConfig] of Object.entries(config.upstreams)) {
-    const make = upstreamKinds.get(upstreamConfig.kind);
-    if (!make) {
-      throw new Error(
-        `upstreams.${name}.kind: no loaded plugin provides "${upstreamConfig.kind}" (available: ${[...upstreamKinds.keys()].join(', ') || 'none'})`,
-      );
-    }
-    const { kind: _kind, ...options } = upstreamConfig;
-    upstreams.set(name, make(name, options, { config, store, log: log.child({ upstream: name }), options, addCodec() {}, addUpstreamKind() {} }));
-  }
-
-  for (const model of config.models) {
-    const upstreamFamily = upstreams.get(model.upstream)!.family;
-    for (const codec of codecs) {
-      if (model.offeredFamilies && !model.offeredFamilies.includes(codec.family)) continue;
-      if (codec.family === upstreamFamily) model.families[codec.family] = 'native';
-      else if (codecs.some((c) => c.family === upstreamFamily)) {
-        model.families[codec.family] = codec.translationMode?.(upstreamFamily) ?? 'translated';
-      }
-    }
-  }
+  const loaded = await loadPlugins(config, store, log);
+  const { plugins, codecs, upstreams } = loaded;
 
   let firstStart: Gateway['firstStart'];
   if (store.listGroups().length === 0) {
@@ -105,14 +107,16 @@ export async function startGateway(config: Config, log: Logger): Promise<Gateway
   }
 
   const models = new Map<string, ModelConfig>(config.models.map((m) => [m.id, m]));
-  const pipeline = new Pipeline(plugins, models, upstreams, new Map(codecs.map((c) => [c.family, c])), (err, ex) => log.error({ err, req: ex.id }, 'done phase failed'));
+  const pipeline = new Pipeline(plugins, models, upstreams, new Map(codecs.map((c) => [c.family, c])), (err, ex) =>
+    log.error({ err, req: ex.id }, 'done phase failed'),
+  );
   const server = await startServer({
     host: config.server.host,
     port: config.server.port,
     maxBodyBytes: config.server.maxBodyBytes,
     codecs,
     pipeline,
-    jsonRoutes: { '/admin/': adminRoutes(adminService(store, config, codecs), adminToken) },
+    jsonRoutes: { ...loaded.routes, '/admin/': adminRoutes(adminService(store, config, loaded), new Sessions(adminToken)) },
     log,
   });
 

@@ -20,7 +20,9 @@ const usage = `Usage: sluice <command> [options]
   keys create --group NAME [--name LABEL]  prints the secret once
   keys disable ID | keys enable ID | keys delete ID
   keys move ID --group NAME
-  usage [--key ID] [--group NAME] [--model ID] [--since DATE] [--until DATE] [--limit N]
+  models list                             models, how they serve each family, channel health
+  usage [--key ID] [--group NAME] [--model ID] [--since DATE] [--until DATE] [--limit N] [--csv]
+  usage series [--bucket MS] [same filters]  usage over time
 
 Options: --config PATH (or SLUICE_CONFIG); SLUICE_DATA_DIR, SLUICE_HOST, SLUICE_PORT,
 SLUICE_ADMIN_TOKEN and SLUICE_LOG_LEVEL override the config file.`;
@@ -39,9 +41,16 @@ const { values, positionals } = parseArgs({
     since: { type: 'string' },
     until: { type: 'string' },
     limit: { type: 'string' },
+    bucket: { type: 'string' },
+    csv: { type: 'boolean' },
     help: { type: 'boolean', short: 'h' },
   },
 });
+
+/** Output that is printed as it is rather than as JSON. */
+class Csv {
+  constructor(readonly text: string) {}
+}
 
 const list = (s: string | undefined) => s?.split(',').map((x) => x.trim()).filter(Boolean);
 
@@ -75,11 +84,11 @@ async function serve(config: Config): Promise<void> {
 }
 
 async function manage(config: Config, [resource, action, target]: string[]): Promise<unknown> {
-  const log = createLogger('warn');
+  const log = createLogger('error');
   const store = openStore(config.dataDir);
   try {
-    const { codecs } = await loadPlugins(config, store, log);
-    const admin = adminService(store, config, codecs);
+    const admin = adminService(store, config, await loadPlugins(config, store, log));
+    const filters = { key: values.key, group: values.group, model: values.model, since: values.since, until: values.until, limit: values.limit };
     const need = (what: string) => {
       if (!target) throw new AdminError(400, 'usage', `${resource} ${action} needs ${what}`);
       return target;
@@ -110,8 +119,12 @@ async function manage(config: Config, [resource, action, target]: string[]): Pro
       case 'keys delete':
         admin.deleteKey(need('an ID'));
         return { deleted: true, id: target };
+      case 'models list':
+        return admin.listModels();
       case 'usage list':
-        return admin.usage({ key: values.key, group: values.group, model: values.model, since: values.since, until: values.until, limit: values.limit });
+        return values.csv ? new Csv(admin.usageCsv(filters)) : admin.usage(filters);
+      case 'usage series':
+        return admin.usageSeries({ ...filters, bucket: values.bucket });
       default:
         throw new AdminError(400, 'usage', `unknown command "${[resource, action].filter(Boolean).join(' ')}"\n\n${usage}`);
     }
@@ -126,7 +139,7 @@ async function main(): Promise<void> {
   const [command = 'serve', ...rest] = positionals;
   if (command === 'serve') return serve(config);
   const result = await manage(config, [command, ...rest]);
-  process.stdout.write(JSON.stringify(result, null, 2) + '\n');
+  process.stdout.write(result instanceof Csv ? result.text : JSON.stringify(result, null, 2) + '\n');
 }
 
 main().catch((err) => {

@@ -10,18 +10,22 @@ import { GatewayError } from './errors.js';
 import { Exchange } from './exchange.js';
 import type { ClientResponse, Pipeline } from './pipeline.js';
 
-/** A plain JSON route outside the model families (the admin API, health). */
+/** A plain HTTP route outside the model families (the admin API, the console). */
 export interface JsonRequest {
   method: string;
   path: string;
   query: URLSearchParams;
   headers: Record<string, string>;
   body: Buffer;
+  remoteAddress: string;
 }
 
 export interface JsonReply {
   status: number;
+  /** Sent as JSON. */
   body?: unknown;
+  /** Sent as it is, instead of `body`. */
+  raw?: { contentType: string; data: Buffer | string };
   headers?: Record<string, string>;
 }
 
@@ -33,7 +37,7 @@ export interface ServerOptions {
   maxBodyBytes: number;
   codecs: Codec[];
   pipeline: Pipeline;
-  /** Extra JSON routes by path prefix, e.g. `/admin/`. */
+  /** Extra routes by path prefix, e.g. `/admin/` (a prefix without a trailing slash also matches itself). */
   jsonRoutes?: Record<string, JsonHandler>;
   log: Logger;
 }
@@ -90,16 +94,17 @@ export function startServer(options: ServerOptions): Promise<RunningServer> {
   }
 
   for (const [prefix, handler] of Object.entries(options.jsonRoutes ?? {})) {
-    app.any(`${prefix}*`, (res, req) => {
+    const route = (res: uWS.HttpResponse, req: uWS.HttpRequest) => {
       const method = req.getMethod().toUpperCase();
       const path = req.getUrl();
       const query = new URLSearchParams(req.getQuery() ?? '');
       const headers = copyHeaders(req);
+      const remoteAddress = Buffer.from(res.getRemoteAddressAsText()).toString();
       const out = new UwsResponse(res, '');
       res.onAborted(() => (out.closed = true));
       const answer = (body: Buffer) => {
         Promise.resolve()
-          .then(() => handler({ method, path, query, headers, body }))
+          .then(() => handler({ method, path, query, headers, body, remoteAddress }))
           .catch((err) => {
             log.error({ err }, 'json route failed');
             return { status: 500, body: { error: { message: 'internal error', code: 'internal_error' } } };
@@ -110,7 +115,9 @@ export function startServer(options: ServerOptions): Promise<RunningServer> {
       readBody(res, headers, maxBodyBytes, answer, () =>
         sendJson(out, { status: 413, body: { error: { message: 'request body too large', code: 'request_too_large' } } }),
       );
-    });
+    };
+    app.any(prefix.endsWith('/') ? `${prefix}*` : prefix, route);
+    if (!prefix.endsWith('/')) app.any(`${prefix}/*`, route);
   }
 
   app.get('/healthz', (res) => {
@@ -183,6 +190,10 @@ function readBody(
 }
 
 function sendJson(out: UwsResponse, reply: JsonReply): void {
+  if (reply.raw) {
+    out.reply(reply.status, { 'content-type': reply.raw.contentType, ...reply.headers }, reply.raw.data);
+    return;
+  }
   const headers = { 'content-type': 'application/json', ...reply.headers };
   out.reply(reply.status, headers, reply.body === undefined ? '' : JSON.stringify(reply.body));
 }

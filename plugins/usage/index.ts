@@ -40,6 +40,7 @@ export default definePlugin(({ store }) => ({
       ttfbMs: ex.ttfbMs === undefined ? null : Math.round(ex.ttfbMs * 100) / 100,
       streamed: ex.stream,
       outcome: ex.outcome,
+      error: ex.error ? `${ex.error.upstreamCode ?? ex.error.code}: ${ex.error.message}`.slice(0, 500) : null,
     });
   },
   close() {

@@ -3,7 +3,8 @@
  * (later) the web console all call these, so each rule lives once.
  */
 import { Ajv } from 'ajv';
-import type { Store, UsageQuery } from '../store/store.js';
+import type { ModelConfig } from '../config.js';
+import type { Store, UsageQuery, UsageRecord } from '../store/store.js';
 
 export class AdminError extends Error {
   constructor(
@@ -64,14 +65,66 @@ function check<T>(schema: keyof typeof schemas, input: unknown): T {
   return input as T;
 }
 
+/** An upstream channel as the admin surface shows it. */
+export interface ChannelInfo {
+  name: string;
+  kind: string;
+  family: string;
+}
+
+/** The window behind channel health. */
+const HEALTH_WINDOW_MS = 15 * 60 * 1000;
+
+const niceBuckets = [60_000, 300_000, 900_000, 3_600_000, 6 * 3_600_000, 86_400_000];
+
+const csvColumns: (keyof UsageRecord)[] = [
+  'time', 'requestId', 'keyId', 'group', 'model', 'upstream', 'family', 'status', 'promptTokens',
+  'completionTokens', 'estimated', 'latencyMs', 'ttfbMs', 'streamed', 'outcome', 'error',
+];
+
+function csvCell(value: unknown): string {
+  const text = value === null || value === undefined ? '' : String(value);
+  return /[",\r\n]/.test(text) ? `"${text.replace(/"/g, '""')}"` : text;
+}
+
 export class AdminService {
+  private readonly modelIds: string[];
+
   constructor(
     private readonly store: Store,
-    /** Model ids the gateway serves. */
-    private readonly modelIds: string[],
+    private readonly models: ModelConfig[],
+    private readonly channels: ChannelInfo[],
     /** Families the gateway speaks. */
     private readonly families: string[],
-  ) {}
+  ) {
+    this.modelIds = models.map((m) => m.id);
+  }
+
+  /** Every configured model, how it is served, and how its upstream channel has fared recently. */
+  listModels(now = Date.now()) {
+    const activity = new Map(this.store.upstreamActivity(now - HEALTH_WINDOW_MS).map((a) => [a.upstream, a]));
+    const upstreams = this.channels.map((c) => {
+      const a = activity.get(c.name);
+      const requests = a?.requests ?? 0;
+      const errors = a?.errors ?? 0;
+      const status = requests === 0 ? 'idle' : errors === 0 ? 'ok' : errors * 2 >= requests ? 'down' : 'degraded';
+      return { ...c, health: { status, requests, errors, lastError: a?.lastError ?? null, lastSeen: a?.lastSeen ?? null } };
+    });
+    const channel = new Map(this.channels.map((c) => [c.name, c]));
+    const data = this.models.map((m) => ({
+      id: m.id,
+      upstream: m.upstream,
+      upstreamModel: m.upstreamModel,
+      upstreamKind: channel.get(m.upstream)?.kind,
+      upstreamFamily: channel.get(m.upstream)?.family,
+      families: m.families,
+      features: m.features,
+      maxOutputTokens: m.maxOutputTokens,
+      contextTokens: m.contextTokens,
+      ignoreParameters: m.ignoreParameters,
+    }));
+    return { data, upstreams, families: this.families };
+  }
 
   listGroups() {
     return this.store.listGroups();
@@ -134,17 +187,27 @@ export class AdminService {
   }
 
   usage(query: Record<string, string | undefined>) {
-    const q: UsageQuery = { key: query.key || undefined, group: query.group || undefined, model: query.model || undefined };
-    q.since = parseTime('since', query.since);
-    q.until = parseTime('until', query.until);
-    if (query.limit) {
-      const limit = Number(query.limit);
-      if (!Number.isInteger(limit) || limit < 1 || limit > 100_000) {
-        throw new AdminError(400, 'invalid_request', 'limit must be an integer from 1 to 100000');
-      }
-      q.limit = limit;
+    return this.store.queryUsage(usageQuery(query));
+  }
+
+  /** Usage over time; the bucket defaults to about 60 points across the range. */
+  usageSeries(query: Record<string, string | undefined>, now = Date.now()) {
+    const q = usageQuery(query);
+    let bucketMs = query.bucket ? Number(query.bucket) : undefined;
+    if (bucketMs !== undefined && (!Number.isInteger(bucketMs) || bucketMs < 1000)) {
+      throw new AdminError(400, 'invalid_request', 'bucket must be a whole number of milliseconds, at least 1000');
     }
-    return this.store.queryUsage(q);
+    if (bucketMs === undefined) {
+      const span = (q.until ?? now) - (q.since ?? now - 86_400_000);
+      bucketMs = niceBuckets.find((b) => span / b <= 90) ?? niceBuckets.at(-1)!;
+    }
+    return { bucketMs, points: this.store.usageSeries(q, bucketMs) };
+  }
+
+  usageCsv(query: Record<string, string | undefined>): string {
+    const { records } = this.store.queryUsage({ ...usageQuery(query), limit: usageQuery(query).limit ?? 100_000 });
+    const lines = records.map((r) => csvColumns.map((c) => csvCell(c === 'time' ? new Date(r.time).toISOString() : r[c])).join(','));
+    return [csvColumns.join(','), ...lines].join('\r\n') + '\r\n';
   }
 
   private requireGroup(name: string): void {
@@ -161,6 +224,20 @@ export class AdminService {
       throw new AdminError(400, 'invalid_request', `unknown family "${unknownFamily}"; known: ${this.families.join(', ')}`);
     }
   }
+}
+
+function usageQuery(query: Record<string, string | undefined>): UsageQuery {
+  const q: UsageQuery = { key: query.key || undefined, group: query.group || undefined, model: query.model || undefined };
+  q.since = parseTime('since', query.since);
+  q.until = parseTime('until', query.until);
+  if (query.limit) {
+    const limit = Number(query.limit);
+    if (!Number.isInteger(limit) || limit < 1 || limit > 100_000) {
+      throw new AdminError(400, 'invalid_request', 'limit must be an integer from 1 to 100000');
+    }
+    q.limit = limit;
+  }
+  return q;
 }
 
 /** Accepts unix milliseconds or an ISO 8601 date. */

@@ -4,7 +4,7 @@
  */
 import { createHash, randomBytes } from 'node:crypto';
 import Database from 'better-sqlite3';
-import type { ApiKey, Group, Store, UsageQuery, UsageRecord, UsageTotals } from './store.js';
+import type { ApiKey, Group, Store, UpstreamActivity, UsagePoint, UsageQuery, UsageRecord, UsageTotals } from './store.js';
 
 /** Each entry moves the schema one version forward; never edit a released one, append. */
 const migrations: string[] = [
@@ -44,6 +44,7 @@ const migrations: string[] = [
    );
    CREATE INDEX usage_time ON usage(time);
    CREATE INDEX usage_key_time ON usage(key_id, time);`,
+  `ALTER TABLE usage ADD COLUMN error TEXT;`,
 ];
 
 const BATCH_SIZE = 256;
@@ -51,6 +52,22 @@ const FLUSH_INTERVAL_MS = 1000;
 /** Changes made by another process (the CLI) reach a running gateway within this time. */
 const LOOKUP_CACHE_MS = 2000;
 const LOOKUP_CACHE_MAX = 10_000;
+
+function usageFilter(query: UsageQuery): { filter: string; args: Record<string, unknown> } {
+  const where: string[] = [];
+  const args: Record<string, unknown> = {};
+  const add = (clause: string, name: string, value: unknown) => {
+    if (value === undefined) return;
+    where.push(clause);
+    args[name] = value;
+  };
+  add('key_id = @key', 'key', query.key);
+  add('group_name = @group', 'group', query.group);
+  add('model = @model', 'model', query.model);
+  add('time >= @since', 'since', query.since);
+  add('time < @until', 'until', query.until);
+  return { filter: where.length ? `WHERE ${where.join(' AND ')}` : '', args };
+}
 
 export function hashSecret(secret: string): string {
   return createHash('sha256').update(secret).digest('hex');
@@ -89,6 +106,7 @@ interface UsageRow {
   ttfb_ms: number | null;
   streamed: number;
   outcome: UsageRecord['outcome'];
+  error: string | null;
 }
 
 const toGroup = (r: GroupRow): Group => ({
@@ -124,6 +142,7 @@ const toUsage = (r: UsageRow): UsageRecord => ({
   ttfbMs: r.ttfb_ms,
   streamed: r.streamed === 1,
   outcome: r.outcome,
+  error: r.error,
 });
 
 export class SqliteStore implements Store {
@@ -149,9 +168,9 @@ export class SqliteStore implements Store {
       group: this.db.prepare<[string], GroupRow>('SELECT * FROM groups WHERE name = ?'),
       insertUsage: this.db.prepare(
         `INSERT INTO usage (time, request_id, key_id, group_name, model, upstream, family, status,
-           prompt_tokens, completion_tokens, estimated, latency_ms, ttfb_ms, streamed, outcome)
+           prompt_tokens, completion_tokens, estimated, latency_ms, ttfb_ms, streamed, outcome, error)
          VALUES (@time, @requestId, @keyId, @group, @model, @upstream, @family, @status,
-           @promptTokens, @completionTokens, @estimated, @latencyMs, @ttfbMs, @streamed, @outcome)`,
+           @promptTokens, @completionTokens, @estimated, @latencyMs, @ttfbMs, @streamed, @outcome, @error)`,
       ),
       touchKey: this.db.prepare('UPDATE keys SET last_used_at = MAX(COALESCE(last_used_at, 0), ?) WHERE id = ?'),
     };
@@ -301,14 +320,7 @@ export class SqliteStore implements Store {
 
   queryUsage(query: UsageQuery): { records: UsageRecord[]; totals: UsageTotals } {
     this.flush();
-    const where: string[] = [];
-    const args: Record<string, unknown> = {};
-    if (query.key) (where.push('key_id = @key'), (args.key = query.key));
-    if (query.group) (where.push('group_name = @group'), (args.group = query.group));
-    if (query.model) (where.push('model = @model'), (args.model = query.model));
-    if (query.since !== undefined) (where.push('time >= @since'), (args.since = query.since));
-    if (query.until !== undefined) (where.push('time < @until'), (args.until = query.until));
-    const filter = where.length ? `WHERE ${where.join(' AND ')}` : '';
+    const { filter, args } = usageFilter(query);
     const records = this.db
       .prepare<Record<string, unknown>, UsageRow>(`SELECT * FROM usage ${filter} ORDER BY time DESC, id DESC LIMIT @limit`)
       .all({ ...args, limit: query.limit ?? 1000 })
@@ -317,11 +329,41 @@ export class SqliteStore implements Store {
       .prepare<Record<string, unknown>, UsageTotals>(
         `SELECT COUNT(*) AS requests, COALESCE(SUM(prompt_tokens), 0) AS promptTokens,
            COALESCE(SUM(completion_tokens), 0) AS completionTokens,
-           COALESCE(SUM(CASE WHEN status >= 400 THEN 1 ELSE 0 END), 0) AS errors
+           COALESCE(SUM(CASE WHEN status >= 400 OR outcome = 'error' THEN 1 ELSE 0 END), 0) AS errors
          FROM usage ${filter}`,
       )
       .get(args)!;
     return { records, totals };
+  }
+
+  usageSeries(query: UsageQuery, bucketMs: number): UsagePoint[] {
+    this.flush();
+    const { filter, args } = usageFilter(query);
+    return this.db
+      .prepare<Record<string, unknown>, UsagePoint>(
+        `SELECT CAST(time / @bucket AS INTEGER) * @bucket AS t, COUNT(*) AS requests,
+           SUM(prompt_tokens) AS promptTokens, SUM(completion_tokens) AS completionTokens,
+           SUM(CASE WHEN status >= 400 OR outcome = 'error' THEN 1 ELSE 0 END) AS errors,
+           ROUND(AVG(latency_ms), 2) AS avgLatencyMs, ROUND(MAX(latency_ms), 2) AS maxLatencyMs
+         FROM usage ${filter} GROUP BY t ORDER BY t`,
+      )
+      .all({ ...args, bucket: Math.max(1, Math.floor(bucketMs)) });
+  }
+
+  upstreamActivity(since: number): UpstreamActivity[] {
+    this.flush();
+    // The upstream's own failures: 5xx answers, and streams that failed after a 200.
+    const failure = `(status >= 500 OR (outcome = 'error' AND status < 400))`;
+    const activity = this.db
+      .prepare<[number], Omit<UpstreamActivity, 'lastError'>>(
+        `SELECT upstream, COUNT(*) AS requests, SUM(CASE WHEN ${failure} THEN 1 ELSE 0 END) AS errors, MAX(time) AS lastSeen
+         FROM usage WHERE upstream IS NOT NULL AND time >= ? GROUP BY upstream`,
+      )
+      .all(since);
+    const lastError = this.db.prepare<[string, number], { error: string | null }>(
+      `SELECT error FROM usage WHERE upstream = ? AND time >= ? AND ${failure} ORDER BY time DESC, id DESC LIMIT 1`,
+    );
+    return activity.map((a) => ({ ...a, lastError: a.errors ? (lastError.get(a.upstream, since)?.error ?? null) : null }));
   }
 
   close(): void {

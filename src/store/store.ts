@@ -39,6 +39,30 @@ export interface UsageRecord {
   ttfbMs: number | null;
   streamed: boolean;
   outcome: 'finished' | 'aborted' | 'error';
+  /** `code: message` of the failure, when there was one. */
+  error: string | null;
+}
+
+/** One time bucket of usage. */
+export interface UsagePoint {
+  /** Bucket start, unix milliseconds. */
+  t: number;
+  requests: number;
+  promptTokens: number;
+  completionTokens: number;
+  errors: number;
+  avgLatencyMs: number;
+  maxLatencyMs: number;
+}
+
+/** How an upstream channel has fared recently, from the usage records. */
+export interface UpstreamActivity {
+  upstream: string;
+  requests: number;
+  /** Failures on the upstream's side: 5xx answers and streams that failed midway. */
+  errors: number;
+  lastError: string | null;
+  lastSeen: number | null;
 }
 
 export interface UsageQuery {
@@ -82,6 +106,9 @@ export interface Store {
   /** Writes queued records now. */
   flush(): void;
   queryUsage(query: UsageQuery): { records: UsageRecord[]; totals: UsageTotals };
+  /** Usage in time buckets of `bucketMs`; only buckets with records. */
+  usageSeries(query: UsageQuery, bucketMs: number): UsagePoint[];
+  upstreamActivity(since: number): UpstreamActivity[];
 
   close(): void;
 }
