@@ -102,11 +102,17 @@ export class Pipeline {
     await this.relay(ex, res, upstream, upstreamCodec, req);
   }
 
-  /** Runs one phase; returns true when a plugin answered (the exchange is over). */
-  private async phase(name: PhaseName, ex: Exchange, res: ClientResponse): Promise<boolean> {
-    for (const plugin of this.phases[name]) {
-      let result: PhaseResult = plugin[name]!(ex);
-      if (result && typeof (result as Promise<unknown>).then === 'function') result = await result;
+  /**
+   * Runs one phase; true when a plugin answered (the exchange is over). Plugins run back to back
+   * until one returns a promise: one await per phase at most, never one per plugin.
+   */
+  private phase(name: PhaseName, ex: Exchange, res: ClientResponse, from = 0): boolean | Promise<boolean> {
+    const plugins = this.phases[name];
+    for (let i = from; i < plugins.length; i++) {
+      const result: PhaseResult = plugins[i]![name]!(ex);
+      if (result instanceof Promise) {
+        return result.then((settled) => (settled instanceof GatewayError ? (this.fail(ex, res, settled), true) : this.phase(name, ex, res, i + 1)));
+      }
       if (result instanceof GatewayError) {
         this.fail(ex, res, result);
         return true;
