@@ -1,0 +1,152 @@
+/**
+ * The admin API, same origin. The session lives in an HttpOnly cookie the page never sees; the
+ * CSRF token it answers with is kept in memory only and sent on every call that changes state.
+ */
+import type {
+  CreatedKey,
+  Group,
+  Key,
+  ModelsResponse,
+  SeriesResponse,
+  Session,
+  UsageFilter,
+  UsageResponse,
+} from './types.js';
+
+export class ApiError extends Error {
+  constructor(
+    message: string,
+    readonly status: number,
+    readonly code?: string,
+    /** Seconds, from a `retry-after` header (429). */
+    readonly retryAfter?: number,
+  ) {
+    super(message);
+    this.name = 'ApiError';
+  }
+}
+
+let csrfToken: string | null = null;
+let unauthorized: (() => void) | null = null;
+
+/** Called when a call answers 401 because the session ended. */
+export function onUnauthorized(handler: () => void): void {
+  unauthorized = handler;
+}
+
+export function signedIn(): boolean {
+  return csrfToken !== null;
+}
+
+interface Options {
+  body?: unknown;
+  signal?: AbortSignal;
+  /** Session calls handle their own 401s (a wrong token is not an expired session). */
+  sessionCall?: boolean;
+}
+
+export async function request<T>(method: string, path: string, opts: Options = {}): Promise<T> {
+  const headers: Record<string, string> = { accept: 'application/json' };
+  if (opts.body !== undefined) headers['content-type'] = 'application/json';
+  if (method !== 'GET' && method !== 'HEAD' && csrfToken) headers['x-csrf-token'] = csrfToken;
+  let res: Response;
+  try {
+    res = await fetch(path, {
+      method,
+      headers,
+      credentials: 'same-origin',
+      cache: 'no-store',
+      body: opts.body === undefined ? undefined : JSON.stringify(opts.body),
+      signal: opts.signal,
+    });
+  } catch (err) {
+    if (err instanceof DOMException && err.name === 'AbortError') throw err;
+    throw new ApiError('Could not reach the gateway. Check that it is running, then try again.', 0, 'network');
+  }
+  const text = await res.text();
+  let body: unknown;
+  if (text) {
+    try {
+      body = JSON.parse(text);
+    } catch {
+      body = undefined;
+    }
+  }
+  if (res.ok) return body as T;
+
+  const error = (body as { error?: { message?: unknown; code?: unknown } } | undefined)?.error;
+  const message = typeof error?.message === 'string' && error.message ? error.message : `${res.status} ${res.statusText || 'error'}`.trim();
+  const code = typeof error?.code === 'string' ? error.code : undefined;
+  const retry = Number(res.headers.get('retry-after'));
+  const failure = new ApiError(message, res.status, code, Number.isFinite(retry) && retry > 0 ? retry : undefined);
+  if (res.status === 401 && !opts.sessionCall) {
+    csrfToken = null;
+    unauthorized?.();
+  }
+  throw failure;
+}
+
+function qs(params: Record<string, string | number | undefined>): string {
+  const q = new URLSearchParams();
+  for (const [k, v] of Object.entries(params)) if (v !== undefined && v !== '') q.set(k, String(v));
+  const s = q.toString();
+  return s ? `?${s}` : '';
+}
+
+const seg = encodeURIComponent;
+
+// --- Session ---------------------------------------------------------------------------------
+
+/** Restores the session from the cookie after a reload; false when there is none. */
+export async function restoreSession(): Promise<boolean> {
+  try {
+    const s = await request<Session>('GET', '/admin/session', { sessionCall: true });
+    csrfToken = s.csrfToken;
+    return true;
+  } catch (err) {
+    if (err instanceof ApiError && err.status === 401) return false;
+    throw err;
+  }
+}
+
+export async function login(token: string): Promise<void> {
+  const s = await request<Session>('POST', '/admin/session', { body: { token }, sessionCall: true });
+  csrfToken = s.csrfToken;
+}
+
+export async function logout(): Promise<void> {
+  try {
+    await request('DELETE', '/admin/session', { sessionCall: true });
+  } finally {
+    csrfToken = null;
+  }
+}
+
+// --- Resources -------------------------------------------------------------------------------
+
+export const listGroups = (signal?: AbortSignal) => request<{ data: Group[] }>('GET', '/admin/groups', { signal }).then((r) => r.data);
+export const createGroup = (g: Pick<Group, 'name' | 'models' | 'families'>) => request<Group>('POST', '/admin/groups', { body: g });
+export const updateGroup = (name: string, patch: Partial<Pick<Group, 'name' | 'models' | 'families'>>) =>
+  request<Group>('PATCH', `/admin/groups/${seg(name)}`, { body: patch });
+export const deleteGroup = (name: string) => request<unknown>('DELETE', `/admin/groups/${seg(name)}`);
+
+export const listKeys = (signal?: AbortSignal) => request<{ data: Key[] }>('GET', '/admin/keys', { signal }).then((r) => r.data);
+export const createKey = (k: { group: string; name?: string }) => request<CreatedKey>('POST', '/admin/keys', { body: k });
+export const updateKey = (id: string, patch: { name?: string | null; group?: string; disabled?: boolean }) =>
+  request<Key>('PATCH', `/admin/keys/${seg(id)}`, { body: patch });
+export const deleteKey = (id: string) => request<unknown>('DELETE', `/admin/keys/${seg(id)}`);
+
+export const listModels = (signal?: AbortSignal) => request<ModelsResponse>('GET', '/admin/models', { signal });
+
+function filterParams(f: UsageFilter) {
+  return { key: f.key, group: f.group, model: f.model, since: f.since, until: f.until };
+}
+
+export const usage = (f: UsageFilter, limit: number, signal?: AbortSignal) =>
+  request<UsageResponse>('GET', `/admin/usage${qs({ ...filterParams(f), limit })}`, { signal });
+
+export const usageSeries = (f: UsageFilter, bucket: number | undefined, signal?: AbortSignal) =>
+  request<SeriesResponse>('GET', `/admin/usage/series${qs({ ...filterParams(f), bucket })}`, { signal });
+
+/** The CSV export's address for a download link (the cookie goes with it). */
+export const usageCsvUrl = (f: UsageFilter) => `/admin/usage.csv${qs(filterParams(f))}`;

@@ -1,0 +1,211 @@
+/** Shared pieces of every page: headings, cards, notices, badges, dialogs, toasts. */
+import { ApiError } from './api.js';
+import { h, icon, icons, replace, uid, type Child } from './dom.js';
+
+export function errorText(err: unknown): string {
+  if (err instanceof ApiError) return err.message;
+  if (err instanceof Error) return err.message;
+  return String(err);
+}
+
+/** Aborted loads (the page was left) are not errors worth showing. */
+export function isAbort(err: unknown): boolean {
+  return err instanceof DOMException && err.name === 'AbortError';
+}
+
+export function pageHead(title: string, description: string, ...actions: Child[]): HTMLElement {
+  return h(
+    'div',
+    { class: 'page-head' },
+    h('div', null, h('h1', null, title), h('p', { class: 'muted' }, description)),
+    actions.length ? h('div', { class: 'page-actions' }, actions) : null,
+  );
+}
+
+export function card(title: Child, body: Child, extra?: { actions?: Child; class?: string; label?: string }): HTMLElement {
+  return h(
+    'section',
+    { class: ['card', extra?.class].filter(Boolean).join(' '), 'aria-label': extra?.label },
+    title || extra?.actions ? h('div', { class: 'card-head' }, title ? h('h2', null, title) : h('span'), extra?.actions) : null,
+    body,
+  );
+}
+
+type Tone = 'ok' | 'warn' | 'bad' | 'info' | 'neutral' | 'muted';
+
+export function badge(text: string, tone: Tone = 'neutral', title?: string): HTMLElement {
+  return h('span', { class: `badge badge-${tone}`, title }, text);
+}
+
+export function chip(text: string, title?: string): HTMLElement {
+  return h('span', { class: 'chip', title }, text);
+}
+
+/** A place for an error (or success) message under a form or above a table. */
+export class Notice {
+  readonly el = h('div', { class: 'notice-slot', 'aria-live': 'polite' });
+
+  error(err: unknown): void {
+    this.show('error', errorText(err));
+  }
+
+  success(text: string): void {
+    this.show('success', text);
+  }
+
+  show(kind: 'error' | 'success' | 'info', text: string): void {
+    replace(
+      this.el,
+      h(
+        'div',
+        { class: `notice notice-${kind}`, role: kind === 'error' ? 'alert' : 'status' },
+        icon(kind === 'error' ? icons.alert : icons.check),
+        h('span', null, text),
+      ),
+    );
+  }
+
+  clear(): void {
+    replace(this.el);
+  }
+}
+
+export function empty(title: string, text: string, action?: Child): HTMLElement {
+  return h('div', { class: 'empty' }, h('p', { class: 'empty-title' }, title), h('p', { class: 'muted' }, text), action);
+}
+
+export function loading(text = 'Loading…'): HTMLElement {
+  return h('div', { class: 'loading', role: 'status' }, h('span', { class: 'spinner', 'aria-hidden': 'true' }), text);
+}
+
+export function button(label: Child, onclick: (ev: MouseEvent) => void, opts: { kind?: 'primary' | 'danger' | 'ghost' | 'secondary'; small?: boolean; title?: string; type?: 'button' | 'submit'; label?: string } = {}): HTMLButtonElement {
+  return h(
+    'button',
+    {
+      type: opts.type ?? 'button',
+      class: ['btn', `btn-${opts.kind ?? 'secondary'}`, opts.small ? 'btn-sm' : ''].filter(Boolean).join(' '),
+      title: opts.title,
+      'aria-label': opts.label,
+      onclick,
+    },
+    label,
+  );
+}
+
+/** Runs `action` with `btn` disabled, so a double click cannot send it twice. */
+export async function busy<T>(btn: HTMLButtonElement | null, action: () => Promise<T>): Promise<T> {
+  if (btn) {
+    btn.disabled = true;
+    btn.setAttribute('aria-busy', 'true');
+  }
+  try {
+    return await action();
+  } finally {
+    if (btn) {
+      btn.disabled = false;
+      btn.removeAttribute('aria-busy');
+    }
+  }
+}
+
+/** A labelled form control. */
+export function field(label: string, control: HTMLElement, hint?: string): HTMLElement {
+  const id = control.id || uid();
+  control.id = id;
+  return h('div', { class: 'field' }, h('label', { for: id }, label), control, hint ? h('p', { class: 'hint' }, hint) : null);
+}
+
+/** A set of checkboxes under a legend; `values()` reads the checked ones. */
+export function checkboxes(legend: string, options: { value: string; label: string; hint?: string }[], checked: string[], hint?: string) {
+  // The accessible name is the label alone; the hint describes it.
+  const hintIds = options.map((o) => (o.hint ? uid('hint') : undefined));
+  const boxes = options.map((o, i) =>
+    h('input', { type: 'checkbox', value: o.value, checked: checked.includes(o.value), 'aria-label': o.label, 'aria-describedby': hintIds[i] }),
+  );
+  const el = h(
+    'fieldset',
+    { class: 'checks' },
+    h('legend', null, legend),
+    hint ? h('p', { class: 'hint' }, hint) : null,
+    h(
+      'div',
+      { class: 'check-list' },
+      options.map((o, i) => h('label', { class: 'check' }, boxes[i], h('span', null, o.label), o.hint ? h('span', { class: 'muted small', id: hintIds[i] }, o.hint) : null)),
+    ),
+  );
+  return { el, boxes, values: () => boxes.filter((b) => b.checked).map((b) => b.value) };
+}
+
+/** A modal yes/no question. Resolves true only on the confirm button. */
+export function confirmDialog(opts: { title: string; message: Child; confirm: string; danger?: boolean }): Promise<boolean> {
+  return new Promise((resolve) => {
+    const titleId = uid('dlg');
+    const dialog = h('dialog', { class: 'dialog', 'aria-labelledby': titleId });
+    let answer = false;
+    const close = (yes: boolean) => {
+      answer = yes;
+      dialog.close();
+    };
+    // Escape, a button, or leaving the page: all end here.
+    dialog.addEventListener('close', () => {
+      dialog.remove();
+      resolve(answer);
+    });
+    const ok = button(opts.confirm, () => close(true), { kind: opts.danger ? 'danger' : 'primary' });
+    replace(
+      dialog,
+      h('h2', { id: titleId }, opts.title),
+      h('div', { class: 'dialog-body' }, opts.message),
+      h('div', { class: 'dialog-actions' }, button('Cancel', () => close(false), { kind: 'secondary' }), ok),
+    );
+    document.body.appendChild(dialog);
+    dialog.showModal();
+    ok.focus();
+  });
+}
+
+let toastHost: HTMLElement | null = null;
+
+/** A short confirmation in the corner ("Key disabled"). */
+export function toast(text: string): void {
+  if (!toastHost || !toastHost.isConnected) {
+    toastHost = h('div', { class: 'toasts', role: 'status', 'aria-live': 'polite' });
+    document.body.appendChild(toastHost);
+  }
+  const t = h('div', { class: 'toast' }, icon(icons.check), h('span', null, text));
+  toastHost.appendChild(t);
+  while (toastHost.children.length > 3) toastHost.firstElementChild!.remove();
+  setTimeout(() => t.classList.add('toast-out'), 2600);
+  setTimeout(() => t.remove(), 3000);
+}
+
+/** A table with a header row; rows are built by the caller. */
+export function table(headers: (string | { label: string; class?: string })[], rows: HTMLTableRowElement[], label: string): HTMLElement {
+  return h(
+    'div',
+    { class: 'table-wrap' },
+    h(
+      'table',
+      { 'aria-label': label },
+      h('thead', null, h('tr', null, headers.map((c) => (typeof c === 'string' ? h('th', { scope: 'col' }, c) : h('th', { scope: 'col', class: c.class }, c.label))))),
+      h('tbody', null, rows),
+    ),
+  );
+}
+
+/** A relative time with the exact one on hover. */
+export function when(ms: number | null, ago: (ms: number) => string, exact: (ms: number) => string, never = 'never'): HTMLElement {
+  if (ms === null) return h('span', { class: 'muted' }, never);
+  return h('time', { datetime: new Date(ms).toISOString(), title: exact(ms) }, ago(ms));
+}
+
+/** A failed load, with a way to try again. */
+export function loadFailed(err: unknown, retry: () => void): HTMLElement {
+  return h(
+    'div',
+    { class: 'empty' },
+    h('p', { class: 'empty-title' }, 'Could not load this page'),
+    h('div', { class: 'notice notice-error', role: 'alert' }, icon(icons.alert), h('span', null, errorText(err))),
+    button([icon(icons.refresh), 'Try again'], retry),
+  );
+}
