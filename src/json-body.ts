@@ -1,4 +1,5 @@
-/** Editing a JSON request body while keeping the client's bytes wherever possible. */
+/** Reading JSON bodies, and editing a request body while keeping the client's bytes wherever possible. */
+import { GatewayError } from './errors.js';
 
 /**
  * Adds or replaces top-level fields. New fields are spliced in before the closing brace so the
@@ -14,13 +15,25 @@ export function withFields(raw: Buffer, parsed: Record<string, unknown>, fields:
   return Buffer.concat([raw.subarray(0, end), Buffer.from(added), raw.subarray(end)]);
 }
 
-/** Parses a request body that must be a JSON object; returns an error message otherwise. */
-export function parseJsonObject(body: Buffer): Record<string, any> | 'not_json' | 'not_object' {
+/** A client's request body, which must be a JSON object. */
+export function parseRequestJson(body: Buffer): Record<string, any> {
   let parsed: unknown;
   try {
     parsed = JSON.parse(body.toString('utf8'));
   } catch {
-    return 'not_json';
+    throw new GatewayError('invalid_json', 'We could not parse the JSON body of your request. Send valid JSON.');
   }
-  return parsed && typeof parsed === 'object' && !Array.isArray(parsed) ? (parsed as Record<string, any>) : 'not_object';
+  if (!parsed || typeof parsed !== 'object' || Array.isArray(parsed)) {
+    throw new GatewayError('invalid_request', 'The request body must be a JSON object.');
+  }
+  return parsed as Record<string, any>;
+}
+
+/** An upstream's complete answer body. */
+export function parseUpstreamJson(body: Buffer): Record<string, any> {
+  try {
+    return JSON.parse(body.toString('utf8'));
+  } catch {
+    throw new GatewayError('upstream_error', 'The upstream answered with a body that is not JSON.');
+  }
 }

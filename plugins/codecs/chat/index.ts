@@ -9,7 +9,7 @@ import { GatewayError } from '../../../src/errors.js';
 import { bearerCredential, openAiErrorBody, readOpenAiError } from '../openai-common.js';
 import { StateKey } from '../../../src/exchange.js';
 import { frameData } from '../../../src/sse.js';
-import { parseJsonObject, withFields } from '../../../src/json-body.js';
+import { parseRequestJson, parseUpstreamJson, withFields } from '../../../src/json-body.js';
 import { compileValidator } from '../../../src/validation.js';
 import { canonicalToChat, canonicalToChatResponse, chatResponseToCanonical, chatToCanonical, readChatUsage } from './canonical.js';
 import { chatPassthrough, chatStreamReader, chatStreamWriter } from './stream.js';
@@ -74,9 +74,7 @@ const codec: Codec = {
   credential: bearerCredential,
 
   decode(ex) {
-    const parsed = parseJsonObject(ex.body);
-    if (parsed === 'not_json') throw new GatewayError('invalid_json', 'We could not parse the JSON body of your request. Send valid JSON.');
-    if (parsed === 'not_object') throw new GatewayError('invalid_request', 'The request body must be a JSON object.');
+    const parsed = parseRequestJson(ex.body);
     const invalid = validate(parsed);
     if (invalid) throw invalid;
     ex.request = parsed;
@@ -177,13 +175,7 @@ const codec: Codec = {
     };
   },
 
-  readResponse(body) {
-    try {
-      return chatResponseToCanonical(JSON.parse(body.toString('utf8')));
-    } catch {
-      throw new GatewayError('upstream_error', 'The upstream answered with a body that is not JSON.');
-    }
-  },
+  readResponse: (body) => chatResponseToCanonical(parseUpstreamJson(body)),
 
   streamReader: () => chatStreamReader(),
 

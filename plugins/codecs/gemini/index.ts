@@ -7,7 +7,7 @@ import type { ModelConfig } from '../../../src/config.js';
 import { definePlugin, type Codec } from '../../../src/contracts.js';
 import { GatewayError, codeForStatus } from '../../../src/errors.js';
 import type { Exchange } from '../../../src/exchange.js';
-import { parseJsonObject, withFields } from '../../../src/json-body.js';
+import { parseRequestJson, parseUpstreamJson, withFields } from '../../../src/json-body.js';
 import { frameData } from '../../../src/sse.js';
 import { canonicalToGemini, canonicalToGeminiBody, geminiBodyToCanonical, geminiToCanonical, readGeminiUsage } from './canonical.js';
 import { validateGenerateContent } from './schema.js';
@@ -98,9 +98,7 @@ const codec: Codec = {
     if (!method || !(method in methods)) {
       throw new GatewayError('not_found', `Method '${method ?? ''}' is not supported; use generateContent or streamGenerateContent.`);
     }
-    const parsed = parseJsonObject(ex.body);
-    if (parsed === 'not_json') throw new GatewayError('invalid_json', 'Invalid JSON payload received.');
-    if (parsed === 'not_object') throw new GatewayError('invalid_request', 'The request body must be a JSON object.');
+    const parsed = parseRequestJson(ex.body);
     const invalid = validateGenerateContent(parsed);
     if (invalid) throw invalid;
     ex.request = parsed;
@@ -193,15 +191,7 @@ const codec: Codec = {
     };
   },
 
-  readResponse(body) {
-    let parsed: Json;
-    try {
-      parsed = JSON.parse(body.toString('utf8'));
-    } catch {
-      throw new GatewayError('upstream_error', 'The upstream answered with a body that is not JSON.');
-    }
-    return geminiBodyToCanonical(parsed);
-  },
+  readResponse: (body) => geminiBodyToCanonical(parseUpstreamJson(body)),
 
   streamReader: () => geminiStreamReader(),
 

@@ -6,7 +6,7 @@ import type { ModelConfig } from '../../../src/config.js';
 import { definePlugin, type Codec } from '../../../src/contracts.js';
 import { GatewayError } from '../../../src/errors.js';
 import { bearerCredential, openAiErrorBody, readOpenAiError } from '../openai-common.js';
-import { parseJsonObject, withFields } from '../../../src/json-body.js';
+import { parseRequestJson, parseUpstreamJson, withFields } from '../../../src/json-body.js';
 import { frameData } from '../../../src/sse.js';
 import { canonicalToResponses, canonicalToResponsesBody, readResponsesUsage, responsesBodyToCanonical, responsesToCanonical, toolMapping } from './canonical.js';
 import { itemType, validateResponsesRequest } from './schema.js';
@@ -60,9 +60,7 @@ const codec: Codec = {
   credential: bearerCredential,
 
   decode(ex) {
-    const parsed = parseJsonObject(ex.body);
-    if (parsed === 'not_json') throw new GatewayError('invalid_json', 'We could not parse the JSON body of your request. Send valid JSON.');
-    if (parsed === 'not_object') throw new GatewayError('invalid_request', 'The request body must be a JSON object.');
+    const parsed = parseRequestJson(ex.body);
     const invalid = validateResponsesRequest(parsed);
     if (invalid) throw invalid;
     if (parsed.previous_response_id != null) {
@@ -168,13 +166,7 @@ const codec: Codec = {
     };
   },
 
-  readResponse(body) {
-    try {
-      return responsesBodyToCanonical(JSON.parse(body.toString('utf8')));
-    } catch {
-      throw new GatewayError('upstream_error', 'The upstream answered with a body that is not JSON.');
-    }
-  },
+  readResponse: (body) => responsesBodyToCanonical(parseUpstreamJson(body)),
 
   streamReader: () => responsesStreamReader(),
 
