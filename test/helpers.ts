@@ -6,6 +6,8 @@ import { join } from 'node:path';
 import { Writable } from 'node:stream';
 import { fileURLToPath } from 'node:url';
 import { loadConfig, type Config } from '../src/config.js';
+import type { ResponseSink } from '../src/contracts.js';
+import type { GatewayError } from '../src/errors.js';
 import { startGateway, type Gateway } from '../src/gateway.js';
 import { createLogger } from '../src/log.js';
 
@@ -140,4 +142,45 @@ export async function eventually<T>(check: () => T | undefined | false | Promise
     if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
     await new Promise((r) => setTimeout(r, 20));
   }
+}
+
+/** A sink that records every call; `done` resolves on end or error. */
+export function recordingSink(dataResult: (call: number) => boolean = () => true) {
+  const events: string[] = [];
+  const chunks: Buffer[] = [];
+  let status = 0;
+  let headers: Record<string, unknown> = {};
+  let error: GatewayError | undefined;
+  let settle!: () => void;
+  const done = new Promise<void>((resolve) => (settle = resolve));
+  const sink: ResponseSink = {
+    start(s, h) {
+      events.push('start');
+      status = s;
+      headers = h;
+    },
+    data(chunk) {
+      events.push('data');
+      chunks.push(chunk);
+      return dataResult(chunks.length);
+    },
+    end() {
+      events.push('end');
+      settle();
+    },
+    error(err) {
+      events.push('error');
+      error = err;
+      settle();
+    },
+  };
+  return {
+    sink,
+    events,
+    done,
+    status: () => status,
+    headers: () => headers,
+    error: () => error,
+    text: () => Buffer.concat(chunks).toString('utf8'),
+  };
 }

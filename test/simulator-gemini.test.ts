@@ -1,4 +1,5 @@
 import t from 'tap';
+import { recordingSink } from './helpers.js';
 import { spawn } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { Ajv } from 'ajv';
@@ -60,38 +61,6 @@ function apiErrorBody(err: unknown): Json | undefined {
   if (!(err instanceof ApiError)) return undefined;
   const start = err.message.indexOf('{');
   return JSON.parse(err.message.slice(start)) as Json;
-}
-
-function recordingSink() {
-  const events: string[] = [];
-  const chunks: Buffer[] = [];
-  let status = 0;
-  let headers: Record<string, unknown> = {};
-  let error: GatewayError | undefined;
-  let settle!: () => void;
-  const done = new Promise<void>((resolve) => (settle = resolve));
-  const sink: ResponseSink = {
-    start(s, h) {
-      events.push('start');
-      status = s;
-      headers = h;
-    },
-    data(chunk) {
-      events.push('data');
-      chunks.push(chunk);
-      return true;
-    },
-    end() {
-      events.push('end');
-      settle();
-    },
-    error(err) {
-      events.push('error');
-      error = err;
-      settle();
-    },
-  };
-  return { sink, events, done, status: () => status, headers: () => headers, error: () => error, text: () => Buffer.concat(chunks).toString('utf8') };
 }
 
 const weatherParameters = {

@@ -1,4 +1,5 @@
 import t from 'tap';
+import { recordingSink } from './helpers.js';
 import { spawn } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { Ajv } from 'ajv';
@@ -133,37 +134,6 @@ function checkStream(t: TapTest, events: Json[], label: string): Json | undefine
 /** The output as sent: without the `parsed`/`parsed_arguments` fields the SDK's parser adds. */
 function withoutParsed(output: unknown): unknown {
   return JSON.parse(JSON.stringify(output, (key, value: unknown) => (key === 'parsed' || key === 'parsed_arguments' ? undefined : value)));
-}
-
-/** A sink that records every call; `done` resolves on end or error. */
-function recordingSink() {
-  const events: string[] = [];
-  const chunks: Buffer[] = [];
-  let status = 0;
-  let error: GatewayError | undefined;
-  let settle!: () => void;
-  const done = new Promise<void>((resolve) => (settle = resolve));
-  const sink: ResponseSink = {
-    start(s) {
-      events.push('start');
-      status = s;
-    },
-    data(chunk) {
-      events.push('data');
-      chunks.push(chunk);
-      return true;
-    },
-    end() {
-      events.push('end');
-      settle();
-    },
-    error(err) {
-      events.push('error');
-      error = err;
-      settle();
-    },
-  };
-  return { sink, events, done, status: () => status, error: () => error, text: () => Buffer.concat(chunks).toString('utf8') };
 }
 
 const weatherSchema = {

@@ -1,4 +1,5 @@
 import t from 'tap';
+import { recordingSink } from './helpers.js';
 import { spawn } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -65,47 +66,6 @@ function completion(reply: SimReply): Completion {
 
 function chatBody(fields: Record<string, unknown>): string {
   return JSON.stringify({ model: 'sim-chat', messages: [{ role: 'user', content: 'Hello there' }], ...fields });
-}
-
-/** A sink that records every call; `done` resolves on end or error. */
-function recordingSink(dataResult: (call: number) => boolean = () => true) {
-  const events: string[] = [];
-  const chunks: Buffer[] = [];
-  let status = 0;
-  let headers: Record<string, unknown> = {};
-  let error: GatewayError | undefined;
-  let settle!: () => void;
-  const done = new Promise<void>((resolve) => (settle = resolve));
-  const sink: ResponseSink = {
-    start(s, h) {
-      events.push('start');
-      status = s;
-      headers = h;
-    },
-    data(chunk) {
-      events.push('data');
-      chunks.push(chunk);
-      return dataResult(chunks.length);
-    },
-    end() {
-      events.push('end');
-      settle();
-    },
-    error(err) {
-      events.push('error');
-      error = err;
-      settle();
-    },
-  };
-  return {
-    sink,
-    events,
-    done,
-    status: () => status,
-    headers: () => headers,
-    error: () => error,
-    text: () => Buffer.concat(chunks).toString('utf8'),
-  };
 }
 
 // ---------------------------------------------------------------------------------------------
