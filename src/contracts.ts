@@ -46,7 +46,8 @@ export interface Endpoint {
   method: 'get' | 'post';
   /** uWS pattern, e.g. `/v1/chat/completions` or `/v1beta/models/:target`. */
   path: string;
-  kind: 'generate' | 'models';
+  /** `socket`: a WebSocket channel whose messages each run as one generate exchange. */
+  kind: 'generate' | 'models' | 'socket';
   /** Families whose keys may call it; the codec's own family when absent. */
   families?: string[];
 }
@@ -110,6 +111,21 @@ export interface ClientStream {
 }
 
 /**
+ * A family's WebSocket protocol. Each client message becomes the body of one streamed exchange on
+ * the family's generate endpoint; each stream event goes back as one text message. `S` is the
+ * connection's own state (e.g. the last response, for chaining).
+ */
+export interface SocketProtocol<S = unknown> {
+  open(): S;
+  /** The exchange body for one client message. Throws GatewayError for a bad message. */
+  request(message: string, state: S): Buffer;
+  /** Called with every event sent to the client. */
+  sent(event: string, state: S): void;
+  /** An error in the protocol's message shape. */
+  error(err: GatewayError): string;
+}
+
+/**
  * A wire family: how its clients authenticate, what they send and what they expect back, and how
  * its messages map to and from the canonical pivot when client and upstream families differ.
  */
@@ -118,6 +134,8 @@ export interface Codec {
   readonly endpoints: Endpoint[];
   /** Content type of a stream answer (most families: `text/event-stream`). */
   streamContentType(ex: Exchange): string;
+  /** The family's WebSocket protocol, for codecs with a `socket` endpoint. */
+  readonly socket?: SocketProtocol<any>;
   /** How this family is served from another family's upstream; 'translated' when absent. */
   translationMode?(upstreamFamily: string): FamilyMode;
   /** The caller's credential: undefined when none was sent, '' when it is malformed. */

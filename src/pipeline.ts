@@ -54,6 +54,23 @@ export class Pipeline {
     this.runDone(ex);
   }
 
+  /**
+   * Checks who is opening a long-lived channel (a WebSocket upgrade): the request phase only.
+   * A refusal is answered through `res` and ends the exchange; an acceptance leaves it open.
+   */
+  async connect(ex: Exchange, res: ClientResponse): Promise<boolean> {
+    let refused: boolean;
+    try {
+      refused = await this.phase('request', ex, res);
+    } catch (err) {
+      this.fail(ex, res, asGatewayError(err));
+      refused = true;
+    }
+    if (refused) this.runDone(ex);
+    else ex.status = 101;
+    return !refused;
+  }
+
   /** Answers with an error before the exchange could start (oversized body, shutdown), then done. */
   async reject(ex: Exchange, res: ClientResponse, err: GatewayError): Promise<void> {
     this.fail(ex, res, err);

@@ -9,6 +9,7 @@ import type { Codec, Endpoint } from './contracts.js';
 import { GatewayError } from './errors.js';
 import { Exchange } from './exchange.js';
 import type { ClientResponse, Pipeline } from './pipeline.js';
+import { addSocketRoutes } from './socket.js';
 
 /** A plain HTTP route outside the model families (the admin API, the console). */
 export interface JsonRequest {
@@ -64,11 +65,14 @@ export function startServer(options: ServerOptions): Promise<RunningServer> {
   assertNativeUws();
   const { pipeline, maxBodyBytes, log } = options;
   const app = uWS.App();
-  const inFlight = new Set<UwsResponse>();
+  const inFlight = new Set<{ cut(): void }>();
+  const openSockets = new Set<{ cut(): void }>();
   let draining = false;
 
   for (const codec of options.codecs) {
+    addSocketRoutes(app, codec, pipeline, { maxMessageBytes: maxBodyBytes, copyHeaders, inFlight, open: openSockets, draining: () => draining });
     for (const endpoint of codec.endpoints) {
+      if (endpoint.kind === 'socket') continue;
       const paramCount = endpoint.path.split('/').filter((s) => s.startsWith(':')).length;
       app[endpoint.method](endpoint.path, (res, req) => {
         const headers = copyHeaders(req);
@@ -142,6 +146,7 @@ export function startServer(options: ServerOptions): Promise<RunningServer> {
           for (const out of inFlight) out.cut();
           // The cut responses run their done phase on the next ticks.
           while (inFlight.size > 0 && Date.now() < deadline + 1000) await new Promise((r) => setTimeout(r, 10));
+          for (const socket of openSockets) socket.cut();
         },
       });
     });

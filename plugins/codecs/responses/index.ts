@@ -10,6 +10,7 @@ import { parseRequestJson, parseUpstreamJson, withFields } from '../../../src/js
 import { frameData } from '../../../src/sse.js';
 import { canonicalToResponses, canonicalToResponsesBody, readResponsesUsage, responsesBodyToCanonical, responsesToCanonical, toolMapping } from './canonical.js';
 import { itemType, validateResponsesRequest } from './schema.js';
+import { responsesSocket } from './socket.js';
 import { responsesPassthrough, responsesStreamReader, responsesStreamWriter } from './stream.js';
 
 type Json = Record<string, any>;
@@ -52,7 +53,11 @@ function textOf(content: unknown): string {
 
 const codec: Codec = {
   family: 'responses',
-  endpoints: [{ method: 'post', path: '/v1/responses', kind: 'generate' }],
+  endpoints: [
+    { method: 'post', path: '/v1/responses', kind: 'generate' },
+    { method: 'get', path: '/v1/responses', kind: 'socket' },
+  ],
+  socket: responsesSocket,
   streamContentType: () => 'text/event-stream; charset=utf-8',
 
   translationMode: (upstreamFamily) => (upstreamFamily === 'chat' ? 'bridge' : 'translated'),
