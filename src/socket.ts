@@ -6,7 +6,7 @@
  */
 import { STATUS_CODES } from 'node:http';
 import uWS from 'uWebSockets.js';
-import type { Codec, Endpoint, SocketProtocol } from './contracts.js';
+import type { Codec, SocketProtocol } from './contracts.js';
 import { GatewayError, asGatewayError } from './errors.js';
 import { Exchange } from './exchange.js';
 import type { ClientResponse, Pipeline } from './pipeline.js';
@@ -14,6 +14,8 @@ import { SseSplitter, frameData } from './sse.js';
 
 /** Sends stop asking for more while this much is still queued for the client. */
 const BACKPRESSURE_BYTES = 1024 * 1024;
+/** Messages a socket may have waiting behind the one running. */
+const MAX_QUEUED = 16;
 
 interface Connection {
   headers: Record<string, string>;
@@ -43,6 +45,30 @@ export function addSocketRoutes(app: uWS.TemplatedApp, codec: Codec, pipeline: P
   const protocol = codec.socket;
   const generate = codec.endpoints.find((e) => e.kind === 'generate');
   if (!protocol || !generate) return;
+
+  /** Runs the next queued message, if none is running. */
+  const pump = (ws: uWS.WebSocket<Connection>): void => {
+    const connection = ws.getUserData();
+    if (connection.busy || connection.closed || connection.queue.length === 0) return;
+    const message = connection.queue.shift()!;
+    const ex = new Exchange(codec, generate, 'POST', generate.path, '', connection.headers, []);
+    try {
+      ex.body = protocol.request(message, connection.state);
+    } catch (err) {
+      send(ws, protocol.error(asGatewayError(err)));
+      return pump(ws);
+    }
+    connection.busy = true;
+    connection.current = ex;
+    track.add(connection.handle);
+    void pipeline.run(ex, socketResponse(ws, protocol)).finally(() => {
+      track.delete(connection.handle);
+      connection.busy = false;
+      connection.current = undefined;
+      pump(ws);
+    });
+  };
+
   for (const endpoint of codec.endpoints.filter((e) => e.kind === 'socket')) {
     app.ws<Connection>(endpoint.path, {
       maxPayloadLength: maxMessageBytes,
@@ -73,8 +99,11 @@ export function addSocketRoutes(app: uWS.TemplatedApp, codec: Codec, pipeline: P
       message(ws, message, isBinary) {
         const connection = ws.getUserData();
         if (isBinary) return void send(ws, protocol.error(new GatewayError('invalid_request', 'Send JSON text frames, not binary ones.')));
+        if (connection.queue.length >= MAX_QUEUED) {
+          return void send(ws, protocol.error(new GatewayError('rate_limit_exceeded', `More than ${MAX_QUEUED} messages are waiting on this socket; wait for a response to finish.`)));
+        }
         connection.queue.push(Buffer.from(message).toString('utf8'));
-        pump(ws, codec, generate, protocol, pipeline, track);
+        pump(ws);
       },
       drain(ws) {
         const connection = ws.getUserData();
@@ -93,30 +122,6 @@ export function addSocketRoutes(app: uWS.TemplatedApp, codec: Codec, pipeline: P
       },
     });
   }
-}
-
-/** Runs the next queued message, if none is running. */
-function pump(ws: uWS.WebSocket<Connection>, codec: Codec, generate: Endpoint, protocol: SocketProtocol, pipeline: Pipeline, track: Set<{ cut(): void }>): void {
-  const connection = ws.getUserData();
-  if (connection.busy || connection.closed || connection.queue.length === 0) return;
-  const message = connection.queue.shift()!;
-  const ex = new Exchange(codec, generate, 'POST', generate.path, '', connection.headers, []);
-  try {
-    ex.body = protocol.request(message, connection.state);
-  } catch (err) {
-    send(ws, protocol.error(asGatewayError(err)));
-    return pump(ws, codec, generate, protocol, pipeline, track);
-  }
-  connection.busy = true;
-  connection.current = ex;
-  const cut = connection.handle;
-  track.add(cut);
-  void pipeline.run(ex, socketResponse(ws, protocol)).finally(() => {
-    track.delete(cut);
-    connection.busy = false;
-    connection.current = undefined;
-    if (!connection.closed) pump(ws, codec, generate, protocol, pipeline, track);
-  });
 }
 
 function send(ws: uWS.WebSocket<Connection>, text: string): boolean {
