@@ -290,10 +290,13 @@ export function statusOf(reason: C.FinishReason): { status: string; incomplete_d
 }
 
 /** The Response object around some output, echoing the request as OpenAI does. */
-export function responseObject(ex: Exchange, fields: { id: string; created_at: number; status: string } & Json): Json {
+export function responseObject(ex: Exchange, { id, created_at, status, ...rest }: { id: string; created_at: number; status: string } & Json): Json {
   const r = ex.request;
   return {
+    id,
     object: 'response',
+    created_at,
+    status,
     error: null,
     incomplete_details: null,
     instructions: r.instructions ?? null,
@@ -312,7 +315,7 @@ export function responseObject(ex: Exchange, fields: { id: string; created_at: n
     truncation: 'disabled',
     usage: null,
     metadata: r.metadata ?? {},
-    ...fields,
+    ...rest,
   };
 }
 
