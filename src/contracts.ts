@@ -58,10 +58,6 @@ export interface UpstreamRequest {
   path: string;
   headers: Record<string, string>;
   body?: Buffer | string;
-  /** Whether the response will be an event stream. */
-  stream: boolean;
-  /** The upstream-side model name, for upstreams that route on it outside the body. */
-  model: string;
 }
 
 /**

@@ -527,7 +527,7 @@ t.test('in-process upstream with family: gemini', async (t) => {
   const upstream = factory('gem', { family: 'gemini' }, ctx);
   t.equal(upstream.family, 'gemini');
   t.throws(() => simulatorUpstream('bad', { family: 'anthropic' }), /'chat', 'responses' or 'gemini'/);
-  const post = (path: string, text: string) => ({ method: 'POST' as const, path, headers: {}, body: body({}, text), stream: true, model: 'sim-gemini' });
+  const post = (path: string, text: string) => ({ method: 'POST' as const, path, headers: {}, body: body({}, text) });
   const send = async (u: typeof upstream, req: Parameters<typeof upstream.send>[0]) => {
     const rec = recordingSink();
     u.send(req, rec.sink);
@@ -560,7 +560,7 @@ t.test('in-process upstream with family: gemini', async (t) => {
   t.equal(failed.status(), 429);
   t.same(JSON.parse(failed.text()), { error: { code: 429, message: 'Resource has been exhausted (e.g. check quota). (simulated)', status: 'RESOURCE_EXHAUSTED' } });
 
-  const get = (path: string) => ({ method: 'GET' as const, path, headers: {}, stream: false, model: '' });
+  const get = (path: string) => ({ method: 'GET' as const, path, headers: {} });
   const listed = await send(simulatorUpstream('g', { family: 'gemini', models: ['gemini-x'] }), get('/models'));
   t.same(JSON.parse(listed.text()).models.map((m: Json) => m.name), ['models/gemini-x'], 'the models option lists Gemini models');
   t.match(JSON.parse((await send(upstream, get('/models'))).text()), { models: [{ name: 'models/sim-gemini' }, { name: 'models/sim-gemini-lite' }] }, 'default Gemini models');

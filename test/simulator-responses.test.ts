@@ -627,10 +627,10 @@ t.test('in-process upstream with family: responses', async (t) => {
   t.equal(factory('sim-c', { family: 'chat' }, ctx).family, 'chat');
   t.throws(() => simulatorUpstream('bad', { family: 'anthropic' }), /family/);
 
-  const post = (path: string, payload: string, stream: boolean) => ({ method: 'POST' as const, path, headers: {}, body: payload, stream, model: 'sim-chat' });
+  const post = (path: string, payload: string) => ({ method: 'POST' as const, path, headers: {}, body: payload });
 
   const streamed = recordingSink();
-  upstream.send(post('/responses', body({ stream: true, input: '[[sim tokens=5]]' }), true), streamed.sink);
+  upstream.send(post('/responses', body({ stream: true, input: '[[sim tokens=5]]' })), streamed.sink);
   t.same(streamed.events, [], 'nothing happens inside send()');
   await streamed.done;
   t.same(streamed.events, ['start', 'data', 'end']);
@@ -641,17 +641,17 @@ t.test('in-process upstream with family: responses', async (t) => {
   t.equal(final?.usage.output_tokens, 5);
 
   const plain = recordingSink();
-  upstream.send(post('/responses', body({}), false), plain.sink);
+  upstream.send(post('/responses', body({})), plain.sink);
   await plain.done;
   t.match(JSON.parse(plain.text()), { object: 'response', status: 'completed', usage: { output_tokens: 16 } });
 
   const chat = recordingSink();
-  upstream.send(post('/chat/completions', JSON.stringify({ model: 'sim-chat', messages: [{ role: 'user', content: 'hi' }] }), false), chat.sink);
+  upstream.send(post('/chat/completions', JSON.stringify({ model: 'sim-chat', messages: [{ role: 'user', content: 'hi' }] })), chat.sink);
   await chat.done;
   t.match(JSON.parse(chat.text()), { object: 'chat.completion' }, 'the chat path is still served');
 
   const cut = recordingSink();
-  upstream.send(post('/responses', body({ stream: true, input: '[[sim tokens=10 cut_after=2]]' }), true), cut.sink);
+  upstream.send(post('/responses', body({ stream: true, input: '[[sim tokens=10 cut_after=2]]' })), cut.sink);
   await cut.done;
   t.equal(cut.events.at(-1), 'error');
   t.ok(cut.error() instanceof GatewayError);
@@ -659,14 +659,14 @@ t.test('in-process upstream with family: responses', async (t) => {
   t.equal(frames(cut.text()).filter((f) => f.data.type === 'response.output_text.delta').length, 2);
 
   const failed = recordingSink();
-  upstream.send(post('/responses', body({ input: '[[sim error=503]]' }), false), failed.sink);
+  upstream.send(post('/responses', body({ input: '[[sim error=503]]' })), failed.sink);
   await failed.done;
   t.equal(failed.status(), 503);
   t.match(JSON.parse(failed.text()), { error: { type: 'server_error' } });
 
   const chatFamily = factory('sim-c', {}, ctx);
   const viaChat = recordingSink();
-  chatFamily.send(post('/responses', body({}), false), viaChat.sink);
+  chatFamily.send(post('/responses', body({})), viaChat.sink);
   await viaChat.done;
   t.equal(viaChat.status(), 200, 'a chat-family simulator answers /responses too');
 });

@@ -451,8 +451,6 @@ t.test('in-process upstream', async (t) => {
     path: '/chat/completions',
     headers: {},
     body: chatBody({ stream: true, messages: [{ role: 'user', content }], ...extra }),
-    stream: true,
-    model: 'sim-chat',
   });
 
   t.test('streams asynchronously', async (t) => {
@@ -470,11 +468,11 @@ t.test('in-process upstream', async (t) => {
 
   t.test('models and unknown paths', async (t) => {
     const rec = recordingSink();
-    simulatorUpstream('s', { models: ['x'] }).send({ method: 'GET', path: '/models', headers: {}, stream: false, model: '' }, rec.sink);
+    simulatorUpstream('s', { models: ['x'] }).send({ method: 'GET', path: '/models', headers: {} }, rec.sink);
     await rec.done;
     t.match(JSON.parse(rec.text()), { object: 'list', data: [{ id: 'x' }] });
     const missing = recordingSink();
-    upstream.send({ method: 'GET', path: '/nope', headers: {}, stream: false, model: '' }, missing.sink);
+    upstream.send({ method: 'GET', path: '/nope', headers: {} }, missing.sink);
     await missing.done;
     t.equal(missing.status(), 404);
     t.throws(() => simulatorUpstream('s', { models: 'x' }), /models/);

@@ -98,8 +98,6 @@ const codec: Codec = {
       path: '/chat/completions',
       headers: { 'content-type': 'application/json' },
       body: withFields(ex.body, req, fields),
-      stream: ex.stream,
-      model: model.upstreamModel,
     };
   },
 
@@ -170,8 +168,6 @@ const codec: Codec = {
       path: '/chat/completions',
       headers: { 'content-type': 'application/json' },
       body: JSON.stringify(canonicalToChat(req, ex.model!.features.streamUsage)),
-      stream: req.stream,
-      model: req.model,
     };
   },
 

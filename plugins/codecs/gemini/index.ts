@@ -141,8 +141,6 @@ const codec: Codec = {
       path: upstreamPath(model.upstreamModel, ex.stream),
       headers: { 'content-type': 'application/json' },
       body,
-      stream: ex.stream,
-      model: model.upstreamModel,
     };
   },
 
@@ -186,8 +184,6 @@ const codec: Codec = {
       path: upstreamPath(req.model, req.stream),
       headers: { 'content-type': 'application/json' },
       body: JSON.stringify(canonicalToGemini(req)),
-      stream: req.stream,
-      model: req.model,
     };
   },
 

@@ -119,8 +119,6 @@ const codec: Codec = {
       path: '/responses',
       headers: { 'content-type': 'application/json' },
       body: withFields(ex.body, req, fields),
-      stream: ex.stream,
-      model: model.upstreamModel,
     };
   },
 
@@ -166,8 +164,6 @@ const codec: Codec = {
       path: '/responses',
       headers: { 'content-type': 'application/json' },
       body: JSON.stringify(canonicalToResponses(req)),
-      stream: req.stream,
-      model: req.model,
     };
   },
 
