@@ -1,7 +1,5 @@
 import t from 'tap';
-import { recordingSink } from './helpers.js';
-import { spawn } from 'node:child_process';
-import { fileURLToPath } from 'node:url';
+import { recordingSink, startSimulatorProcess } from './helpers.js';
 import { Ajv } from 'ajv';
 import { ApiError, FunctionCallingConfigMode, GoogleGenAI, Type, type Content, type GenerateContentResponse } from '@google/genai';
 import { countTokens } from 'gpt-tokenizer';
@@ -213,23 +211,9 @@ t.test('gemini: stream chunks add up to the non-stream answer', async (t) => {
 // Through the official SDK, against the standalone server
 
 t.test('standalone server with @google/genai', async (t) => {
-  const script = fileURLToPath(new URL('../plugins/upstreams/simulator/server.js', import.meta.url));
-  const child = spawn(process.execPath, [script, '--port', '0'], { stdio: ['ignore', 'pipe', 'inherit'] });
-  t.teardown(() => {
-    child.kill('SIGTERM');
-  });
-  const line = await new Promise<string>((resolve, reject) => {
-    let out = '';
-    child.stdout.setEncoding('utf8');
-    child.stdout.on('data', (text: string) => {
-      out += text;
-      if (out.includes('\n')) resolve(out);
-    });
-    child.once('exit', (code) => reject(new Error(`simulator exited early with ${code}`)));
-  });
-  const match = /^simulator listening on http:\/\/127\.0\.0\.1:(\d+)\n$/.exec(line);
-  if (!match) throw new Error(`unexpected listening line: ${JSON.stringify(line)}`);
-  const base = `http://127.0.0.1:${match[1]}`;
+  const sim = await startSimulatorProcess();
+  t.teardown(() => sim.stop());
+  const base = sim.url;
   const ai = new GoogleGenAI({ apiKey: 'x', httpOptions: { baseUrl: base } });
   const model = 'sim-gemini';
   const stats = async () => (await (await fetch(`${base}/stats`)).json()) as { requests: number; aborted: number; lastRequest: Json };

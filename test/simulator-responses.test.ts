@@ -1,7 +1,5 @@
 import t from 'tap';
-import { recordingSink } from './helpers.js';
-import { spawn } from 'node:child_process';
-import { fileURLToPath } from 'node:url';
+import { recordingSink, startSimulatorProcess } from './helpers.js';
 import { Ajv } from 'ajv';
 import OpenAI from 'openai';
 import type { Response as OAResponse, ResponseInputItem, ResponseStreamEvent } from 'openai/resources/responses/responses';
@@ -397,23 +395,9 @@ t.test('responses: pacing, cuts and error statuses', async (t) => {
 // The official SDK against the standalone server
 
 t.test('openai SDK against the standalone server', async (t) => {
-  const script = fileURLToPath(new URL('../plugins/upstreams/simulator/server.js', import.meta.url));
-  const child = spawn(process.execPath, [script, '--port', '0'], { stdio: ['ignore', 'pipe', 'inherit'] });
-  t.teardown(() => {
-    child.kill('SIGTERM');
-  });
-  const line = await new Promise<string>((resolve, reject) => {
-    let out = '';
-    child.stdout.setEncoding('utf8');
-    child.stdout.on('data', (text: string) => {
-      out += text;
-      if (out.includes('\n')) resolve(out);
-    });
-    child.once('exit', (code) => reject(new Error(`simulator exited early with ${code}`)));
-  });
-  const match = /^simulator listening on http:\/\/127\.0\.0\.1:(\d+)\n$/.exec(line);
-  if (!match) throw new Error(`unexpected first line: ${JSON.stringify(line)}`);
-  const base = `http://127.0.0.1:${match[1]}`;
+  const sim = await startSimulatorProcess();
+  t.teardown(() => sim.stop());
+  const base = sim.url;
 
   // Every request the SDK sends is counted, to check /stats against.
   let sent = 0;
