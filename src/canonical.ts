@@ -4,7 +4,7 @@
  * every family can express; what only one family can say stays in passthrough.
  */
 import type { Usage } from './contracts.js';
-import type { GatewayError } from './errors.js';
+import { GatewayError } from './errors.js';
 
 export type Part =
   | { type: 'text'; text: string }
@@ -90,6 +90,9 @@ export type Event =
   | { type: 'finish'; reason: FinishReason }
   | { type: 'usage'; usage: Usage }
   | { type: 'error'; error: GatewayError };
+
+/** What a reader reports for a stream event that is not JSON. */
+export const unreadableEvent = (): Event => ({ type: 'error', error: new GatewayError('upstream_error', 'The upstream sent a stream event that is not JSON.') });
 
 /** Turns an upstream stream of one family into canonical events. */
 export interface StreamReader {

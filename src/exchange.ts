@@ -53,6 +53,7 @@ export class Exchange {
   aborted = false;
 
   private readonly abortHandlers: (() => void)[] = [];
+  private parsedQuery: URLSearchParams | undefined;
   private readonly state = new Map<StateKey<unknown>, unknown>();
 
   constructor(
@@ -75,7 +76,8 @@ export class Exchange {
   }
 
   queryParam(name: string): string | undefined {
-    return new URLSearchParams(this.query).get(name) ?? undefined;
+    this.parsedQuery ??= new URLSearchParams(this.query);
+    return this.parsedQuery.get(name) ?? undefined;
   }
 
   get<T>(key: StateKey<T>): T | undefined {

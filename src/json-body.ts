@@ -29,6 +29,16 @@ export function parseRequestJson(body: Buffer): Record<string, any> {
   return parsed as Record<string, any>;
 }
 
+/** JSON text parsed, or undefined when it is not JSON (for bodies and frames that may be anything). */
+export function jsonOrUndefined(text: string | Buffer | null | undefined): any {
+  if (text === null || text === undefined) return undefined;
+  try {
+    return JSON.parse(text.toString());
+  } catch {
+    return undefined;
+  }
+}
+
 /** An upstream's complete answer body. */
 export function parseUpstreamJson(body: Buffer): Record<string, any> {
   try {

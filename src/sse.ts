@@ -4,6 +4,8 @@
  * terminating blank line, so writing the kept frames back out is byte-exact.
  */
 
+import { jsonOrUndefined } from './json-body.js';
+
 const LF = 0x0a;
 const CR = 0x0d;
 const LF_LF = Buffer.from('\n\n');
@@ -95,6 +97,14 @@ export function frameData(frame: Buffer): string | null {
     lineStart = lineEnd + 1;
   }
   return out;
+}
+
+/** The JSON payloads of frames; frames without data or with non-JSON data are skipped. */
+export function* frameJson(frames: Iterable<Buffer>): Generator<any> {
+  for (const frame of frames) {
+    const value = jsonOrUndefined(frameData(frame));
+    if (value !== undefined) yield value;
+  }
 }
 
 /** One `data:` frame, terminated. */

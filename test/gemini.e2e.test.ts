@@ -7,26 +7,19 @@ import { GoogleGenAI, Type } from '@google/genai';
 import { Ajv } from 'ajv';
 import OpenAI from 'openai';
 import t from 'tap';
-import { startSimulatorProcess, startTestGateway } from './helpers.js';
+import { startStack } from './helpers.js';
 
-const sim = await startSimulatorProcess();
-const gw = await startTestGateway(
-  (dataDir) => `
-dataDir: ${dataDir}
-server: { shutdownTimeoutMs: 2000 }
+const { sim, gw } = await startStack(
+  (simUrl) => `
 upstreams:
-  chat: { kind: openai-chat, baseUrl: "${sim.url}/v1" }
-  gemini: { kind: gemini, baseUrl: "${sim.url}/v1beta", apiKey: gemini-upstream-key }
+  chat: { kind: openai-chat, baseUrl: "${simUrl}/v1" }
+  gemini: { kind: gemini, baseUrl: "${simUrl}/v1beta", apiKey: gemini-upstream-key }
 models:
   - { id: sim-gemini, upstream: gemini }
   - { id: gem-on-chat, upstream: chat, upstreamModel: sim-chat }
   - { id: lenient-on-chat, upstream: chat, upstreamModel: sim-chat, ignoreParameters: [safetySettings, topK] }
 `,
 );
-t.teardown(async () => {
-  await gw.stop();
-  await sim.stop();
-});
 
 const google = (apiKey = gw.key) => new GoogleGenAI({ apiKey, httpOptions: { baseUrl: gw.url } });
 const ai = google();

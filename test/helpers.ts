@@ -5,6 +5,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Writable } from 'node:stream';
 import { fileURLToPath } from 'node:url';
+import t from 'tap';
 import { loadConfig, type Config } from '../src/config.js';
 import type { ResponseSink } from '../src/contracts.js';
 import type { GatewayError } from '../src/errors.js';
@@ -183,4 +184,28 @@ export function recordingSink(dataResult: (call: number) => boolean = () => true
     error: () => error,
     text: () => Buffer.concat(chunks).toString('utf8'),
   };
+}
+
+/**
+ * The simulator as its own process and a gateway in front of it, both stopped when the test file
+ * ends. `routing` is the YAML of the upstreams and models, given the simulator's URL.
+ */
+export async function startStack(routing: (simulatorUrl: string) => string): Promise<{ sim: SimulatorProcess; gw: TestGateway }> {
+  const sim = await startSimulatorProcess();
+  const gw = await startTestGateway((dataDir) => `dataDir: ${dataDir}\nserver: { shutdownTimeoutMs: 2000 }\n${routing(sim.url)}`);
+  t.teardown(async () => {
+    await gw.stop();
+    await sim.stop();
+  });
+  return { sim, gw };
+}
+
+/** The error a promise rejects with; undefined when it resolves (so matching on it fails). */
+export async function rejection(promise: Promise<unknown>): Promise<unknown> {
+  try {
+    await promise;
+    return undefined;
+  } catch (err) {
+    return err;
+  }
 }

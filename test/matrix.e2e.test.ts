@@ -7,27 +7,20 @@ import { GoogleGenAI, type Content, type FunctionCall, type Part } from '@google
 import { Ajv } from 'ajv';
 import OpenAI from 'openai';
 import t from 'tap';
-import { eventually, startSimulatorProcess, startTestGateway } from './helpers.js';
+import { eventually, startStack } from './helpers.js';
 
-const sim = await startSimulatorProcess();
-const gw = await startTestGateway(
-  (dataDir) => `
-dataDir: ${dataDir}
-server: { shutdownTimeoutMs: 2000 }
+const { gw } = await startStack(
+  (simUrl) => `
 upstreams:
-  chat: { kind: openai-chat, baseUrl: "${sim.url}/v1" }
-  responses: { kind: openai-responses, baseUrl: "${sim.url}/v1" }
-  gemini: { kind: gemini, baseUrl: "${sim.url}/v1beta", apiKey: gemini-upstream-key }
+  chat: { kind: openai-chat, baseUrl: "${simUrl}/v1" }
+  responses: { kind: openai-responses, baseUrl: "${simUrl}/v1" }
+  gemini: { kind: gemini, baseUrl: "${simUrl}/v1beta", apiKey: gemini-upstream-key }
 models:
   - { id: up-chat, upstream: chat, upstreamModel: sim-chat }
   - { id: up-responses, upstream: responses, upstreamModel: sim-responses }
   - { id: up-gemini, upstream: gemini, upstreamModel: sim-gemini }
 `,
 );
-t.teardown(async () => {
-  await gw.stop();
-  await sim.stop();
-});
 
 const openai = new OpenAI({ apiKey: gw.key, baseURL: `${gw.url}/v1`, maxRetries: 0 });
 const google = new GoogleGenAI({ apiKey: gw.key, httpOptions: { baseUrl: gw.url } });

@@ -8,26 +8,19 @@ import { generateText, jsonSchema, streamText, tool } from 'ai';
 import { Ajv } from 'ajv';
 import OpenAI from 'openai';
 import t from 'tap';
-import { eventually, startSimulatorProcess, startTestGateway } from './helpers.js';
+import { eventually, startStack } from './helpers.js';
 
-const sim = await startSimulatorProcess();
-const gw = await startTestGateway(
-  (dataDir) => `
-dataDir: ${dataDir}
-server: { shutdownTimeoutMs: 2000 }
+const { sim, gw } = await startStack(
+  (simUrl) => `
 upstreams:
-  chat-only: { kind: openai-chat, baseUrl: "${sim.url}/v1" }
-  native: { kind: openai-responses, baseUrl: "${sim.url}/v1" }
+  chat-only: { kind: openai-chat, baseUrl: "${simUrl}/v1" }
+  native: { kind: openai-responses, baseUrl: "${simUrl}/v1" }
 models:
   - { id: sim-chat, upstream: chat-only }
   - { id: sim-responses, upstream: native, features: { serverTools: [web_search] } }
   - { id: sim-plain, upstream: chat-only, upstreamModel: sim-chat, features: { reasoning: false, temperature: false } }
 `,
 );
-t.teardown(async () => {
-  await gw.stop();
-  await sim.stop();
-});
 
 const openai = new OpenAI({ apiKey: gw.key, baseURL: `${gw.url}/v1`, maxRetries: 0 });
 const lastUpstreamRequest = async () => ((await (await fetch(`${sim.url}/stats`)).json()) as { lastRequest: any }).lastRequest;

@@ -1,5 +1,5 @@
 import t from 'tap';
-import { recordingSink, startSimulatorProcess } from './helpers.js';
+import { recordingSink, rejection, startSimulatorProcess } from './helpers.js';
 import { Ajv } from 'ajv';
 import { ApiError, FunctionCallingConfigMode, GoogleGenAI, Type, type Content, type GenerateContentResponse } from '@google/genai';
 import { countTokens } from 'gpt-tokenizer';
@@ -44,15 +44,6 @@ function sseChunks(t: Tap, text: string): Json[] {
 
 type Tap = Parameters<Parameters<typeof t.test>[0]>[0];
 
-/** The error a promise rejects with; undefined when it resolves (so matching on it fails). */
-async function rejection(promise: Promise<unknown>): Promise<unknown> {
-  try {
-    await promise;
-    return undefined;
-  } catch (err) {
-    return err;
-  }
-}
 
 /** Google's error body inside an ApiError's message. */
 function apiErrorBody(err: unknown): Json | undefined {

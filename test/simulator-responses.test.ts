@@ -1,5 +1,5 @@
 import t from 'tap';
-import { recordingSink, startSimulatorProcess } from './helpers.js';
+import { recordingSink, rejection, startSimulatorProcess } from './helpers.js';
 import { Ajv } from 'ajv';
 import OpenAI from 'openai';
 import type { Response as OAResponse, ResponseInputItem, ResponseStreamEvent } from 'openai/resources/responses/responses';
@@ -15,15 +15,6 @@ import { GatewayError } from '../src/errors.js';
 type Json = Record<string, any>;
 type TapTest = Parameters<Parameters<typeof t.test>[0]>[0];
 
-/** The error a promise rejects with; undefined when it resolves (so matching on it fails). */
-async function rejection(promise: Promise<unknown>): Promise<unknown> {
-  try {
-    await promise;
-    return undefined;
-  } catch (err) {
-    return err;
-  }
-}
 
 interface Frame {
   event: string | undefined;

@@ -8,8 +8,8 @@ import { definePlugin, type Codec } from '../../../src/contracts.js';
 import { GatewayError } from '../../../src/errors.js';
 import { bearerCredential, openAiErrorBody, readOpenAiError } from '../openai-common.js';
 import { StateKey } from '../../../src/exchange.js';
-import { frameData } from '../../../src/sse.js';
-import { parseRequestJson, parseUpstreamJson, withFields } from '../../../src/json-body.js';
+import { frameJson } from '../../../src/sse.js';
+import { jsonOrUndefined, parseRequestJson, parseUpstreamJson, withFields } from '../../../src/json-body.js';
 import { compileValidator } from '../../../src/validation.js';
 import { canonicalToChat, canonicalToChatResponse, chatResponseToCanonical, chatToCanonical, readChatUsage } from './canonical.js';
 import { chatPassthrough, chatStreamReader, chatStreamWriter } from './stream.js';
@@ -105,27 +105,15 @@ const codec: Codec = {
     return chatPassthrough(ex.get(usageInjected) === true, codec.errorBody);
   },
 
-  bodyUsage(body) {
-    try {
-      return readChatUsage(JSON.parse(body.toString('utf8')).usage);
-    } catch {
-      return undefined;
-    }
-  },
+  bodyUsage: (body) => readChatUsage(jsonOrUndefined(body)?.usage),
 
   deliveredText(frames) {
     let text = '';
-    for (const frame of frames) {
-      const data = frameData(frame);
-      if (!data || data === '[DONE]') continue;
-      try {
-        for (const choice of JSON.parse(data).choices ?? []) {
-          const d = choice.delta ?? {};
-          if (typeof d.content === 'string') text += d.content;
-          for (const call of d.tool_calls ?? []) text += (call.function?.name ?? '') + (call.function?.arguments ?? '');
-        }
-      } catch {
-        // A frame that is not JSON carries no output.
+    for (const chunk of frameJson(frames)) {
+      for (const choice of chunk.choices ?? []) {
+        const d = choice.delta ?? {};
+        if (typeof d.content === 'string') text += d.content;
+        for (const call of d.tool_calls ?? []) text += (call.function?.name ?? '') + (call.function?.arguments ?? '');
       }
     }
     return text;

@@ -1,5 +1,7 @@
 /** Chat completions streams: passthrough scanning, and reading/writing canonical events. */
+import { unreadableEvent } from '../../../src/canonical.js';
 import type * as C from '../../../src/canonical.js';
+import { jsonOrUndefined } from '../../../src/json-body.js';
 import type { ClientStream, Usage } from '../../../src/contracts.js';
 import { GatewayError } from '../../../src/errors.js';
 import { readOpenAiError } from '../openai-common.js';
@@ -21,14 +23,8 @@ export function chatPassthrough(dropUsageChunk: boolean, errorBody: (err: Gatewa
   return {
     frame(frame) {
       if (!hasObjectField(frame, USAGE_KEY)) return true;
-      const data = frameData(frame);
-      if (!data) return true;
-      let chunk: any;
-      try {
-        chunk = JSON.parse(data);
-      } catch {
-        return true;
-      }
+      const chunk = jsonOrUndefined(frameData(frame));
+      if (!chunk) return true;
       usage = readChatUsage(chunk.usage) ?? usage;
       return !(dropUsageChunk && Array.isArray(chunk.choices) && chunk.choices.length === 0);
     },
@@ -45,13 +41,9 @@ export function chatStreamReader(): C.StreamReader {
   return {
     frame(data) {
       if (data === '[DONE]') return [];
-      let chunk: any;
-      try {
-        chunk = JSON.parse(data);
-      } catch {
-        return [{ type: 'error', error: new GatewayError('upstream_error', 'The upstream sent a stream frame that is not JSON.') }];
-      }
-      if (chunk.error) return [{ type: 'error', error: readOpenAiError(502, JSON.stringify(chunk)) }];
+      const chunk = jsonOrUndefined(data);
+      if (!chunk) return [unreadableEvent()];
+      if (chunk.error) return [{ type: 'error', error: readOpenAiError(502, data) }];
       const events: C.Event[] = [];
       if (!started) {
         started = true;

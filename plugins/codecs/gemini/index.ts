@@ -7,8 +7,8 @@ import type { ModelConfig } from '../../../src/config.js';
 import { definePlugin, type Codec } from '../../../src/contracts.js';
 import { GatewayError, codeForStatus } from '../../../src/errors.js';
 import type { Exchange } from '../../../src/exchange.js';
-import { parseRequestJson, parseUpstreamJson, withFields } from '../../../src/json-body.js';
-import { frameData } from '../../../src/sse.js';
+import { jsonOrUndefined, parseRequestJson, parseUpstreamJson, withFields } from '../../../src/json-body.js';
+import { frameJson } from '../../../src/sse.js';
 import { canonicalToGemini, canonicalToGeminiBody, geminiBodyToCanonical, geminiToCanonical, readGeminiUsage } from './canonical.js';
 import { validateGenerateContent } from './schema.js';
 import { geminiPassthrough, geminiStreamReader, geminiStreamWriter, sseMode } from './stream.js';
@@ -146,24 +146,14 @@ const codec: Codec = {
 
   passthroughStream: (ex) => geminiPassthrough(ex, errorBody),
 
-  bodyUsage(body) {
-    try {
-      return readGeminiUsage(JSON.parse(body.toString('utf8')).usageMetadata);
-    } catch {
-      return undefined;
-    }
-  },
+  bodyUsage: (body) => readGeminiUsage(jsonOrUndefined(body)?.usageMetadata),
 
   deliveredText(frames) {
     let text = '';
-    for (const frame of frames) {
-      try {
-        for (const p of JSON.parse(frameData(frame) ?? '{}').candidates?.[0]?.content?.parts ?? []) {
-          if (typeof p.text === 'string') text += p.text;
-          if (p.functionCall) text += p.functionCall.name + JSON.stringify(p.functionCall.args ?? {});
-        }
-      } catch {
-        // A frame that is not JSON carries no output.
+    for (const chunk of frameJson(frames)) {
+      for (const p of chunk.candidates?.[0]?.content?.parts ?? []) {
+        if (typeof p.text === 'string') text += p.text;
+        if (p.functionCall) text += p.functionCall.name + JSON.stringify(p.functionCall.args ?? {});
       }
     }
     return text;
@@ -192,12 +182,7 @@ const codec: Codec = {
   streamReader: () => geminiStreamReader(),
 
   readError(status, body) {
-    let error: Json | undefined;
-    try {
-      error = JSON.parse(body.toString()).error;
-    } catch {
-      // Not JSON: use the text.
-    }
+    const error: Json | undefined = jsonOrUndefined(body)?.error;
     const message: string = error?.message ?? (body.toString().slice(0, 300) || `Upstream answered ${status}.`);
     // Gemini says 400 for a bad API key: that is the gateway's credential, not the client's request (7.11 item 8).
     const badKey = /API key not valid/i.test(message) || JSON.stringify(error?.details ?? []).includes('API_KEY_INVALID');

@@ -2,7 +2,9 @@
  * Content-generation streams. Clients ask for SSE (`?alt=sse`, data-only events) or, without it,
  * get the real API's streamed JSON array. Upstream Gemini streams are always requested as SSE.
  */
+import { unreadableEvent } from '../../../src/canonical.js';
 import type * as C from '../../../src/canonical.js';
+import { jsonOrUndefined } from '../../../src/json-body.js';
 import type { ClientStream, Usage } from '../../../src/contracts.js';
 import { GatewayError } from '../../../src/errors.js';
 import { StateKey, type Exchange } from '../../../src/exchange.js';
@@ -58,13 +60,7 @@ export function geminiPassthrough(ex: Exchange, errorBody: (err: GatewayError) =
     },
     end: () => framing.close(),
     fail: (err) => framing.event(errorBody(err)) + framing.close(),
-    usage() {
-      try {
-        return lastUsageFrame && readGeminiUsage(JSON.parse(frameData(lastUsageFrame) ?? '').usageMetadata);
-      } catch {
-        return undefined;
-      }
-    },
+    usage: () => lastUsageFrame && readGeminiUsage(jsonOrUndefined(frameData(lastUsageFrame))?.usageMetadata),
   };
 }
 
@@ -76,12 +72,8 @@ export function geminiStreamReader(): C.StreamReader {
   let usage: Usage | undefined;
   return {
     frame(data) {
-      let chunk: Json;
-      try {
-        chunk = JSON.parse(data);
-      } catch {
-        return [{ type: 'error', error: new GatewayError('upstream_error', 'The upstream sent a stream event that is not JSON.') }];
-      }
+      const chunk: Json | undefined = jsonOrUndefined(data);
+      if (!chunk) return [unreadableEvent()];
       if (chunk.error) {
         const e = chunk.error;
         return [{ type: 'error', error: new GatewayError('upstream_error', e.message ?? 'The upstream failed.', null, undefined, e.status) }];

@@ -6,8 +6,8 @@ import type { ModelConfig } from '../../../src/config.js';
 import { definePlugin, type Codec } from '../../../src/contracts.js';
 import { GatewayError } from '../../../src/errors.js';
 import { bearerCredential, openAiErrorBody, readOpenAiError } from '../openai-common.js';
-import { parseRequestJson, parseUpstreamJson, withFields } from '../../../src/json-body.js';
-import { frameData } from '../../../src/sse.js';
+import { jsonOrUndefined, parseRequestJson, parseUpstreamJson, withFields } from '../../../src/json-body.js';
+import { frameJson } from '../../../src/sse.js';
 import { canonicalToResponses, canonicalToResponsesBody, readResponsesUsage, responsesBodyToCanonical, responsesToCanonical, toolMapping } from './canonical.js';
 import { itemType, validateResponsesRequest } from './schema.js';
 import { responsesSocket } from './socket.js';
@@ -124,26 +124,11 @@ const codec: Codec = {
 
   passthroughStream: (ex) => responsesPassthrough(ex),
 
-  bodyUsage(body) {
-    try {
-      return readResponsesUsage(JSON.parse(body.toString('utf8')).usage);
-    } catch {
-      return undefined;
-    }
-  },
+  bodyUsage: (body) => readResponsesUsage(jsonOrUndefined(body)?.usage),
 
   deliveredText(frames) {
     let text = '';
-    for (const frame of frames) {
-      const data = frameData(frame);
-      if (!data || !data.includes('.delta"')) continue;
-      try {
-        const e = JSON.parse(data);
-        if (typeof e.delta === 'string') text += e.delta;
-      } catch {
-        // A frame that is not JSON carries no output.
-      }
-    }
+    for (const e of frameJson(frames)) if (typeof e.delta === 'string') text += e.delta;
     return text;
   },
 

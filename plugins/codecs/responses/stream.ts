@@ -1,5 +1,7 @@
 /** Responses event streams: passthrough scanning, and reading/writing canonical events (2.7–2.9, 7.4, 7.5). */
+import { unreadableEvent } from '../../../src/canonical.js';
 import type * as C from '../../../src/canonical.js';
+import { jsonOrUndefined } from '../../../src/json-body.js';
 import type { ClientStream, Usage } from '../../../src/contracts.js';
 import { GatewayError } from '../../../src/errors.js';
 import type { Exchange } from '../../../src/exchange.js';
@@ -38,13 +40,7 @@ export function responsesPassthrough(ex: Exchange): ClientStream {
   let id: string | undefined;
   let createdAt = unixNow();
   let usage: Usage | undefined;
-  const parse = (frame: Buffer): Json | undefined => {
-    try {
-      return JSON.parse(frameData(frame) ?? '');
-    } catch {
-      return undefined;
-    }
-  };
+  const parse = (frame: Buffer): Json | undefined => jsonOrUndefined(frameData(frame));
   return {
     frame(frame) {
       frames++;
@@ -69,12 +65,8 @@ export function responsesStreamReader(): C.StreamReader {
   const call = (e: Json) => calls.get(e.item_id ?? byOutputIndex.get(e.output_index));
   return {
     frame(data) {
-      let e: Json;
-      try {
-        e = JSON.parse(data);
-      } catch {
-        return [{ type: 'error', error: new GatewayError('upstream_error', 'The upstream sent a stream frame that is not JSON.') }];
-      }
+      const e: Json | undefined = jsonOrUndefined(data);
+      if (!e) return [unreadableEvent()];
       switch (e.type) {
         case 'response.created':
           return [{ type: 'start', id: e.response?.id, model: e.response?.model, created: e.response?.created_at }];
