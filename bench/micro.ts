@@ -1,9 +1,16 @@
-/** Micro benchmarks of the per-chunk hot path: SSE splitting and the chat usage scan. */
+/** Micro benchmarks of the hot path: SSE splitting, the chat usage scan, and recording usage. */
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { Bench } from 'tinybench';
 import type { Exchange } from '../src/exchange.js';
 import { SseSplitter, frameData } from '../src/sse.js';
 import codecPlugin from '../plugins/codecs/chat/index.js';
 import type { Codec } from '../src/contracts.js';
+import { createLogger } from '../src/log.js';
+import { JournaledStore } from '../src/store/journal.js';
+import { SqliteStore } from '../src/store/sqlite.js';
+import type { UsageRecord } from '../src/store/store.js';
 
 function chatStream(tokens: number, withUsage: boolean): Buffer {
   const frames: string[] = [];
@@ -28,6 +35,21 @@ export async function runMicro(): Promise<Record<string, string>[]> {
   const fakeExchange = { get: () => true } as unknown as Exchange;
   let sink = 0;
 
+  // Recording usage as the usage plugin does: the journal append, plus its share of the store's
+  // batch write (one SQLite transaction per 256 records) and the truncate after it.
+  const dir = mkdtempSync(join(tmpdir(), 'sluice-bench-'));
+  const log = createLogger('silent');
+  const stores = [false, true].map((fsync) =>
+    JournaledStore.open(new SqliteStore(join(dir, `${fsync}.db`)), join(dir, `${fsync}.journal`), { owner: true, fsync, log }),
+  );
+  let requestNo = 0;
+  const usage = (): UsageRecord => ({
+    time: Date.now(), requestId: `bench-${++requestNo}`, keyId: 'key_0123456789abcdef', group: 'default', model: 'sim-chat',
+    upstream: 'simulator', family: 'chat', status: 200, promptTokens: 12, completionTokens: 256, estimated: false,
+    latencyMs: 12.34, ttfbMs: 1.23, streamed: true, outcome: 'finished', error: null,
+  });
+  const recordBytes = JSON.stringify(usage()).length + 1;
+
   const bench = new Bench({ time: 500 });
   bench
     .add('SseSplitter: 258 frames in 1400-byte pieces', () => {
@@ -42,11 +64,15 @@ export async function runMicro(): Promise<Record<string, string>[]> {
     })
     .add('frameData: parse one data frame', () => {
       sink += frameData(pieces[0]!)?.length ?? 0;
-    });
+    })
+    .add('recordUsage: journal append + 1/256 SQLite batch', () => stores[0]!.recordUsage(usage()))
+    .add('recordUsage: journal append with fsync + 1/256 SQLite batch', () => stores[1]!.recordUsage(usage()));
   await bench.run();
+  for (const store of stores) store.close();
+  rmSync(dir, { recursive: true, force: true });
   return bench.tasks.map((task) => {
     const r = task.result as { throughput?: { mean: number }; latency?: { mean: number } } | undefined;
-    const bytes = task.name.startsWith('frameData') ? pieces[0]!.length : stream.length;
+    const bytes = task.name.startsWith('frameData') ? pieces[0]!.length : task.name.startsWith('recordUsage') ? recordBytes : stream.length;
     const opsPerSec = r?.throughput?.mean ?? 0;
     return {
       benchmark: task.name,

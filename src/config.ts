@@ -3,8 +3,11 @@
  * the key and the problem. With no file, the embedded default runs the built-in simulator.
  */
 import { readFileSync } from 'node:fs';
+import { dirname, resolve as resolvePath } from 'node:path';
 import { Ajv, type ErrorObject } from 'ajv';
 import { parse as parseYaml } from 'yaml';
+import { parseAddressRange } from './trusted-proxies.js';
+import { defaultRequestCaps, type RequestCaps } from './request-caps.js';
 
 export interface ModelFeatures {
   tools: boolean;
@@ -51,9 +54,20 @@ export interface UpstreamConfig {
 }
 
 export interface PluginEntry {
-  /** Path under plugins/, e.g. `auth` or `codecs/chat`. */
+  /** Path under plugins/, e.g. `auth` or `codecs/chat`; any name when `module` is given. */
   name: string;
   options: Record<string, unknown>;
+  /** A plugin kept outside the tree: its module file, absolute or relative to the config file. */
+  module?: string;
+}
+
+export interface WebSocketLimits {
+  /** Open sockets at once (they also count towards maxConnections). */
+  maxSockets: number;
+  /** Seconds without a frame (pings included) before a socket is closed; pings are sent automatically. */
+  idleTimeoutSeconds: number;
+  /** A socket is closed after this long with `websocket_connection_limit_reached`, as OpenAI does. */
+  maxLifetimeMinutes: number;
 }
 
 export interface Config {
@@ -62,10 +76,32 @@ export interface Config {
     port: number;
     maxBodyBytes: number;
     shutdownTimeoutMs: number;
+    /** Proxies (addresses or CIDRs) whose X-Forwarded-For/-Proto/-Host headers are believed. */
+    trustedProxies: string[];
+    /** In-flight HTTP exchanges plus open WebSockets; beyond it, 503 at once. */
+    maxConnections: number;
+    /** Request bodies being received at once, in bytes, across all connections. */
+    maxInFlightBodyBytes: number;
+    /** Largest complete (non-stream) upstream answer that is read. */
+    maxUpstreamBodyBytes: number;
+    /** Largest single upstream stream event. */
+    maxEventBytes: number;
+    /** A client that takes no bytes for this long is cut (`client_stalled`). */
+    writeStallMs: number;
+    websocket: WebSocketLimits;
+    requestCaps: RequestCaps;
   };
   dataDir: string;
   adminToken?: string;
+  admin: {
+    /** Origins besides the gateway's own that may make state-changing admin calls. */
+    allowedOrigins: string[];
+  };
   log: { level: string };
+  usage: {
+    /** Sync each usage journal append to disk: records survive power loss, not only a crash. */
+    journalFsync: boolean;
+  };
   plugins: PluginEntry[];
   upstreams: Record<string, UpstreamConfig>;
   models: ModelConfig[];
@@ -118,15 +154,43 @@ const schema = {
         port: { type: 'integer', minimum: 0, maximum: 65535 },
         maxBodyBytes: { type: 'integer', minimum: 1024 },
         shutdownTimeoutMs: { type: 'integer', minimum: 0 },
+        trustedProxies: { type: 'array', items: { type: 'string', minLength: 1 } },
+        maxConnections: { type: 'integer', minimum: 1 },
+        maxInFlightBodyBytes: { type: 'integer', minimum: 1024 },
+        maxUpstreamBodyBytes: { type: 'integer', minimum: 1024 },
+        maxEventBytes: { type: 'integer', minimum: 1024 },
+        writeStallMs: { type: 'integer', minimum: 100 },
+        websocket: {
+          type: 'object',
+          additionalProperties: false,
+          properties: {
+            maxSockets: { type: 'integer', minimum: 0 },
+            idleTimeoutSeconds: { type: 'integer', minimum: 8, maximum: 960 },
+            maxLifetimeMinutes: { type: 'number', exclusiveMinimum: 0 },
+          },
+        },
+        requestCaps: {
+          type: 'object',
+          additionalProperties: false,
+          properties: Object.fromEntries(Object.keys(defaultRequestCaps).map((name) => [name, { type: 'integer', minimum: 1 }])),
+        },
       },
     },
     dataDir: { type: 'string', minLength: 1 },
     adminToken: { type: 'string', minLength: 16 },
+    admin: {
+      type: 'object',
+      additionalProperties: false,
+      properties: {
+        allowedOrigins: { type: 'array', items: { type: 'string', pattern: '^https?://[^/?#\\s]+$' }, uniqueItems: true },
+      },
+    },
     log: {
       type: 'object',
       additionalProperties: false,
       properties: { level: { enum: ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] } },
     },
+    usage: { type: 'object', additionalProperties: false, properties: { journalFsync: { type: 'boolean' } } },
     plugins: {
       type: 'array',
       items: {
@@ -136,7 +200,7 @@ const schema = {
             type: 'object',
             required: ['name'],
             additionalProperties: false,
-            properties: { name: { type: 'string', minLength: 1 }, options: { type: 'object' } },
+            properties: { name: { type: 'string', minLength: 1 }, options: { type: 'object' }, module: { type: 'string', minLength: 1 } },
           },
         ],
       },
@@ -218,20 +282,22 @@ export function loadConfig({ path, env = process.env }: LoadOptions = {}): Confi
     raw = interpolate(raw, env, '');
   }
   if (!validate(raw)) throw new ConfigError(`${source}:\n${formatErrors(validate.errors ?? [])}`);
-  return resolve(raw as RawConfig, env, source);
+  return resolve(raw as RawConfig, env, source, path);
 }
 
 interface RawConfig {
   server?: Partial<Config['server']>;
   dataDir?: string;
   adminToken?: string;
+  admin?: { allowedOrigins?: string[] };
   log?: { level?: string };
-  plugins?: (string | { name: string; options?: Record<string, unknown> })[];
+  usage?: { journalFsync?: boolean };
+  plugins?: (string | { name: string; options?: Record<string, unknown>; module?: string })[];
   upstreams?: Record<string, UpstreamConfig>;
   models?: (Partial<Omit<ModelConfig, 'features' | 'families' | 'ignoreParameters'>> & { ignoreParameters?: string[]; id: string; upstream: string; features?: Partial<ModelFeatures>; families?: string[] })[];
 }
 
-function resolve(raw: RawConfig, env: NodeJS.ProcessEnv, source: string): Config {
+function resolve(raw: RawConfig, env: NodeJS.ProcessEnv, source: string, path?: string): Config {
   const upstreams = raw.upstreams ?? embeddedDefault.upstreams;
   const rawModels = raw.models ?? (raw.upstreams ? [] : embeddedDefault.models);
   if (rawModels.length === 0) throw new ConfigError(`${source}: models: at least one model is required`);
@@ -239,7 +305,7 @@ function resolve(raw: RawConfig, env: NodeJS.ProcessEnv, source: string): Config
   const models = rawModels.map((m, i): ModelConfig => {
     if (seen.has(m.id)) throw new ConfigError(`${source}: models[${i}].id: "${m.id}" is listed twice`);
     seen.add(m.id);
-    if (!upstreams[m.upstream]) {
+    if (!Object.hasOwn(upstreams, m.upstream)) {
       throw new ConfigError(`${source}: models[${i}].upstream: no upstream named "${m.upstream}"`);
     }
     const ceiling = m.maxOutputTokens ?? {};
@@ -260,6 +326,7 @@ function resolve(raw: RawConfig, env: NodeJS.ProcessEnv, source: string): Config
       ownedBy: m.ownedBy ?? 'sluice',
     };
   });
+  const maxConnections = raw.server?.maxConnections ?? defaultMaxConnections();
   const port = env.SLUICE_PORT !== undefined ? Number(env.SLUICE_PORT) : raw.server?.port ?? 8080;
   if (!Number.isInteger(port) || port < 0 || port > 65535) {
     throw new ConfigError(`SLUICE_PORT: "${env.SLUICE_PORT}" is not a port number`);
@@ -270,16 +337,58 @@ function resolve(raw: RawConfig, env: NodeJS.ProcessEnv, source: string): Config
       port,
       maxBodyBytes: raw.server?.maxBodyBytes ?? 20 * 1024 * 1024,
       shutdownTimeoutMs: raw.server?.shutdownTimeoutMs ?? 30_000,
+      trustedProxies: checkedProxies(raw.server?.trustedProxies ?? [], source),
+      maxConnections,
+      maxInFlightBodyBytes: raw.server?.maxInFlightBodyBytes ?? 256 * 1024 * 1024,
+      maxUpstreamBodyBytes: raw.server?.maxUpstreamBodyBytes ?? 64 * 1024 * 1024,
+      maxEventBytes: raw.server?.maxEventBytes ?? 16 * 1024 * 1024,
+      writeStallMs: raw.server?.writeStallMs ?? 60_000,
+      websocket: {
+        maxSockets: raw.server?.websocket?.maxSockets ?? Math.floor(maxConnections / 2),
+        idleTimeoutSeconds: raw.server?.websocket?.idleTimeoutSeconds ?? 120,
+        maxLifetimeMinutes: raw.server?.websocket?.maxLifetimeMinutes ?? 60,
+      },
+      requestCaps: { ...defaultRequestCaps, ...raw.server?.requestCaps },
     },
     dataDir: env.SLUICE_DATA_DIR || raw.dataDir || './data',
     adminToken: env.SLUICE_ADMIN_TOKEN || raw.adminToken,
+    admin: { allowedOrigins: raw.admin?.allowedOrigins ?? [] },
     log: { level: env.SLUICE_LOG_LEVEL || raw.log?.level || 'info' },
+    usage: { journalFsync: raw.usage?.journalFsync ?? false },
     plugins: (raw.plugins ?? defaultPlugins).map((p) =>
-      typeof p === 'string' ? { name: p, options: {} } : { name: p.name, options: p.options ?? {} },
+      typeof p === 'string'
+        ? { name: p, options: {} }
+        : { name: p.name, options: p.options ?? {}, ...(p.module && { module: path ? resolvePath(dirname(path), p.module) : resolvePath(p.module) }) },
     ),
     upstreams,
     models,
   };
+}
+
+/**
+ * Each connection costs a file descriptor and, with its upstream call, often two: the default
+ * leaves room under the process's descriptor limit (Linux: /proc/self/limits), at most 10,000.
+ */
+function defaultMaxConnections(): number {
+  let limit = 65_536;
+  try {
+    const line = /Max open files\s+(\d+)/.exec(readFileSync('/proc/self/limits', 'utf8'));
+    if (line) limit = Number(line[1]);
+  } catch {
+    // Not Linux: keep the fallback.
+  }
+  return Math.max(64, Math.min(10_000, Math.floor((limit - 256) / 2)));
+}
+
+function checkedProxies(entries: string[], source: string): string[] {
+  entries.forEach((entry, i) => {
+    try {
+      parseAddressRange(entry);
+    } catch (err) {
+      throw new ConfigError(`${source}: server.trustedProxies[${i}]: ${(err as Error).message}`);
+    }
+  });
+  return entries;
 }
 
 /** Replaces `${NAME}` and `${NAME:-fallback}` in every string value. */

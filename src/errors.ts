@@ -35,6 +35,7 @@ export const catalog = {
   family_not_permitted: { status: 403, kind: 'permission' },
   not_found: { status: 404, kind: 'not_found' },
   method_not_allowed: { status: 405, kind: 'invalid_request' },
+  length_required: { status: 411, kind: 'invalid_request' },
   request_too_large: { status: 413, kind: 'too_large' },
   unsupported_media_type: { status: 415, kind: 'invalid_request' },
   rate_limit_exceeded: { status: 429, kind: 'rate_limit' },
@@ -42,6 +43,8 @@ export const catalog = {
   upstream_error: { status: 502, kind: 'upstream' },
   upstream_unavailable: { status: 503, kind: 'unavailable' },
   shutting_down: { status: 503, kind: 'unavailable' },
+  overloaded: { status: 503, kind: 'unavailable' },
+  upstream_busy: { status: 503, kind: 'unavailable' },
   upstream_timeout: { status: 504, kind: 'timeout' },
 } as const satisfies Record<string, CatalogEntry>;
 
@@ -59,6 +62,8 @@ export class GatewayError extends Error {
     status?: number,
     /** The upstream's own error code, shown to the client instead of `code`. */
     readonly upstreamCode?: string,
+    /** Seconds the client should wait before trying again, sent as `Retry-After`. */
+    readonly retryAfterSeconds?: number,
   ) {
     super(message);
     this.status = status ?? catalog[code].status;

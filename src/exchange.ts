@@ -8,7 +8,17 @@ import type { Codec, Endpoint, Upstream, Usage } from './contracts.js';
 import type { GatewayError } from './errors.js';
 import type { Group } from './store/store.js';
 
-export type Outcome = 'finished' | 'aborted' | 'error';
+/**
+ * How an exchange ended: `aborted` (the client went away), `client_stalled` (the client stopped
+ * reading and was cut), `shutdown` (the gateway stopped before the exchange could finish).
+ */
+export type Outcome = 'finished' | 'aborted' | 'error' | 'client_stalled' | 'shutdown';
+
+/**
+ * How far an exchange got; docs/architecture.md draws the transitions. Done is not a stage but the
+ * end of all of them: the stage an exchange ended in stays readable in the done phase.
+ */
+export type Stage = 'accepted' | 'headers' | 'body' | 'decoded' | 'admitted' | 'routed' | 'upstream' | 'streaming';
 
 /** The caller, as established by the auth plugin. */
 export interface Principal {
@@ -49,10 +59,12 @@ export class Exchange {
   usage: Usage | undefined;
   outcome: Outcome = 'finished';
   error: GatewayError | undefined;
+  stage: Stage = 'accepted';
   /** Set when the client went away; nothing may be written after that. */
   aborted = false;
 
-  private readonly abortHandlers: (() => void)[] = [];
+  /** What to stop when the exchange is cut short: the body read, the upstream call. */
+  private readonly cancelers: (() => void)[] = [];
   private parsedQuery: URLSearchParams | undefined;
   private readonly state = new Map<StateKey<unknown>, unknown>();
 
@@ -88,15 +100,17 @@ export class Exchange {
     this.state.set(key, value);
   }
 
-  onAbort(handler: () => void): void {
-    if (this.aborted) handler();
-    else this.abortHandlers.push(handler);
+  /** Set when the done phase starts: nothing more may happen to this exchange. */
+  over = false;
+
+  /** Registers what to stop if the exchange is cut short; runs at once if it already was. */
+  onCancel(cancel: () => void): void {
+    if (this.over) cancel();
+    else this.cancelers.push(cancel);
   }
 
-  /** Called by the server when the client disconnects. */
-  markAborted(): void {
-    if (this.aborted) return;
-    this.aborted = true;
-    for (const handler of this.abortHandlers.splice(0)) handler();
+  /** Stops whatever the exchange has started (the pipeline calls this once, when cutting it short). */
+  cancel(): void {
+    for (const cancel of this.cancelers.splice(0)) cancel();
   }
 }

@@ -4,6 +4,7 @@
  */
 import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
+import { pathToFileURL } from 'node:url';
 import type { Logger } from 'pino';
 import { adminRoutes } from './admin/http.js';
 import { AdminService } from './admin/service.js';
@@ -13,8 +14,10 @@ import type { Config, ModelConfig } from './config.js';
 import type { BootContext, Codec, Plugin, PluginFactory, Upstream, UpstreamFactory } from './contracts.js';
 import { Pipeline } from './pipeline.js';
 import { startServer, type JsonHandler } from './server.js';
+import { JournaledStore, type JournalOptions } from './store/journal.js';
 import { SqliteStore } from './store/sqlite.js';
 import type { Store } from './store/store.js';
+import { TrustedProxies } from './trusted-proxies.js';
 
 /** What the plugins listed in config contribute. */
 export interface Loaded {
@@ -46,10 +49,11 @@ export async function loadPlugins(config: Config, store: Store, log: Logger): Pr
     addRoute: (prefix, handler) => (routes[prefix] = handler),
   });
   for (const entry of config.plugins) {
-    if (!pluginName.test(entry.name)) throw new Error(`plugins: "${entry.name}" is not a plugin name`);
+    if (!entry.module && !pluginName.test(entry.name)) throw new Error(`plugins: "${entry.name}" is not a plugin name`);
+    const url = entry.module ? pathToFileURL(entry.module) : new URL(`../plugins/${entry.name}/index.js`, import.meta.url);
     let factory: PluginFactory;
     try {
-      factory = (await import(new URL(`../plugins/${entry.name}/index.js`, import.meta.url).href)).default;
+      factory = (await import(url.href)).default;
     } catch (err) {
       throw new Error(`plugins: cannot load "${entry.name}": ${(err as Error).message}`);
     }
@@ -74,9 +78,10 @@ function resolveFamilies(model: ModelConfig, upstreamFamily: string, codecs: Cod
   }
 }
 
-export function openStore(dataDir: string): Store {
+/** The data dir's store behind its usage journal; only the gateway owns the journal, the CLI reads it. */
+export function openStore(dataDir: string, journal: JournalOptions = { owner: false }): Store {
   mkdirSync(dataDir, { recursive: true, mode: 0o700 });
-  return new SqliteStore(join(dataDir, 'sluice.db'));
+  return JournaledStore.open(new SqliteStore(join(dataDir, 'sluice.db')), join(dataDir, 'usage.journal'), journal);
 }
 
 export function adminService(store: Store, config: Config, loaded: Loaded): AdminService {
@@ -94,31 +99,49 @@ export interface Gateway {
 }
 
 export async function startGateway(config: Config, log: Logger): Promise<Gateway> {
-  const store = openStore(config.dataDir);
+  const store = openStore(config.dataDir, { owner: true, fsync: config.usage.journalFsync, log });
   const { token: adminToken, generated } = resolveAdminToken(config.dataDir, config.adminToken);
   const loaded = await loadPlugins(config, store, log);
   const { plugins, codecs, upstreams } = loaded;
 
+  const models = new Map<string, ModelConfig>(config.models.map((m) => [m.id, m]));
+  const pipeline = new Pipeline({
+    plugins,
+    models,
+    upstreams,
+    codecs: new Map(codecs.map((c) => [c.family, c])),
+    log,
+    maxUpstreamBodyBytes: config.server.maxUpstreamBodyBytes,
+    maxEventBytes: config.server.maxEventBytes,
+  });
+  const release = async () => {
+    for (const plugin of plugins) await plugin.close?.();
+    await Promise.all([...upstreams.values()].map((u) => u.close?.()));
+    store.close();
+  };
+  let server: Awaited<ReturnType<typeof startServer>>;
+  try {
+    server = await startServer({
+      host: config.server.host,
+      port: config.server.port,
+      limits: config.server,
+      codecs,
+      pipeline,
+      jsonRoutes: { ...loaded.routes, '/admin/': adminRoutes(adminService(store, config, loaded), new Sessions(adminToken), { proxies: new TrustedProxies(config.server.trustedProxies), allowedOrigins: config.admin.allowedOrigins }) },
+      log,
+    });
+  } catch (err) {
+    await release();
+    throw err;
+  }
+
+  // Only once listening: a start that fails must not use up the one-time demo key.
   let firstStart: Gateway['firstStart'];
   if (store.listGroups().length === 0) {
     store.createGroup({ name: 'default', models: ['*'], families: codecs.map((c) => c.family) });
     const { secret } = store.createKey({ group: 'default', name: 'demo' });
     firstStart = { adminTokenGenerated: generated, demoKey: secret };
   }
-
-  const models = new Map<string, ModelConfig>(config.models.map((m) => [m.id, m]));
-  const pipeline = new Pipeline(plugins, models, upstreams, new Map(codecs.map((c) => [c.family, c])), (err, ex) =>
-    log.error({ err, req: ex.id }, 'done phase failed'),
-  );
-  const server = await startServer({
-    host: config.server.host,
-    port: config.server.port,
-    maxBodyBytes: config.server.maxBodyBytes,
-    codecs,
-    pipeline,
-    jsonRoutes: { ...loaded.routes, '/admin/': adminRoutes(adminService(store, config, loaded), new Sessions(adminToken)) },
-    log,
-  });
 
   let closing: Promise<void> | undefined;
   return {
@@ -129,9 +152,7 @@ export async function startGateway(config: Config, log: Logger): Promise<Gateway
     shutdown: () =>
       (closing ??= (async () => {
         await server.drain(config.server.shutdownTimeoutMs);
-        for (const plugin of plugins) await plugin.close?.();
-        await Promise.all([...upstreams.values()].map((u) => u.close?.()));
-        store.close();
+        await release();
       })()),
   };
 }

@@ -1,5 +1,6 @@
 /** Reading JSON bodies, and editing a request body while keeping the client's bytes wherever possible. */
 import { GatewayError } from './errors.js';
+import { checkCounts, checkDepth, type RequestCaps, type RequestShape } from './request-caps.js';
 
 /**
  * Adds or replaces top-level fields. New fields are spliced in before the closing brace so the
@@ -15,8 +16,12 @@ export function withFields(raw: Buffer, parsed: Record<string, unknown>, fields:
   return Buffer.concat([raw.subarray(0, end), Buffer.from(added), raw.subarray(end)]);
 }
 
-/** A client's request body, which must be a JSON object. */
-export function parseRequestJson(body: Buffer): Record<string, any> {
+/**
+ * A client's request body, which must be a JSON object within the request caps. Depth is checked
+ * on the bytes, before parsing, so no recursive routine ever sees a body nested too deep.
+ */
+export function parseRequestJson(body: Buffer, shape: RequestShape, caps: RequestCaps): Record<string, any> {
+  checkDepth(body, caps);
   let parsed: unknown;
   try {
     parsed = JSON.parse(body.toString('utf8'));
@@ -26,6 +31,7 @@ export function parseRequestJson(body: Buffer): Record<string, any> {
   if (!parsed || typeof parsed !== 'object' || Array.isArray(parsed)) {
     throw new GatewayError('invalid_request', 'The request body must be a JSON object.');
   }
+  checkCounts(parsed as Record<string, any>, shape, caps);
   return parsed as Record<string, any>;
 }
 

@@ -1,15 +1,19 @@
 /**
- * The pipeline: plugin lists built once per phase at boot, and the run of one exchange through
- * them. A phase that returns nothing continues synchronously; only a returned promise is awaited.
+ * The pipeline: plugin lists built once per phase at boot, and the one owner of every exchange's
+ * life, from accept to exactly one done (docs/architecture.md draws the stages). A phase that
+ * returns nothing continues synchronously; only a returned promise is awaited. Whatever happens
+ * (a local reply, an upstream failure, the client leaving or stalling, shutdown, an exception in
+ * any plugin or callback), the exchange ends through `finish`, once.
  */
+import type { Logger } from 'pino';
 import type { ModelConfig } from './config.js';
 import type { Event, Response } from './canonical.js';
-import type { ClientStream, Codec, Plugin, PhaseResult, Upstream, UpstreamCall, UpstreamRequest, Usage } from './contracts.js';
+import type { ClientStream, Codec, Plugin, PhaseResult, ResponseSink, Upstream, UpstreamCall, UpstreamRequest, Usage } from './contracts.js';
 import { GatewayError, asGatewayError } from './errors.js';
-import { StateKey, type Exchange } from './exchange.js';
+import { StateKey, type Exchange, type Outcome } from './exchange.js';
 import { SseSplitter, frameData } from './sse.js';
 
-/** What the pipeline needs from the HTTP layer to answer one request. */
+/** What the pipeline needs from the client's side of the connection to answer one exchange. */
 export interface ClientResponse {
   /** A complete response. */
   reply(status: number, headers: Record<string, string>, body: string | Buffer): void;
@@ -19,104 +23,237 @@ export interface ClientResponse {
   write(bytes: string | Buffer): boolean;
   onWritable(resume: () => void): void;
   end(bytes?: string | Buffer): void;
+  /**
+   * Reads the request body, after the headers were accepted. Absent when the exchange arrives with
+   * its body (a WebSocket message).
+   */
+  readBody?(onBody: (body: Buffer) => void, onRefused: (err: GatewayError) => void): void;
+  /** Called once, after the done phase. */
+  finished?(ex: Exchange): void;
+}
+
+export interface PipelineOptions {
+  plugins: Plugin[];
+  models: Map<string, ModelConfig>;
+  upstreams: Map<string, Upstream>;
+  codecs: Map<string, Codec>;
+  log: Logger;
+  /** Largest complete (non-stream) upstream answer that is read; beyond it the answer is refused. */
+  maxUpstreamBodyBytes?: number;
+  /** Largest single upstream stream event. */
+  maxEventBytes?: number;
 }
 
 type PhaseName = 'request' | 'catalog' | 'admit' | 'route';
 
-/** Stop retaining delivered frames for a usage estimate past this size. */
-const MAX_RETAINED_BYTES = 8 * 1024 * 1024;
+/** Delivered output kept per stream for a usage estimate; the rest is only counted. */
+const SAMPLE_BYTES = 16 * 1024;
 
 export class Pipeline {
+  /** Exchanges accepted and not yet done, with the response each answers through. */
+  readonly inFlight = new Map<Exchange, ClientResponse>();
+  readonly log: Logger;
+  readonly maxUpstreamBodyBytes: number;
+  readonly maxEventBytes: number;
   private readonly phases: Record<PhaseName, Plugin[]>;
   private readonly framePlugins: Plugin[];
   private readonly donePlugins: Plugin[];
+  private readonly models: Map<string, ModelConfig>;
+  private readonly upstreams: Map<string, Upstream>;
+  private readonly codecs: Map<string, Codec>;
 
-  constructor(
-    plugins: Plugin[],
-    private readonly models: Map<string, ModelConfig>,
-    private readonly upstreams: Map<string, Upstream>,
-    private readonly codecs: Map<string, Codec>,
-    private readonly onDoneError: (err: unknown, ex: Exchange) => void = () => {},
-  ) {
-    const having = (m: keyof Plugin) => plugins.filter((p) => typeof p[m] === 'function');
+  constructor(options: PipelineOptions) {
+    const having = (m: keyof Plugin) => options.plugins.filter((p) => typeof p[m] === 'function');
     this.phases = { request: having('request'), catalog: having('catalog'), admit: having('admit'), route: having('route') };
     this.framePlugins = having('frame');
     this.donePlugins = having('done');
+    this.models = options.models;
+    this.upstreams = options.upstreams;
+    this.codecs = options.codecs;
+    this.log = options.log;
+    this.maxUpstreamBodyBytes = options.maxUpstreamBodyBytes ?? 64 * 1024 * 1024;
+    this.maxEventBytes = options.maxEventBytes ?? 16 * 1024 * 1024;
   }
 
-  /** Runs one exchange to its end; resolves after the done phase. Never rejects. */
-  async run(ex: Exchange, res: ClientResponse): Promise<void> {
-    try {
-      await this.answer(ex, res);
-    } catch (err) {
-      this.fail(ex, res, asGatewayError(err));
-    }
-    this.runDone(ex);
+  /** Takes an accepted exchange through its stages to exactly one done. Never throws. */
+  accept(ex: Exchange, res: ClientResponse): void {
+    this.inFlight.set(ex, res);
+    this.attempt(ex, res, () => {
+      ex.stage = 'headers';
+      this.then(ex, res, this.phase('request', ex, res), () => this.afterHeaders(ex, res));
+    });
   }
 
   /**
-   * Checks who is opening a long-lived channel (a WebSocket upgrade): the request phase only.
-   * A refusal is answered through `res` and ends the exchange; an acceptance leaves it open.
+   * Checks who is opening a long-lived channel (a WebSocket upgrade): the request phase only, then
+   * done. `open` runs when the caller is accepted; a refusal is answered through `res`.
    */
-  async connect(ex: Exchange, res: ClientResponse): Promise<boolean> {
-    let refused: boolean;
+  connect(ex: Exchange, res: ClientResponse, open: () => void): void {
+    this.inFlight.set(ex, res);
+    this.attempt(ex, res, () => {
+      ex.stage = 'headers';
+      this.then(ex, res, this.phase('request', ex, res), () => {
+        ex.status = 101;
+        open();
+        this.finish(ex, res);
+      });
+    });
+  }
+
+  /** Answers with an error before the exchange could start (a bad header, overload, shutdown), then done. */
+  reject(ex: Exchange, res: ClientResponse, err: GatewayError): void {
+    this.inFlight.set(ex, res);
+    this.stop(ex, res, err);
+  }
+
+  /**
+   * Cuts an exchange short: the client went away (`aborted`), stopped reading (`client_stalled`),
+   * or the gateway is stopping (`shutdown`, which still tells the client in its family's terms).
+   * Whatever the exchange started is stopped, and done runs.
+   */
+  interrupt(ex: Exchange, res: ClientResponse, outcome: Exclude<Outcome, 'finished' | 'error'>): void {
+    if (ex.over) return;
+    if (outcome !== 'shutdown') ex.aborted = true;
+    ex.outcome = outcome;
     try {
-      refused = await this.phase('request', ex, res);
+      ex.cancel();
+      const relay = ex.get(activeRelay);
+      if (relay) relay.interrupted(outcome);
+      else if (outcome === 'shutdown') this.fail(ex, res, new GatewayError('shutting_down', 'The gateway is shutting down.'));
     } catch (err) {
-      this.fail(ex, res, asGatewayError(err));
-      refused = true;
+      this.log.error({ err, req: ex.id, stage: ex.stage }, 'interrupting an exchange failed');
     }
-    if (refused) this.runDone(ex);
-    else ex.status = 101;
-    return !refused;
+    this.finish(ex, res);
   }
 
-  /** Answers with an error before the exchange could start (oversized body, shutdown), then done. */
-  async reject(ex: Exchange, res: ClientResponse, err: GatewayError): Promise<void> {
-    this.fail(ex, res, err);
-    this.runDone(ex);
+  /** Shutdown ran out of time: every exchange still in flight ends with its family's failure. */
+  interruptAll(): void {
+    for (const [ex, res] of [...this.inFlight]) this.interrupt(ex, res, 'shutdown');
   }
 
-  private runDone(ex: Exchange): void {
+  /** Runs `step` unless the exchange is over; an exception becomes the family's error. */
+  attempt(ex: Exchange, res: ClientResponse, step: () => void): void {
+    if (ex.over) return;
+    try {
+      step();
+    } catch (err) {
+      this.crash(ex, res, err);
+    }
+  }
+
+  /**
+   * An exception anywhere in an exchange: a GatewayError is a refusal like any other; anything else
+   * is a bug, logged with its stack. Either way the client gets the family's error (or its stream's
+   * failure event) and the exchange ends.
+   */
+  crash(ex: Exchange, res: ClientResponse, thrown: unknown): void {
+    if (ex.over) return;
+    if (!(thrown instanceof GatewayError)) this.log.error({ err: thrown, req: ex.id, stage: ex.stage }, 'exchange failed');
+    const err = asGatewayError(thrown);
+    try {
+      ex.cancel();
+      const relay = ex.get(activeRelay);
+      if (relay) relay.failed(err);
+      else this.fail(ex, res, err);
+    } catch (again) {
+      this.log.error({ err: again, req: ex.id }, 'answering a failed exchange failed');
+    }
+    this.finish(ex, res);
+  }
+
+  /** The done phase, exactly once. */
+  finish(ex: Exchange, res: ClientResponse): void {
+    if (ex.over) return;
+    ex.over = true;
+    this.inFlight.delete(ex);
     for (const plugin of this.donePlugins) {
       try {
         plugin.done!(ex);
       } catch (err) {
-        this.onDoneError(err, ex);
+        this.log.error({ err, req: ex.id, plugin: plugin.name }, 'done phase failed');
       }
+    }
+    try {
+      res.finished?.(ex);
+    } catch (err) {
+      this.log.error({ err, req: ex.id }, 'finishing a response failed');
     }
   }
 
-  private async answer(ex: Exchange, res: ClientResponse): Promise<void> {
-    if (await this.phase('request', ex, res)) return;
+  /** Continues with `next` once a phase let the exchange through (at once when it did not return a promise). */
+  private then(ex: Exchange, res: ClientResponse, answered: boolean | Promise<boolean>, next: () => void): void {
+    if (answered instanceof Promise) {
+      answered.then(
+        (stopped) => stopped || this.attempt(ex, res, next),
+        (err) => this.crash(ex, res, err),
+      );
+    } else if (!answered) {
+      next();
+    }
+  }
 
-    if (ex.endpoint.kind === 'models') {
-      const families = ex.endpoint.families ?? [ex.family];
-      ex.catalog = [...this.models.values()].filter((m) => families.some((f) => m.families[f]));
-      if (await this.phase('catalog', ex, res)) return;
+  private afterHeaders(ex: Exchange, res: ClientResponse): void {
+    if (ex.endpoint.kind === 'models') return this.listModels(ex, res);
+    if (!res.readBody) return this.decode(ex, res);
+    ex.stage = 'body';
+    res.readBody(
+      (body) =>
+        this.attempt(ex, res, () => {
+          ex.body = body;
+          this.decode(ex, res);
+        }),
+      (err) => this.attempt(ex, res, () => this.stop(ex, res, err)),
+    );
+  }
+
+  private listModels(ex: Exchange, res: ClientResponse): void {
+    const families = ex.endpoint.families ?? [ex.family];
+    ex.catalog = [...this.models.values()].filter((m) => families.some((f) => m.families[f]));
+    this.then(ex, res, this.phase('catalog', ex, res), () => {
       ex.status = 200;
       res.reply(200, { 'content-type': 'application/json' }, JSON.stringify(ex.codec.modelList!(ex.catalog, ex)));
-      return;
-    }
+      this.finish(ex, res);
+    });
+  }
 
+  private decode(ex: Exchange, res: ClientResponse): void {
     ex.codec.decode(ex);
+    ex.stage = 'decoded';
     ex.model = this.models.get(ex.modelId);
     if (!ex.model) {
       throw new GatewayError('model_not_found', `The model \`${ex.modelId}\` does not exist or you do not have access to it.`, 'model');
     }
-    if (await this.phase('admit', ex, res)) return;
-    ex.upstream = this.upstreams.get(ex.model.upstream);
-    if (await this.phase('route', ex, res)) return;
+    this.then(ex, res, this.phase('admit', ex, res), () => {
+      ex.stage = 'admitted';
+      ex.upstream = this.upstreams.get(ex.model!.upstream);
+      this.then(ex, res, this.phase('route', ex, res), () => {
+        ex.stage = 'routed';
+        this.send(ex, res);
+      });
+    });
+  }
+
+  private send(ex: Exchange, res: ClientResponse): void {
     const upstream = ex.upstream;
     if (!upstream) throw new GatewayError('upstream_unavailable', `No upstream is configured for model \`${ex.modelId}\`.`);
-    if (!ex.model.families[ex.family]) {
+    if (!ex.model!.families[ex.family]) {
       throw new GatewayError('unsupported_parameter', `Model \`${ex.modelId}\` is not offered on the ${ex.family} endpoints.`, 'model');
     }
-    if (upstream.family === ex.family) return this.relay(ex, res, upstream, ex.codec, ex.codec.prepare(ex, upstream));
-    const upstreamCodec = this.codecs.get(upstream.family);
-    if (!upstreamCodec) throw new GatewayError('upstream_unavailable', `No codec is loaded for the ${upstream.family} family of upstream \`${upstream.name}\`.`);
-    const req = upstreamCodec.fromCanonical(ex.codec.toCanonical(ex, upstream.family), ex);
-    await this.relay(ex, res, upstream, upstreamCodec, req);
+    let upstreamCodec = ex.codec;
+    let req: UpstreamRequest;
+    if (upstream.family === ex.family) {
+      req = ex.codec.prepare(ex, upstream);
+    } else {
+      const codec = this.codecs.get(upstream.family);
+      if (!codec) throw new GatewayError('upstream_unavailable', `No codec is loaded for the ${upstream.family} family of upstream \`${upstream.name}\`.`);
+      upstreamCodec = codec;
+      req = codec.fromCanonical(ex.codec.toCanonical(ex, upstream.family), ex);
+    }
+    const relay = new Relay(this, ex, res, upstream, upstreamCodec, this.framePlugins);
+    ex.set(activeRelay, relay);
+    ex.stage = 'upstream';
+    relay.call = upstream.send(req, relay);
+    ex.onCancel(() => relay.call?.abort());
   }
 
   /**
@@ -128,107 +265,158 @@ export class Pipeline {
     for (let i = from; i < plugins.length; i++) {
       const result: PhaseResult = plugins[i]![name]!(ex);
       if (result instanceof Promise) {
-        return result.then((settled) => (settled instanceof GatewayError ? (this.fail(ex, res, settled), true) : this.phase(name, ex, res, i + 1)));
+        return result.then((settled) => {
+          if (ex.over) return true;
+          return settled instanceof GatewayError ? (this.stop(ex, res, settled), true) : this.phase(name, ex, res, i + 1);
+        });
       }
       if (result instanceof GatewayError) {
-        this.fail(ex, res, result);
+        this.stop(ex, res, result);
         return true;
       }
     }
     return false;
   }
 
-  private fail(ex: Exchange, res: ClientResponse, err: GatewayError): void {
-    ex.error = err;
-    if (ex.outcome !== 'aborted') ex.outcome = 'error';
-    if (ex.aborted) return;
-    ex.status = err.status;
-    res.reply(err.status, { 'content-type': 'application/json' }, ex.codec.errorBody(err));
+  /** A local reply with an error, and the end of the exchange. */
+  private stop(ex: Exchange, res: ClientResponse, err: GatewayError): void {
+    this.fail(ex, res, err);
+    this.finish(ex, res);
   }
 
-  /**
-   * Sends the request upstream and relays the answer. A same-family stream is forwarded as the
-   * upstream's own bytes (frames are only looked at); otherwise the upstream codec reads it into
-   * canonical events and the client codec writes them.
-   */
-  private relay(ex: Exchange, res: ClientResponse, upstream: Upstream, upstreamCodec: Codec, req: UpstreamRequest): Promise<void> {
-    return new Promise<void>((resolve) => {
-      let call: UpstreamCall | undefined;
-      let settled = false;
-      let upstreamStatus = 0;
-      let stream: ClientStream | undefined;
-      const collected: Buffer[] = [];
-      const splitter = new SseSplitter();
+  /** Answers with the family's error body, unless the client is gone. */
+  fail(ex: Exchange, res: ClientResponse, err: GatewayError): void {
+    ex.error = err;
+    if (ex.outcome === 'finished') ex.outcome = 'error';
+    if (ex.aborted) return;
+    ex.status = err.status;
+    const headers: Record<string, string> = { 'content-type': 'application/json' };
+    if (err.retryAfterSeconds !== undefined) headers['retry-after'] = String(err.retryAfterSeconds);
+    res.reply(err.status, headers, ex.codec.errorBody(err));
+  }
+}
 
-      let writable = true;
-      const write = (bytes: Buffer | string) => {
-        ex.ttfbMs ??= ex.elapsedMs();
-        if (!res.write(bytes)) writable = false;
-      };
-      const visit = (frame: Buffer): boolean => {
-        for (const plugin of this.framePlugins) plugin.frame!(ex, frame);
-        return stream!.frame(frame);
-      };
-      const settle = () => {
-        if (settled) return;
-        settled = true;
-        ex.usage ??= stream?.usage();
-        resolve();
-      };
+/** The exchange's relay while an upstream call is under way. */
+const activeRelay = new StateKey<Relay>('active relay');
 
-      ex.onAbort(() => {
-        call?.abort();
-        ex.outcome = 'aborted';
-        settle();
-      });
+/**
+ * Relays one upstream answer to the client. A same-family stream is forwarded as the upstream's
+ * own bytes (frames are only looked at); otherwise the upstream codec reads it into canonical
+ * events and the client codec writes them. Every callback is guarded: an exception ends the
+ * exchange in the family's terms instead of reaching the upstream's transport.
+ */
+class Relay implements ResponseSink {
+  call: UpstreamCall | undefined;
+  private status = 0;
+  private stream: ClientStream | undefined;
+  private readonly collected: Buffer[] = [];
+  private collectedBytes = 0;
+  private readonly splitter: SseSplitter;
+  private writable = true;
 
-      call = upstream.send(req, {
-        start: (status, headers) => {
-          upstreamStatus = status;
-          const isEventStream = String(headers['content-type'] ?? '').includes('text/event-stream');
-          if (!ex.stream || status >= 300 || !isEventStream || ex.aborted) return;
-          stream = upstreamCodec === ex.codec ? recording(ex, ex.codec.passthroughStream(ex)) : translating(ex, upstreamCodec);
-          ex.status = 200;
-          res.startStream(200, { 'content-type': ex.codec.streamContentType(ex), 'cache-control': 'no-cache', 'x-accel-buffering': 'no' });
-        },
-        data: (chunk) => {
-          if (settled) return false;
-          if (!stream) {
-            collected.push(chunk);
-            return true;
-          }
-          writable = true;
-          splitter.push(chunk, visit, write);
-          const own = stream.take?.();
-          if (own) write(own);
-          if (!writable) res.onWritable(() => call!.resume());
-          return writable;
-        },
-        end: () => {
-          if (settled) return;
-          if (stream) {
-            const rest = splitter.flush();
-            if (rest && visit(rest)) write(rest);
-            res.end((stream.take?.() ?? '') + stream.end());
-          } else {
-            this.finishCollected(ex, res, upstream, upstreamCodec, upstreamStatus, Buffer.concat(collected));
-          }
-          settle();
-        },
-        error: (err) => {
-          if (settled) return;
-          ex.error = err;
-          ex.outcome = 'error';
-          if (stream) res.end(stream.fail(err));
-          else this.fail(ex, res, err);
-          settle();
-        },
-      });
+  constructor(
+    private readonly pipeline: Pipeline,
+    private readonly ex: Exchange,
+    private readonly res: ClientResponse,
+    private readonly upstream: Upstream,
+    private readonly upstreamCodec: Codec,
+    private readonly framePlugins: Plugin[],
+  ) {
+    this.splitter = new SseSplitter(pipeline.maxEventBytes);
+  }
+
+  private readonly resume = () => this.call?.resume();
+
+  private readonly write = (bytes: Buffer | string) => {
+    this.ex.ttfbMs ??= this.ex.elapsedMs();
+    if (!this.res.write(bytes)) this.writable = false;
+  };
+
+  private readonly visit = (frame: Buffer): boolean => {
+    for (const plugin of this.framePlugins) plugin.frame!(this.ex, frame);
+    return this.stream!.frame(frame);
+  };
+
+  start(status: number, headers: Record<string, string | string[] | undefined>): void {
+    const { ex, res } = this;
+    this.pipeline.attempt(ex, res, () => {
+      this.status = status;
+      const isEventStream = String(headers['content-type'] ?? '').includes('text/event-stream');
+      if (!ex.stream || status >= 300 || !isEventStream) return;
+      this.stream = this.upstreamCodec === ex.codec ? recording(ex, ex.codec.passthroughStream(ex)) : translating(ex, this.upstreamCodec);
+      ex.status = 200;
+      ex.stage = 'streaming';
+      res.startStream(200, { 'content-type': ex.codec.streamContentType(ex), 'cache-control': 'no-cache', 'x-accel-buffering': 'no' });
     });
   }
 
+  data(chunk: Buffer): boolean {
+    const { ex, res } = this;
+    if (ex.over) return false;
+    try {
+      if (!this.stream) {
+        this.collectedBytes += chunk.length;
+        if (this.collectedBytes > this.pipeline.maxUpstreamBodyBytes) {
+          throw new GatewayError('upstream_error', `Upstream \`${this.upstream.name}\` sent an answer larger than ${this.pipeline.maxUpstreamBodyBytes} bytes.`);
+        }
+        this.collected.push(chunk);
+        return true;
+      }
+      this.writable = true;
+      this.splitter.push(chunk, this.visit, this.write);
+      const own = this.stream.take?.();
+      if (own) this.write(own);
+      if (!this.writable) res.onWritable(this.resume);
+      return this.writable;
+    } catch (err) {
+      this.pipeline.crash(ex, res, err);
+      return false;
+    }
+  }
+
+  end(): void {
+    const { ex, res } = this;
+    this.pipeline.attempt(ex, res, () => {
+      const stream = this.stream;
+      if (stream) {
+        const rest = this.splitter.flush();
+        if (rest && this.visit(rest)) this.write(rest);
+        res.end((stream.take?.() ?? '') + stream.end());
+        ex.usage ??= stream.usage();
+      } else {
+        this.finishCollected(Buffer.concat(this.collected, this.collectedBytes));
+      }
+      this.pipeline.finish(ex, res);
+    });
+  }
+
+  error(err: GatewayError): void {
+    const { ex, res } = this;
+    this.pipeline.attempt(ex, res, () => {
+      this.failed(err);
+      this.pipeline.finish(ex, res);
+    });
+  }
+
+  /** The exchange failed midway: a stream ends with its family's failure event, anything else with an error reply. */
+  failed(err: GatewayError): void {
+    const { ex, res, stream } = this;
+    ex.error = err;
+    if (ex.outcome === 'finished') ex.outcome = 'error';
+    ex.usage ??= stream?.usage();
+    if (!stream) return this.pipeline.fail(ex, res, err);
+    if (!ex.aborted) res.end(stream.fail(err));
+  }
+
+  /** The pipeline cut the exchange short (the upstream call is already aborted). */
+  interrupted(outcome: Outcome): void {
+    this.ex.usage ??= this.stream?.usage();
+    if (outcome === 'shutdown') this.failed(new GatewayError('shutting_down', 'The gateway shut down before the answer was complete.'));
+  }
+
   /** A complete upstream body: the answer in the client's family, or a failure in its terms. */
-  private finishCollected(ex: Exchange, res: ClientResponse, upstream: Upstream, upstreamCodec: Codec, status: number, body: Buffer): void {
+  private finishCollected(body: Buffer): void {
+    const { ex, res, upstream, upstreamCodec, status } = this;
     const sameFamily = upstreamCodec === ex.codec;
     if (status >= 200 && status < 300) {
       ex.status = status;
@@ -238,21 +426,15 @@ export class Pipeline {
         res.reply(status, { 'content-type': 'application/json' }, body);
         return;
       }
-      let answer: Response;
-      try {
-        answer = upstreamCodec.readResponse(body, ex);
-      } catch (err) {
-        // A 200 can still be a refusal (a blocked prompt) or an unreadable body.
-        this.fail(ex, res, asGatewayError(err));
-        return;
-      }
+      // A 200 can still be a refusal (a blocked prompt) or an unreadable body: readResponse throws.
+      const answer: Response = upstreamCodec.readResponse(body, ex);
       ex.usage = answer.usage;
       res.reply(status, { 'content-type': 'application/json' }, ex.codec.writeResponse(answer, ex));
       return;
     }
     const err = upstreamCodec.readError(status, body);
     if (err.status === 401 || err.status === 403) {
-      this.fail(ex, res, new GatewayError('upstream_error', `Upstream \`${upstream.name}\` rejected the gateway's credentials (${status}).`));
+      this.pipeline.fail(ex, res, new GatewayError('upstream_error', `Upstream \`${upstream.name}\` rejected the gateway's credentials (${status}).`));
     } else if (status >= 400 && status < 500) {
       // The client's own mistake as the upstream saw it: same status; the same body when the family matches.
       ex.error = err;
@@ -261,23 +443,32 @@ export class Pipeline {
       res.reply(status, { 'content-type': 'application/json' }, sameFamily ? body : ex.codec.errorBody(err));
     } else {
       const message = `Upstream \`${upstream.name}\` answered ${status}: ${err.message}`;
-      this.fail(ex, res, new GatewayError(status === 503 ? 'upstream_unavailable' : status === 504 ? 'upstream_timeout' : 'upstream_error', message));
+      this.pipeline.fail(ex, res, new GatewayError(status === 503 ? 'upstream_unavailable' : status === 504 ? 'upstream_timeout' : 'upstream_error', message));
     }
   }
 }
 
-/** Keeps the frames a passthrough stream delivered while usage is unknown, for an estimate. */
+/**
+ * Looks at a passthrough stream's frames, keeping a bounded sample of what was delivered for a
+ * usage estimate in case the upstream never reports usage.
+ */
 function recording(ex: Exchange, stream: ClientStream): ClientStream {
   const frames: Buffer[] = [];
-  let retained = 0;
+  let sampled = 0;
+  let delivered = 0;
   ex.set(deliveredOutput, () => (frames.length ? ex.codec.deliveredText(frames) : ''));
+  ex.set(deliveredScale, () => (sampled ? delivered / sampled : 1));
   return {
     ...stream,
     frame(frame) {
       const keep = stream.frame(frame);
-      if (keep && retained < MAX_RETAINED_BYTES) {
-        frames.push(frame);
-        retained += frame.length;
+      if (keep) {
+        delivered += frame.length;
+        if (sampled < SAMPLE_BYTES) {
+          // A view would pin the whole upstream chunk; the sample is small, so copy it.
+          frames.push(Buffer.from(frame));
+          sampled += frame.length;
+        }
       }
       return keep;
     },
@@ -289,17 +480,21 @@ function translating(ex: Exchange, upstreamCodec: Codec): ClientStream {
   const reader = upstreamCodec.streamReader(ex);
   const writer = ex.codec.streamWriter(ex);
   let usage: Usage | undefined;
-  let delivered = '';
+  let sample = '';
+  let delivered = 0;
   let failed = false;
   let pending = '';
-  ex.set(deliveredOutput, () => delivered);
+  ex.set(deliveredOutput, () => sample);
+  ex.set(deliveredScale, () => (sample.length ? delivered / sample.length : 1));
   const emit = (events: Event[]): string => {
     let out = '';
     for (const e of events) {
       if (failed) break;
       if (e.type === 'usage') usage = e.usage;
-      else if (e.type === 'text' || e.type === 'reasoning' || e.type === 'tool_arguments') delivered += e.delta;
-      else if (e.type === 'error') {
+      else if (e.type === 'text' || e.type === 'reasoning' || e.type === 'tool_arguments') {
+        delivered += e.delta.length;
+        if (sample.length < SAMPLE_BYTES) sample += e.delta;
+      } else if (e.type === 'error') {
         failed = true;
         ex.error = e.error;
         ex.outcome = 'error';
@@ -330,5 +525,7 @@ function translating(ex: Exchange, upstreamCodec: Codec): ClientStream {
   };
 }
 
-/** The output text delivered to the client, for a tokenizer estimate when usage never came. */
+/** A bounded sample of the output text delivered to the client, for a tokenizer estimate when usage never came. */
 export const deliveredOutput = new StateKey<() => string>('delivered output');
+/** How many times larger the whole delivered output was than its sample (1 when it was all kept). */
+export const deliveredScale = new StateKey<() => number>('delivered output scale');

@@ -1,15 +1,18 @@
 /**
- * The uWebSockets.js adapter: routes, header copying, body collection under a size limit, corked
- * writes with backpressure, and draining on shutdown. Everything else happens in the pipeline.
+ * The uWebSockets.js adapter: routes, header copying, request framing checks, body collection
+ * within limits, corked writes with backpressure, shedding under overload, and draining on
+ * shutdown. Every exchange is handed to the pipeline, which owns it to its end.
  */
+import { createServer } from 'node:net';
 import { STATUS_CODES } from 'node:http';
 import uWS from 'uWebSockets.js';
 import type { Logger } from 'pino';
-import type { Codec, Endpoint } from './contracts.js';
+import type { Config } from './config.js';
+import type { Codec } from './contracts.js';
 import { GatewayError } from './errors.js';
 import { Exchange } from './exchange.js';
 import type { ClientResponse, Pipeline } from './pipeline.js';
-import { addSocketRoutes } from './socket.js';
+import { addSocketRoutes, type OpenSockets } from './socket.js';
 
 /** A plain HTTP route outside the model families (the admin API, the console). */
 export interface JsonRequest {
@@ -35,7 +38,7 @@ export type JsonHandler = (req: JsonRequest) => JsonReply | Promise<JsonReply>;
 export interface ServerOptions {
   host: string;
   port: number;
-  maxBodyBytes: number;
+  limits: Config['server'];
   codecs: Codec[];
   pipeline: Pipeline;
   /** Extra routes by path prefix, e.g. `/admin/` (a prefix without a trailing slash also matches itself). */
@@ -45,7 +48,10 @@ export interface ServerOptions {
 
 export interface RunningServer {
   port: number;
-  /** Stops accepting, waits for in-flight exchanges up to the timeout, then cuts the rest. */
+  /**
+   * Stops accepting, lets in-flight exchanges finish until the timeout, then ends each remaining
+   * one with its family's failure (outcome `shutdown`) and closes the sockets.
+   */
   drain(timeoutMs: number): Promise<void>;
 }
 
@@ -61,38 +67,74 @@ export function assertNativeUws(): void {
 
 const statusLine = (status: number) => `${status} ${STATUS_CODES[status] ?? ''}`;
 
+/** Writes are handed to uWS in slices of this size, so what it holds when the client is slow stays small. */
+const SLICE_BYTES = 16 * 1024;
+/** Replies larger than this are sent in slices (chunked) like a stream, so a slow reader is not cut. */
+const LARGE_REPLY_BYTES = 64 * 1024;
+/** Body bytes that may arrive before the headers are accepted; past them the upload is paused. */
+const EARLY_BYTES = 64 * 1024;
+/** Admin and console bodies are small; they are read before the admin token is checked. */
+const MAX_JSON_ROUTE_BODY_BYTES = 1024 * 1024;
+
+/** What every response of one server shares: limits, the body budget, the writers waiting on slow clients. */
+interface ServerContext {
+  pipeline: Pipeline;
+  maxBodyBytes: number;
+  maxInFlightBodyBytes: number;
+  bodyBytesInFlight: number;
+  writeStallMs: number;
+  /** Responses whose client has not taken what was written; probed by one timer. */
+  blocked: Set<UwsResponse>;
+}
+
 export function startServer(options: ServerOptions): Promise<RunningServer> {
   assertNativeUws();
-  const { pipeline, maxBodyBytes, log } = options;
+  const { pipeline, limits, log } = options;
+  // No `uWebSockets: 20` header on every response.
+  (uWS as unknown as { _cfg(key: string): void })._cfg('silent');
   const app = uWS.App();
-  const inFlight = new Set<{ cut(): void }>();
-  const openSockets = new Set<{ cut(): void }>();
+  const sockets: OpenSockets = new Set();
   let draining = false;
+  const context: ServerContext = {
+    pipeline,
+    maxBodyBytes: limits.maxBodyBytes,
+    maxInFlightBodyBytes: limits.maxInFlightBodyBytes,
+    bodyBytesInFlight: 0,
+    writeStallMs: limits.writeStallMs,
+    blocked: new Set(),
+  };
+  const probeMs = Math.max(50, Math.min(1000, Math.floor(limits.writeStallMs / 8)));
+  const prober = setInterval(() => {
+    const now = Date.now();
+    for (const writer of context.blocked) writer.probe(now);
+  }, probeMs).unref();
+
+  const overloaded = () => pipeline.inFlight.size + sockets.size >= limits.maxConnections;
 
   for (const codec of options.codecs) {
-    addSocketRoutes(app, codec, pipeline, { maxMessageBytes: maxBodyBytes, copyHeaders, inFlight, open: openSockets, draining: () => draining });
+    addSocketRoutes(app, codec, pipeline, {
+      limits: limits.websocket,
+      maxMessageBytes: limits.maxBodyBytes,
+      writeStallMs: limits.writeStallMs,
+      copyHeaders: (req) => copyHeaders(req).headers,
+      sockets,
+      refuse: () => (draining ? 'shutting_down' : overloaded() ? 'overloaded' : undefined),
+    });
     for (const endpoint of codec.endpoints) {
       if (endpoint.kind === 'socket') continue;
       const paramCount = endpoint.path.split('/').filter((s) => s.startsWith(':')).length;
       app[endpoint.method](endpoint.path, (res, req) => {
-        const headers = copyHeaders(req);
+        const { headers, repeated } = copyHeaders(req);
         const params = Array.from({ length: paramCount }, (_, i) => req.getParameter(i) ?? '');
         const ex = new Exchange(codec, endpoint, req.getMethod().toUpperCase(), req.getUrl(), req.getQuery() ?? '', headers, params);
-        const out = new UwsResponse(res, ex.id);
-        res.onAborted(() => {
-          out.closed = true;
-          ex.markAborted();
-        });
-        const run = (body?: Buffer) => {
-          if (body) ex.body = body;
-          inFlight.add(out);
-          void pipeline.run(ex, out).finally(() => inFlight.delete(out));
-        };
-        if (draining) return void pipeline.reject(ex, out, new GatewayError('shutting_down', 'The gateway is shutting down.'));
-        if (endpoint.method === 'get') return run();
-        readBody(res, headers, maxBodyBytes, run, () =>
-          pipeline.reject(ex, out, new GatewayError('request_too_large', `The request body exceeds ${maxBodyBytes} bytes.`)),
-        );
+        const framing = endpoint.method === 'post' ? bodyFraming(headers, repeated, limits.maxBodyBytes) : { length: 0 };
+        const out = new UwsResponse(res, context, ex, framing);
+        if (framing.error) return pipeline.reject(ex, out, framing.error);
+        if (draining) return pipeline.reject(ex, out, new GatewayError('shutting_down', 'The gateway is shutting down.', null, undefined, undefined, 5));
+        if (overloaded()) {
+          return pipeline.reject(ex, out, new GatewayError('overloaded', 'The gateway is at capacity; try again shortly.', null, undefined, undefined, 1));
+        }
+        pipeline.accept(ex, out);
       });
     }
   }
@@ -102,10 +144,9 @@ export function startServer(options: ServerOptions): Promise<RunningServer> {
       const method = req.getMethod().toUpperCase();
       const path = req.getUrl();
       const query = new URLSearchParams(req.getQuery() ?? '');
-      const headers = copyHeaders(req);
+      const { headers, repeated } = copyHeaders(req);
       const remoteAddress = Buffer.from(res.getRemoteAddressAsText()).toString();
-      const out = new UwsResponse(res, '');
-      res.onAborted(() => (out.closed = true));
+      const writer = new JsonWriter(res);
       const answer = (body: Buffer) => {
         Promise.resolve()
           .then(() => handler({ method, path, query, headers, body, remoteAddress }))
@@ -113,11 +154,16 @@ export function startServer(options: ServerOptions): Promise<RunningServer> {
             log.error({ err }, 'json route failed');
             return { status: 500, body: { error: { message: 'internal error', code: 'internal_error' } } };
           })
-          .then((reply) => sendJson(out, reply));
+          .then((reply) => writer.send(reply));
       };
-      if (method === 'GET' || method === 'DELETE') return answer(Buffer.alloc(0));
-      readBody(res, headers, maxBodyBytes, answer, () =>
-        sendJson(out, { status: 413, body: { error: { message: 'request body too large', code: 'request_too_large' } } }),
+      if (method === 'GET' || method === 'DELETE' || method === 'HEAD') return answer(Buffer.alloc(0));
+      const framing = bodyFraming(headers, repeated, MAX_JSON_ROUTE_BODY_BYTES);
+      if (framing.error) {
+        const { status, message, code } = framing.error;
+        return writer.send({ status, body: { error: { message, code } } }, true);
+      }
+      new BodyReader(res, framing.length, MAX_JSON_ROUTE_BODY_BYTES).read(answer, (err) =>
+        writer.send({ status: err.status, body: { error: { message: err.message, code: err.code } } }, true),
       );
     };
     app.any(prefix.endsWith('/') ? `${prefix}*` : prefix, route);
@@ -134,131 +180,369 @@ export function startServer(options: ServerOptions): Promise<RunningServer> {
   });
 
   return new Promise((resolve, reject) => {
-    app.listen(options.host, options.port, (socket) => {
-      if (!socket) return reject(new Error(`cannot listen on ${options.host}:${options.port}`));
+    // Exclusive: a second Sluice on the same port fails here instead of silently taking half the traffic.
+    // Not in the 20.30 type declarations, but in the binary.
+    const exclusive = (uWS as unknown as { LIBUS_LISTEN_EXCLUSIVE_PORT: number }).LIBUS_LISTEN_EXCLUSIVE_PORT;
+    const listen = app.listen as unknown as (host: string, port: number, options: number, done: (socket: uWS.us_listen_socket | false) => void) => void;
+    listen.call(app, options.host, options.port, exclusive, (socket) => {
+      if (!socket) {
+        clearInterval(prober);
+        return void whyCannotListen(options.host, options.port).then((reason) => reject(new Error(`cannot listen on ${options.host}:${options.port}: ${reason}`)));
+      }
       resolve({
         port: uWS.us_socket_local_port(socket),
         async drain(timeoutMs) {
           draining = true;
           uWS.us_listen_socket_close(socket);
           const deadline = Date.now() + timeoutMs;
-          while (inFlight.size > 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 25));
-          for (const out of inFlight) out.cut();
-          // The cut responses run their done phase on the next ticks.
-          while (inFlight.size > 0 && Date.now() < deadline + 1000) await new Promise((r) => setTimeout(r, 10));
-          for (const socket of openSockets) socket.cut();
+          while (pipeline.inFlight.size > 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 25));
+          pipeline.interruptAll();
+          // Let the failure events leave before the sockets close.
+          await new Promise((r) => setTimeout(r, 50));
+          for (const socket of sockets) socket.close(1001, 'the gateway is shutting down');
+          clearInterval(prober);
         },
       });
     });
   });
 }
 
-function copyHeaders(req: uWS.HttpRequest): Record<string, string> {
-  const headers: Record<string, string> = {};
-  req.forEach((k, v) => (headers[k] = v));
-  return headers;
-}
-
-/**
- * Collects a request body. uWS lends each chunk only for the duration of the callback, so every
- * chunk is copied; with a content-length the copy goes straight into one buffer.
- */
-function readBody(
-  res: uWS.HttpResponse,
-  headers: Record<string, string>,
-  limit: number,
-  onBody: (body: Buffer) => void,
-  onTooLarge: () => void,
-): void {
-  const declared = headers['content-length'] !== undefined ? Number(headers['content-length']) : undefined;
-  if (declared !== undefined && declared > limit) {
-    onTooLarge();
-    return;
-  }
-  let body = declared !== undefined && Number.isFinite(declared) ? Buffer.allocUnsafe(declared) : undefined;
-  const chunks: Buffer[] = [];
-  let size = 0;
-  let failed = false;
-  res.onData((chunk, isLast) => {
-    if (failed) return;
-    const bytes = new Uint8Array(chunk);
-    if (size + bytes.length > limit || (body && size + bytes.length > body.length)) {
-      failed = true;
-      onTooLarge();
-      return;
-    }
-    if (body) body.set(bytes, size);
-    else chunks.push(Buffer.from(bytes));
-    size += bytes.length;
-    if (isLast) onBody(body ? body.subarray(0, size) : Buffer.concat(chunks, size));
+/** uWS says only that listening failed; the operating system says why. */
+function whyCannotListen(host: string, port: number): Promise<string> {
+  return new Promise((resolve) => {
+    const probe = createServer();
+    probe.once('error', (err: NodeJS.ErrnoException) => {
+      const reasons: Record<string, string> = {
+        EADDRINUSE: 'the address is already in use (is another Sluice running?)',
+        EACCES: 'permission denied (ports below 1024 need privileges)',
+        EADDRNOTAVAIL: 'the address is not available on this machine',
+      };
+      resolve(reasons[err.code ?? ''] ?? `${err.message}`);
+    });
+    probe.listen({ host, port, exclusive: true }, () => probe.close(() => resolve('uWebSockets.js refused the address')));
   });
 }
 
-function sendJson(out: UwsResponse, reply: JsonReply): void {
-  if (reply.raw) {
-    out.reply(reply.status, { 'content-type': reply.raw.contentType, ...reply.headers }, reply.raw.data);
-    return;
-  }
-  const headers = { 'content-type': 'application/json', ...reply.headers };
-  out.reply(reply.status, headers, reply.body === undefined ? '' : JSON.stringify(reply.body));
+function copyHeaders(req: uWS.HttpRequest): { headers: Record<string, string>; repeated: Set<string> | undefined } {
+  const headers: Record<string, string> = {};
+  let repeated: Set<string> | undefined;
+  req.forEach((k, v) => {
+    if (k in headers) (repeated ??= new Set()).add(k);
+    headers[k] = v;
+  });
+  return { headers, repeated };
 }
 
-/** The pipeline's view of a uWS response: every write corked, nothing written after close. */
-class UwsResponse implements ClientResponse {
-  closed = false;
-  private pendingHead: { status: number; headers: Record<string, string> } | undefined;
+/** How a request body is framed: its declared length (undefined when chunked), or why it is refused. */
+interface BodyFraming {
+  length?: number;
+  error?: GatewayError;
+}
+
+/** Checks Content-Length before anything is allocated. */
+function bodyFraming(headers: Record<string, string>, repeated: Set<string> | undefined, limit: number): BodyFraming {
+  const declared = headers['content-length'];
+  if (repeated?.has('content-length')) return { error: new GatewayError('invalid_request', 'The request has more than one Content-Length header.') };
+  if (declared === undefined) {
+    if (headers['transfer-encoding'] !== undefined) return { length: undefined };
+    return { error: new GatewayError('length_required', 'The request needs a Content-Length header.') };
+  }
+  if (!/^\d{1,15}$/.test(declared)) return { error: new GatewayError('invalid_request', `The Content-Length header "${declared.slice(0, 32)}" is not a byte count.`) };
+  const length = Number(declared);
+  if (length > limit) return { error: new GatewayError('request_too_large', `The request body (${length} bytes) exceeds the limit of ${limit} bytes.`) };
+  return { length };
+}
+
+/**
+ * Collects a request body under its limit. uWS lends each chunk only for the duration of the
+ * callback, so every chunk is copied; once the body is wanted and its length is known, the copies
+ * go straight into one buffer. The data handler is attached at once (uWS drops data that arrives
+ * without one). Until the headers are accepted (an async key check), at most EARLY_BYTES wait;
+ * past that the socket is paused, which also hides a client leaving, so only then.
+ */
+class BodyReader {
+  complete = false;
+  private body: Buffer | undefined;
+  private early: Buffer[] | undefined = [];
+  private size = 0;
+  private paused = false;
+  private failed: GatewayError | undefined;
+  private onBody: ((body: Buffer) => void) | undefined;
+  private onRefused: ((err: GatewayError) => void) | undefined;
 
   constructor(
     private readonly res: uWS.HttpResponse,
-    private readonly requestId: string,
-  ) {}
+    private readonly declared: number | undefined,
+    private readonly limit: number,
+  ) {
+    if (declared === 0) this.complete = true;
+    else res.onData((chunk, isLast) => this.take(chunk, isLast));
+  }
+
+  read(onBody: (body: Buffer) => void, onRefused: (err: GatewayError) => void): void {
+    this.onBody = onBody;
+    this.onRefused = onRefused;
+    const early = this.early!;
+    this.early = undefined;
+    if (this.declared !== undefined && !this.complete) {
+      this.body = Buffer.allocUnsafe(this.declared);
+      let at = 0;
+      for (const piece of early) at += piece.copy(this.body, at);
+    } else if (early.length) {
+      this.early = early;
+    }
+    if (this.paused) {
+      this.paused = false;
+      this.res.resume();
+    }
+    this.deliver();
+  }
+
+  private take(chunk: ArrayBuffer, isLast: boolean): void {
+    if (this.failed || this.complete) return;
+    const bytes = new Uint8Array(chunk);
+    if (this.size + bytes.length > (this.declared ?? this.limit)) {
+      this.failed = new GatewayError('request_too_large', `The request body exceeds ${this.declared ?? this.limit} bytes.`);
+    } else {
+      if (this.body) this.body.set(bytes, this.size);
+      else (this.early ??= []).push(Buffer.from(bytes));
+      this.size += bytes.length;
+      this.complete = isLast;
+      if (!this.onBody && !this.complete && this.size > EARLY_BYTES && !this.paused) {
+        this.paused = true;
+        this.res.pause();
+      }
+    }
+    this.deliver();
+  }
+
+  private deliver(): void {
+    if (this.failed && this.onRefused) {
+      const refuse = this.onRefused;
+      this.onRefused = this.onBody = undefined;
+      refuse(this.failed);
+    } else if (this.complete && this.onBody) {
+      const deliver = this.onBody;
+      this.onBody = this.onRefused = undefined;
+      deliver(this.body ? this.body.subarray(0, this.size) : Buffer.concat(this.early ?? [], this.size));
+    }
+  }
+}
+
+/**
+ * The pipeline's view of one uWS response: every write corked, nothing written after close, the
+ * body read only once the headers were accepted, and slow clients handled without the upstream
+ * racing ahead.
+ *
+ * Backpressure: uWS 20.30 closes a connection 10 s after a write it could not complete unless the
+ * socket reports writable again, and a slowly reading client can take longer than that to free
+ * enough room. So writes go to uWS in slices; when one is refused, the socket is paused (which
+ * disarms that timeout), the upstream waits, and a timer probes the client every so often with
+ * one more byte (or, in an event stream, an SSE comment): uWS first tries to pass on what it holds,
+ * so an accepted probe means the client took everything. No accepted probe for `writeStallMs`
+ * means the client stopped reading: it is cut and the exchange ends as `client_stalled`.
+ */
+class UwsResponse implements ClientResponse {
+  /** The response is complete or the connection is gone: nothing more is written. */
+  private closed = false;
+  private pendingHead: { status: number; headers: Record<string, string> } | undefined;
+  private readonly body: BodyReader | undefined;
+  private bodyWanted = false;
+  private bodyReserved = 0;
+  private socketPaused = false;
+  /** Bytes uWS has not been given yet because the client is behind. */
+  private readonly held: Buffer[] = [];
+  /** What a refused write could not hand over, for the caller to hold. */
+  private unsent: Buffer | undefined;
+  private blocked = false;
+  private lastProgress = 0;
+  private eventStream = false;
+  private ending = false;
+  private resumeUpstream: (() => void) | undefined;
+
+  constructor(
+    private readonly res: uWS.HttpResponse,
+    private readonly context: ServerContext,
+    private readonly ex: Exchange,
+    framing: BodyFraming,
+  ) {
+    res.onAborted(() => {
+      this.closed = true;
+      context.blocked.delete(this);
+      context.pipeline.interrupt(ex, this, 'aborted');
+    });
+    if (ex.endpoint.method === 'post' && !framing.error) this.body = new BodyReader(res, framing.length, context.maxBodyBytes);
+  }
+
+  readBody(onBody: (body: Buffer) => void, onRefused: (err: GatewayError) => void): void {
+    this.bodyWanted = true;
+    const reserve = this.body?.complete ? 0 : Number(this.ex.headers['content-length'] ?? this.context.maxBodyBytes);
+    if (this.context.bodyBytesInFlight + reserve > this.context.maxInFlightBodyBytes) {
+      return onRefused(new GatewayError('overloaded', 'Too many request bodies are being received; try again shortly.', null, undefined, undefined, 1));
+    }
+    this.context.bodyBytesInFlight += reserve;
+    this.bodyReserved = reserve;
+    this.body!.read((body) => {
+      this.releaseBody();
+      onBody(body);
+    }, onRefused);
+  }
+
+  finished(): void {
+    this.releaseBody();
+  }
 
   reply(status: number, headers: Record<string, string>, body: string | Buffer): void {
     if (this.closed) return;
+    if (body.length > LARGE_REPLY_BYTES) {
+      const bytes = typeof body === 'string' ? Buffer.from(body) : body;
+      this.startStream(status, headers);
+      // The last byte is kept for end(), so a reply held back by a slow client always has a byte to probe with.
+      this.write(bytes.subarray(0, bytes.length - 1));
+      this.end(bytes.subarray(bytes.length - 1));
+      return;
+    }
     this.closed = true;
+    // A reply sent before the body was read leaves unread bytes on the connection: close it.
+    const closeConnection = this.body !== undefined && !this.body.complete;
     this.res.cork(() => {
       this.head(status, headers);
-      // A reply sent before the body was read leaves unread bytes on the connection: close it.
-      if (status === 413) this.res.writeHeader('connection', 'close');
-      this.res.end(body);
+      this.res.end(body, closeConnection);
     });
   }
 
   /** The head waits for the first body bytes so both leave in one packet. */
   startStream(status: number, headers: Record<string, string>): void {
-    if (!this.closed) this.pendingHead = { status, headers };
+    if (this.closed) return;
+    this.pendingHead = { status, headers };
+    this.eventStream = headers['content-type']?.startsWith('text/event-stream') ?? false;
   }
 
   write(bytes: string | Buffer): boolean {
     if (this.closed) return true;
-    let ok = true;
-    this.res.cork(() => {
-      this.flushHead();
-      ok = this.res.write(bytes);
-    });
-    return ok;
+    if (this.blocked) {
+      this.held.push(typeof bytes === 'string' ? Buffer.from(bytes) : bytes);
+      return false;
+    }
+    if (this.send(bytes)) return true;
+    if (this.unsent) this.held.push(this.unsent);
+    this.block();
+    return false;
   }
 
   onWritable(resume: () => void): void {
     if (this.closed) return;
-    this.res.onWritable(() => {
-      resume();
-      return true;
-    });
+    if (this.blocked) this.resumeUpstream = resume;
+    else resume();
   }
 
   end(bytes?: string | Buffer): void {
     if (this.closed) return;
+    if (bytes && bytes.length > SLICE_BYTES && !this.blocked) {
+      this.write(bytes);
+      bytes = undefined;
+    }
+    if (this.blocked) {
+      if (bytes?.length) this.held.push(typeof bytes === 'string' ? Buffer.from(bytes) : bytes);
+      this.ending = true;
+      return;
+    }
     this.closed = true;
     this.res.cork(() => {
       this.flushHead();
+      if (this.socketPaused) this.res.resume();
       this.res.end(bytes);
     });
   }
 
-  /** Shutdown ran out of time: close the connection; onAborted then ends the exchange. */
-  cut(): void {
-    if (!this.closed) this.res.close();
+  /** One probe of a client that is behind (see the class comment). */
+  probe(now: number): void {
+    if (this.closed) return void this.context.blocked.delete(this);
+    if (now - this.lastProgress >= this.context.writeStallMs) return this.stalled();
+    let probe: Buffer | string;
+    const first = this.held[0];
+    if (first) {
+      probe = first.subarray(0, 1);
+      if (first.length > 1) this.held[0] = first.subarray(1);
+      else this.held.shift();
+    } else if (this.eventStream) {
+      // Every write ends at an event boundary, so a comment here is one more (ignored) event.
+      probe = ':\n\n';
+    } else {
+      return;
+    }
+    let taken = false;
+    this.res.cork(() => (taken = this.res.write(probe)));
+    if (taken) this.progress();
+  }
+
+  /** Hands bytes to uWS in slices; false when it could not pass them all on, with the rest in `unsent`. */
+  private send(bytes: string | Buffer): boolean {
+    let ok = true;
+    this.unsent = undefined;
+    this.res.cork(() => {
+      this.flushHead();
+      if (bytes.length <= SLICE_BYTES) {
+        ok = this.res.write(bytes);
+        return;
+      }
+      const buf = typeof bytes === 'string' ? Buffer.from(bytes) : bytes;
+      for (let at = 0; at < buf.length; at += SLICE_BYTES) {
+        if (!this.res.write(buf.subarray(at, at + SLICE_BYTES))) {
+          ok = false;
+          if (at + SLICE_BYTES < buf.length) this.unsent = buf.subarray(at + SLICE_BYTES);
+          return;
+        }
+      }
+    });
+    return ok;
+  }
+
+  private block(): void {
+    if (!this.blocked) {
+      this.blocked = true;
+      this.lastProgress = Date.now();
+      this.context.blocked.add(this);
+      this.res.onWritable(() => {
+        this.progress();
+        return true;
+      });
+    }
+    if (!this.socketPaused) {
+      this.res.pause();
+      this.socketPaused = true;
+    }
+  }
+
+  /** The client took everything uWS held: pass on what waits, then let the upstream go on. */
+  private progress(): void {
+    if (this.closed || !this.blocked) return;
+    this.lastProgress = Date.now();
+    while (this.held.length > 0) {
+      const next = this.held.shift()!;
+      if (!this.send(next)) {
+        if (this.unsent) this.held.unshift(this.unsent);
+        return;
+      }
+    }
+    this.blocked = false;
+    this.context.blocked.delete(this);
+    if (this.ending) return this.end();
+    const resume = this.resumeUpstream;
+    this.resumeUpstream = undefined;
+    resume?.();
+  }
+
+  private stalled(): void {
+    this.context.blocked.delete(this);
+    this.closed = true;
+    this.context.pipeline.interrupt(this.ex, this, 'client_stalled');
+    this.res.close();
+  }
+
+  private releaseBody(): void {
+    this.context.bodyBytesInFlight -= this.bodyReserved;
+    this.bodyReserved = 0;
   }
 
   private flushHead(): void {
@@ -269,7 +553,29 @@ class UwsResponse implements ClientResponse {
 
   private head(status: number, headers: Record<string, string>): void {
     this.res.writeStatus(statusLine(status));
-    if (this.requestId) this.res.writeHeader('x-request-id', this.requestId);
+    this.res.writeHeader('x-request-id', this.ex.id);
     for (const name in headers) this.res.writeHeader(name, headers[name]!);
+  }
+}
+
+/** Answers one admin or console call. */
+class JsonWriter {
+  private closed = false;
+
+  constructor(private readonly res: uWS.HttpResponse) {
+    res.onAborted(() => (this.closed = true));
+  }
+
+  send(reply: JsonReply, closeConnection = false): void {
+    if (this.closed) return;
+    this.closed = true;
+    const [contentType, data] = reply.raw
+      ? [reply.raw.contentType, reply.raw.data]
+      : ['application/json', reply.body === undefined ? '' : JSON.stringify(reply.body)];
+    this.res.cork(() => {
+      this.res.writeStatus(statusLine(reply.status)).writeHeader('content-type', contentType);
+      for (const name in reply.headers) this.res.writeHeader(name, reply.headers[name]!);
+      this.res.end(data, closeConnection);
+    });
   }
 }

@@ -1,56 +1,104 @@
 /**
  * WebSocket channels for families that have one (the Responses WebSocket mode). The upgrade is
  * authenticated like any request; then each client message runs, one at a time and in order, as
- * a streamed exchange on the family's generate endpoint, and each event of its stream goes back
- * as one text message. Closing the socket aborts the exchange in flight.
+ * a streamed exchange on the family's generate endpoint, owned by the pipeline like any other,
+ * and each event of its stream goes back as one text message. Closing the socket aborts the
+ * exchange in flight. Sockets are capped in number, idle time (with pings) and lifetime.
  */
 import { STATUS_CODES } from 'node:http';
 import uWS from 'uWebSockets.js';
+import type { WebSocketLimits } from './config.js';
 import type { Codec, SocketProtocol } from './contracts.js';
-import { GatewayError, asGatewayError } from './errors.js';
+import { GatewayError, asGatewayError, type ErrorCode } from './errors.js';
 import { Exchange } from './exchange.js';
 import type { ClientResponse, Pipeline } from './pipeline.js';
 import { SseSplitter, frameData } from './sse.js';
 
-/** Sends stop asking for more while this much is still queued for the client. */
-const BACKPRESSURE_BYTES = 1024 * 1024;
+/** Sends stop asking the upstream for more while this much is queued for the client. */
+const BACKPRESSURE_BYTES = 64 * 1024;
+/** uWS drops a message beyond this much queued; the pause above keeps far below it. */
+const MAX_BACKPRESSURE_BYTES = 16 * 1024 * 1024;
 /** Messages a socket may have waiting behind the one running. */
 const MAX_QUEUED = 16;
 
+/** The open sockets of a server, for the connection cap and for closing them at shutdown. */
+export type OpenSockets = Set<{ close(code: number, reason: string): void }>;
+
 interface Connection {
   headers: Record<string, string>;
-  /** Closes the socket (shutdown). */
-  handle: { cut(): void };
+  handle: { close(code: number, reason: string): void };
   state: unknown;
   queue: string[];
   busy: boolean;
   closed: boolean;
-  current?: Exchange;
+  /** The lifetime is over: close once the exchange in flight is done. */
+  expiring: boolean;
+  lifetime?: NodeJS.Timeout;
+  current?: { ex: Exchange; res: ClientResponse };
   /** Resumes the upstream once the client's queue drains. */
   resume?: () => void;
+  /** Since when the client has not taken what is queued, and how much that was. */
+  blockedSince: number;
+  blockedBytes: number;
 }
 
 export interface SocketOptions {
+  limits: WebSocketLimits;
   maxMessageBytes: number;
+  writeStallMs: number;
   copyHeaders(req: uWS.HttpRequest): Record<string, string>;
-  /** Exchanges in flight, for draining on shutdown. */
-  inFlight: Set<{ cut(): void }>;
-  /** Open sockets, closed once the drain is over. */
-  open: Set<{ cut(): void }>;
-  /** New upgrades are refused while draining. */
-  draining(): boolean;
+  sockets: OpenSockets;
+  /** Why a new socket must be refused now (shutdown, overload), if it must. */
+  refuse(): ErrorCode | undefined;
 }
 
-export function addSocketRoutes(app: uWS.TemplatedApp, codec: Codec, pipeline: Pipeline, { maxMessageBytes, copyHeaders, inFlight: track, open, draining }: SocketOptions): void {
+export function addSocketRoutes(app: uWS.TemplatedApp, codec: Codec, pipeline: Pipeline, options: SocketOptions): void {
   const protocol = codec.socket;
   const generate = codec.endpoints.find((e) => e.kind === 'generate');
   if (!protocol || !generate) return;
+  const { limits, sockets } = options;
+  const blocked = new Set<uWS.WebSocket<Connection>>();
+  const stallCheck = setInterval(() => {
+    const now = Date.now();
+    for (const ws of blocked) checkStall(ws, now);
+  }, Math.max(50, Math.min(1000, Math.floor(options.writeStallMs / 8)))).unref();
+
+  const checkStall = (ws: uWS.WebSocket<Connection>, now: number) => {
+    const connection = ws.getUserData();
+    if (connection.closed) return void blocked.delete(ws);
+    const queued = ws.getBufferedAmount();
+    if (queued < connection.blockedBytes) {
+      connection.blockedSince = now;
+      connection.blockedBytes = queued;
+    }
+    if (queued < BACKPRESSURE_BYTES) return void blocked.delete(ws);
+    if (now - connection.blockedSince < options.writeStallMs) return;
+    blocked.delete(ws);
+    if (connection.current) pipeline.interrupt(connection.current.ex, connection.current.res, 'client_stalled');
+    ws.close();
+  };
+
+  const expire = (ws: uWS.WebSocket<Connection>) => {
+    const connection = ws.getUserData();
+    const err = new GatewayError(
+      'invalid_request',
+      `This WebSocket connection reached its ${limits.maxLifetimeMinutes}-minute limit. Open a new connection to continue.`,
+      null,
+      400,
+      'websocket_connection_limit_reached',
+    );
+    send(ws, protocol.error(err));
+    connection.closed = true;
+    ws.end(1000, 'connection limit reached');
+  };
 
   /** Runs the next queued message, if none is running. */
   const pump = (ws: uWS.WebSocket<Connection>): void => {
     const connection = ws.getUserData();
-    if (connection.busy || connection.closed || connection.queue.length === 0) return;
-    const message = connection.queue.shift()!;
+    if (connection.busy || connection.closed) return;
+    if (connection.expiring) return expire(ws);
+    const message = connection.queue.shift();
+    if (message === undefined) return;
     const ex = new Exchange(codec, generate, 'POST', generate.path, '', connection.headers, []);
     try {
       ex.body = protocol.request(message, connection.state);
@@ -59,42 +107,62 @@ export function addSocketRoutes(app: uWS.TemplatedApp, codec: Codec, pipeline: P
       return pump(ws);
     }
     connection.busy = true;
-    connection.current = ex;
-    track.add(connection.handle);
-    void pipeline.run(ex, socketResponse(ws, protocol)).finally(() => {
-      track.delete(connection.handle);
+    const res = socketResponse(ws, protocol, blocked, () => {
       connection.busy = false;
       connection.current = undefined;
       pump(ws);
     });
+    connection.current = { ex, res };
+    pipeline.accept(ex, res);
   };
 
   for (const endpoint of codec.endpoints.filter((e) => e.kind === 'socket')) {
     app.ws<Connection>(endpoint.path, {
-      maxPayloadLength: maxMessageBytes,
-      idleTimeout: 120,
+      maxPayloadLength: options.maxMessageBytes,
+      idleTimeout: limits.idleTimeoutSeconds,
       sendPingsAutomatically: true,
-      maxBackpressure: 64 * 1024 * 1024,
+      maxBackpressure: MAX_BACKPRESSURE_BYTES,
       upgrade(res, req, context) {
-        const headers = copyHeaders(req);
+        const headers = options.copyHeaders(req);
         const key = req.getHeader('sec-websocket-key');
         const subprotocol = req.getHeader('sec-websocket-protocol');
         const extensions = req.getHeader('sec-websocket-extensions');
         const ex = new Exchange(codec, endpoint, 'GET', req.getUrl(), req.getQuery() ?? '', headers, []);
         let aborted = false;
-        res.onAborted(() => (aborted = true));
         const refusal = httpReply(res, () => aborted);
-        if (draining()) return void refusal.reply(503, { 'content-type': 'application/json' }, codec.errorBody(new GatewayError('shutting_down', 'The gateway is shutting down.')));
-        void pipeline.connect(ex, refusal).then((accepted) => {
-          if (!accepted || aborted) return;
-          const connection: Connection = { headers, handle: { cut() {} }, state: protocol.open(), queue: [], busy: false, closed: false };
+        res.onAborted(() => {
+          aborted = true;
+          pipeline.interrupt(ex, refusal, 'aborted');
+        });
+        const refused = options.refuse() ?? (sockets.size >= limits.maxSockets ? 'overloaded' : undefined);
+        if (refused) {
+          const message = refused === 'shutting_down' ? 'The gateway is shutting down.' : 'The gateway has as many WebSockets open as it allows; try again shortly.';
+          return pipeline.reject(ex, refusal, new GatewayError(refused, message, null, undefined, undefined, refused === 'shutting_down' ? 5 : 1));
+        }
+        pipeline.connect(ex, refusal, () => {
+          if (aborted) return;
+          const connection: Connection = {
+            headers,
+            handle: { close() {} },
+            state: protocol.open(),
+            queue: [],
+            busy: false,
+            closed: false,
+            expiring: false,
+            blockedSince: 0,
+            blockedBytes: 0,
+          };
           res.cork(() => res.upgrade(connection, key, subprotocol, extensions, context));
         });
       },
       open(ws) {
         const connection = ws.getUserData();
-        connection.handle.cut = () => connection.closed || ws.end(1001, 'the gateway is shutting down');
-        open.add(connection.handle);
+        connection.handle.close = (code, reason) => connection.closed || ws.end(code, reason);
+        sockets.add(connection.handle);
+        connection.lifetime = setTimeout(() => {
+          connection.expiring = true;
+          if (!connection.busy && !connection.closed) expire(ws);
+        }, limits.maxLifetimeMinutes * 60_000).unref();
       },
       message(ws, message, isBinary) {
         const connection = ws.getUserData();
@@ -108,6 +176,7 @@ export function addSocketRoutes(app: uWS.TemplatedApp, codec: Codec, pipeline: P
       drain(ws) {
         const connection = ws.getUserData();
         if (ws.getBufferedAmount() < BACKPRESSURE_BYTES && connection.resume) {
+          blocked.delete(ws);
           const resume = connection.resume;
           connection.resume = undefined;
           resume();
@@ -115,10 +184,12 @@ export function addSocketRoutes(app: uWS.TemplatedApp, codec: Codec, pipeline: P
       },
       close(ws) {
         const connection = ws.getUserData();
-        open.delete(connection.handle);
+        sockets.delete(connection.handle);
+        blocked.delete(ws);
+        clearTimeout(connection.lifetime);
         connection.closed = true;
         connection.queue.length = 0;
-        connection.current?.markAborted();
+        if (connection.current) pipeline.interrupt(connection.current.ex, connection.current.res, 'aborted');
       },
     });
   }
@@ -132,7 +203,7 @@ function send(ws: uWS.WebSocket<Connection>, text: string): boolean {
 }
 
 /** The pipeline's view of one exchange on a socket: stream frames become messages. */
-function socketResponse(ws: uWS.WebSocket<Connection>, protocol: SocketProtocol): ClientResponse {
+function socketResponse(ws: uWS.WebSocket<Connection>, protocol: SocketProtocol, blocked: Set<uWS.WebSocket<Connection>>, finished: () => void): ClientResponse {
   const connection = ws.getUserData();
   const splitter = new SseSplitter();
   const sendEvents = (bytes: string | Buffer) => {
@@ -149,6 +220,11 @@ function socketResponse(ws: uWS.WebSocket<Connection>, protocol: SocketProtocol)
       },
       () => {},
     );
+    if (!ok && !connection.closed && !blocked.has(ws)) {
+      connection.blockedSince = Date.now();
+      connection.blockedBytes = ws.getBufferedAmount();
+      blocked.add(ws);
+    }
     return ok;
   };
   return {
@@ -172,6 +248,7 @@ function socketResponse(ws: uWS.WebSocket<Connection>, protocol: SocketProtocol)
     end(bytes) {
       if (bytes) sendEvents(bytes);
     },
+    finished,
   };
 }
 

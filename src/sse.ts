@@ -4,6 +4,7 @@
  * terminating blank line, so writing the kept frames back out is byte-exact.
  */
 
+import { GatewayError } from './errors.js';
 import { jsonOrUndefined } from './json-body.js';
 
 const LF = 0x0a;
@@ -15,10 +16,14 @@ const CRLF_CRLF = Buffer.from('\r\n\r\n');
 export type FrameVisitor = (frame: Buffer) => boolean;
 
 export class SseSplitter {
-  /** Bytes of an incomplete frame carried over from earlier chunks. */
-  private tail: Buffer | null = null;
+  /** Pieces of an incomplete frame carried over from earlier chunks, joined once the frame ends. */
+  private tail: Buffer[] = [];
+  private tailBytes = 0;
   /** Learned from the first frame: upstreams do not switch line endings midway. */
   private delimiter: Buffer | null = null;
+
+  /** A frame longer than `maxFrameBytes` is refused: the carry-over must stay bounded. */
+  constructor(private readonly maxFrameBytes = Infinity) {}
 
   /**
    * Splits a chunk into frames. `visit` sees each complete frame; `write` receives maximal runs of
@@ -26,14 +31,16 @@ export class SseSplitter {
    */
   push(chunk: Buffer, visit: FrameVisitor, write: (bytes: Buffer) => void): void {
     let start = 0;
-    if (this.tail) {
-      const end = this.endOfStraddlingFrame(this.tail, chunk);
+    if (this.tailBytes > 0) {
+      const end = this.endOfStraddlingFrame(chunk);
       if (end < 0) {
-        this.tail = Buffer.concat([this.tail, chunk]);
+        this.carry(chunk);
         return;
       }
-      const frame = Buffer.concat([this.tail, chunk.subarray(0, end)]);
-      this.tail = null;
+      this.tail.push(chunk.subarray(0, end));
+      const frame = Buffer.concat(this.tail, this.tailBytes + end);
+      this.tail = [];
+      this.tailBytes = 0;
       if (visit(frame)) write(frame);
       start = end;
     }
@@ -48,14 +55,25 @@ export class SseSplitter {
       start = end;
     }
     if (start > runStart) write(chunk.subarray(runStart, start));
-    if (start < chunk.length) this.tail = chunk.subarray(start);
+    if (start < chunk.length) this.carry(chunk.subarray(start));
   }
 
   /** Whatever remains when the upstream ends without a closing blank line. */
   flush(): Buffer | null {
-    const rest = this.tail;
-    this.tail = null;
-    return rest && rest.length > 0 ? rest : null;
+    const rest = this.tailBytes > 0 ? Buffer.concat(this.tail, this.tailBytes) : null;
+    this.tail = [];
+    this.tailBytes = 0;
+    return rest;
+  }
+
+  private carry(piece: Buffer): void {
+    this.tailBytes += piece.length;
+    if (this.tailBytes > this.maxFrameBytes) {
+      this.tail = [];
+      this.tailBytes = 0;
+      throw new GatewayError('upstream_error', `The upstream sent a stream event larger than ${this.maxFrameBytes} bytes.`);
+    }
+    this.tail.push(piece);
   }
 
   /** Index just past the delimiter that ends the frame starting at `from`, or -1. */
@@ -71,12 +89,16 @@ export class SseSplitter {
     return (this.delimiter === LF_LF ? lf : crlf) + this.delimiter.length;
   }
 
-  /** Finds the end of a frame begun in `tail`, looking only at the seam and then the chunk. */
-  private endOfStraddlingFrame(tail: Buffer, chunk: Buffer): number {
-    const keep = Math.min(3, tail.length);
-    const seam = Buffer.concat([tail.subarray(tail.length - keep), chunk.subarray(0, 3)]);
+  /** Finds the end of the carried frame in `chunk`, looking only at the seam and then the chunk. */
+  private endOfStraddlingFrame(chunk: Buffer): number {
+    const last: number[] = [];
+    for (let i = this.tail.length - 1; i >= 0 && last.length < 3; i--) {
+      const part = this.tail[i]!;
+      for (let j = part.length - 1; j >= 0 && last.length < 3; j--) last.unshift(part[j]!);
+    }
+    const seam = Buffer.concat([Buffer.from(last), chunk.subarray(0, 3)]);
     const inSeam = this.frameEnd(seam, 0);
-    if (inSeam > keep) return inSeam - keep;
+    if (inSeam > last.length) return inSeam - last.length;
     return this.frameEnd(chunk, 0);
   }
 }

@@ -20,9 +20,17 @@ export function fieldPath(pointer: string): string {
     .reduce((path, seg) => (/^\d+$/.test(seg) ? `${path}[${seg}]` : path ? `${path}.${seg}` : seg), '');
 }
 
+/**
+ * Keywords that only say a value took another branch of a union (a string where an object was
+ * also allowed): at the same depth, a missing field or bad tag says more.
+ */
+const branchMismatch = new Set(['type', 'enum', 'const', 'anyOf', 'oneOf', 'if']);
+
+const rank = (e: ErrorObject) => e.instancePath.length * 2 + (branchMismatch.has(e.keyword) ? 0 : 1);
+
 function describe(errors: ErrorObject[]): GatewayError {
   // The deepest error is the most specific one; union branches report shallower failures.
-  const e = errors.reduce((best, cur) => (cur.instancePath.length > best.instancePath.length ? cur : best), errors[0]!);
+  const e = errors.reduce((best, cur) => (rank(cur) > rank(best) ? cur : best), errors[0]!);
   let field = fieldPath(e.instancePath);
   let problem: string;
   switch (e.keyword) {

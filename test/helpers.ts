@@ -64,12 +64,12 @@ export interface TestGateway {
 }
 
 /** A config file's worth of YAML, written to a fresh data dir and loaded as the CLI would. */
-export async function startTestGateway(yaml: (dataDir: string) => string): Promise<TestGateway> {
-  const dataDir = mkdtempSync(join(tmpdir(), 'sluice-test-'));
+export async function startTestGateway(yaml: (dataDir: string) => string, options: { port?: number; dataDir?: string } = {}): Promise<TestGateway> {
+  const dataDir = options.dataDir ?? mkdtempSync(join(tmpdir(), 'sluice-test-'));
   const file = join(dataDir, 'sluice.yaml');
   const { writeFileSync } = await import('node:fs');
   writeFileSync(file, yaml(dataDir));
-  const config: Config = loadConfig({ path: file, env: { SLUICE_PORT: '0', SLUICE_DATA_DIR: dataDir } });
+  const config: Config = loadConfig({ path: file, env: { SLUICE_PORT: String(options.port ?? 0), SLUICE_DATA_DIR: dataDir } });
   const logs: Record<string, unknown>[] = [];
   const sink = new Writable({
     write(chunk, _enc, cb) {
@@ -188,11 +188,16 @@ export function recordingSink(dataResult: (call: number) => boolean = () => true
 
 /**
  * The simulator as its own process and a gateway in front of it, both stopped when the test file
- * ends. `routing` is the YAML of the upstreams and models, given the simulator's URL.
+ * ends. `routing` is the YAML of the upstreams and models, given the simulator's URL; `server`
+ * adds to the gateway's `server` section.
  */
-export async function startStack(routing: (simulatorUrl: string) => string): Promise<{ sim: SimulatorProcess; gw: TestGateway }> {
+export async function startStack(routing: (simulatorUrl: string) => string, server: Record<string, unknown> = {}): Promise<{ sim: SimulatorProcess; gw: TestGateway }> {
   const sim = await startSimulatorProcess();
-  const gw = await startTestGateway((dataDir) => `dataDir: ${dataDir}\nserver: { shutdownTimeoutMs: 2000 }\n${routing(sim.url)}`);
+  const serverYaml = JSON.stringify({ shutdownTimeoutMs: 2000, ...server });
+  const gw = await startTestGateway((dataDir) => `dataDir: ${dataDir}\nserver: ${serverYaml}\n${routing(sim.url)}`).catch(async (err) => {
+    await sim.stop();
+    throw err;
+  });
   t.teardown(async () => {
     await gw.stop();
     await sim.stop();

@@ -3,21 +3,27 @@ import t from 'tap';
 import type { Codec, Plugin } from '../src/contracts.js';
 import { GatewayError } from '../src/errors.js';
 import { Exchange } from '../src/exchange.js';
+import { createLogger } from '../src/log.js';
 import { Pipeline, type ClientResponse } from '../src/pipeline.js';
 
 const codec = { family: 'test', errorBody: (e: GatewayError) => JSON.stringify({ code: e.code }) } as unknown as Codec;
 
 function run(plugins: Plugin[]) {
   const replies: { status: number; body: string }[] = [];
+  let finished!: () => void;
+  const done = new Promise<void>((resolve) => (finished = resolve));
   const res: ClientResponse = {
     reply: (status, _h, body) => replies.push({ status, body: body.toString() }),
     startStream() {},
     write: () => true,
     onWritable() {},
     end() {},
+    finished: () => finished(),
   };
   const ex = new Exchange(codec, { method: 'post', path: '/x', kind: 'generate' }, 'POST', '/x', '', {}, []);
-  return { done: new Pipeline(plugins, new Map(), new Map(), new Map()).run(ex, res), replies, ex };
+  const pipeline = new Pipeline({ plugins, models: new Map(), upstreams: new Map(), codecs: new Map(), log: createLogger('silent') });
+  pipeline.accept(ex, res);
+  return { done, replies, ex };
 }
 
 t.test('plugins run in order; an async local reply stops the rest; done runs once', async (t) => {

@@ -12,6 +12,7 @@ import simulatorPlugin, { simulatorUpstream } from '../plugins/upstreams/simulat
 import type { BootContext, ResponseSink, UpstreamCall, UpstreamFactory } from '../src/contracts.js';
 import { GatewayError } from '../src/errors.js';
 import { SseSplitter, frameData } from '../src/sse.js';
+import { estimateTokens } from '../src/tokens.js';
 
 // ---------------------------------------------------------------------------------------------
 // Helpers
@@ -581,7 +582,8 @@ t.test('standalone server process', async (t) => {
 
   const big = 'word '.repeat(100_000);
   const large = await post(chatBody({ messages: [{ role: 'user', content: big }] }));
-  t.match(await large.json(), { usage: { prompt_tokens: countTokens(big) + 4 } }, 'a large body arriving in many chunks is read whole');
+  // Beyond its exact budget the count is an estimate, but a deterministic one: a body cut short would count differently.
+  t.match(await large.json(), { usage: { prompt_tokens: estimateTokens(big) + 4 } }, 'a large body arriving in many chunks is read whole');
 
   const streamed = await post(chatBody({ stream: true, messages: [{ role: 'user', content: '[[sim tokens=6 tps=500]]' }] }));
   t.equal(streamed.headers.get('content-type'), 'text/event-stream; charset=utf-8');

@@ -1,19 +1,20 @@
 /**
  * Usage accounting: one record per generation request, queued to the store's batch writer.
- * Usage comes from the upstream; when it never arrived (a cut or aborted stream), it is counted
- * with the o200k tokenizer from the prompt and the output actually delivered, and marked estimated.
+ * Usage comes from the upstream; when it never arrived (a cut or aborted stream), it is estimated
+ * with the o200k tokenizer (in bounded time, see src/tokens.ts) from the prompt and the output
+ * actually delivered, and marked estimated.
  */
-import { countTokens } from 'gpt-tokenizer';
 import type { Usage } from '../../src/contracts.js';
 import { definePlugin } from '../../src/contracts.js';
 import type { Exchange } from '../../src/exchange.js';
 import { deliveredOutput } from '../../src/pipeline.js';
+import { estimateTokens } from '../../src/tokens.js';
 
 export function estimateUsage(ex: Exchange): Usage {
   const delivered = ex.get(deliveredOutput)?.() ?? '';
   return {
-    inputTokens: countTokens(ex.codec.promptText(ex)),
-    outputTokens: delivered ? countTokens(delivered) : 0,
+    inputTokens: estimateTokens(ex.codec.promptText(ex)),
+    outputTokens: estimateTokens(delivered),
     estimated: true,
   };
 }

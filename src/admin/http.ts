@@ -2,40 +2,78 @@
  * The admin API over HTTP, JSON in and out. Callers authenticate with `Authorization: Bearer
  * <admin token>` (scripts, the CLI's peers) or with the console's session cookie, in which case
  * every state-changing call must also carry the session's CSRF token in `x-csrf-token`.
+ * Wrong tokens are throttled (throttle.ts), state-changing calls must come from an allowed
+ * origin (origin.ts), and cookies are `Secure` when a trusted proxy says the client used TLS.
  */
 import type { JsonHandler, JsonReply, JsonRequest } from '../server.js';
+import type { ForwardedView, TrustedProxies } from '../trusted-proxies.js';
+import { checkOrigin, normalizeOrigin } from './origin.js';
 import { AdminError, type AdminService } from './service.js';
-import { SESSION_COOKIE, cookieValue, type Sessions } from './sessions.js';
+import { DEVICE_COOKIE, SESSION_COOKIE, cookieValue, type Sessions } from './sessions.js';
+import { GuessThrottle, addressKey } from './throttle.js';
 
-const sessionCookie = (value: string, maxAgeSeconds: number) =>
-  `${SESSION_COOKIE}=${value}; HttpOnly; SameSite=Strict; Path=/; Max-Age=${maxAgeSeconds}`;
+export interface AdminHttpOptions {
+  proxies: TrustedProxies;
+  /** Origins besides the gateway's own that may make state-changing calls (`admin.allowedOrigins`). */
+  allowedOrigins: readonly string[];
+}
 
-export function adminRoutes(service: AdminService, sessions: Sessions): JsonHandler {
+const DEVICE_MAX_AGE_S = 365 * 24 * 60 * 60;
+const safeMethods = new Set(['GET', 'HEAD', 'OPTIONS']);
+
+const cookie = (name: string, value: string, maxAgeSeconds: number, path: string, secure: boolean) =>
+  `${name}=${value}; HttpOnly; SameSite=Strict; Path=${path}; Max-Age=${maxAgeSeconds}${secure ? '; Secure' : ''}`;
+
+class TooManyGuesses extends AdminError {
+  constructor(readonly waitSeconds: number) {
+    super(429, 'too_many_attempts', `too many wrong admin tokens from this client; try again in ${waitSeconds} s`);
+  }
+}
+
+const bearerToken = (authorization: string | undefined) =>
+  authorization?.startsWith('Bearer ') ? authorization.slice(7).trim() : undefined;
+
+export function adminRoutes(service: AdminService, sessions: Sessions, options: AdminHttpOptions): JsonHandler {
+  const { proxies } = options;
+  const throttle = new GuessThrottle();
+  const allowedOrigins = new Set(options.allowedOrigins.map((o) => normalizeOrigin(o) ?? o));
+
+  /** Checks a token unless `client` is waiting out its wrong ones; throws on a wrong token. */
+  const checkToken = (client: string, token: string): void => {
+    const wait = throttle.waitFor(client);
+    if (wait) throw new TooManyGuesses(wait);
+    if (sessions.isAdminToken(token)) return;
+    throttle.failed(client);
+    throw new AdminError(401, 'invalid_admin_token', 'wrong admin token');
+  };
+
   /** Throws unless the caller is the admin; a cookie session must prove it is not a forged request. */
-  const authorize = ({ method, headers }: JsonRequest): void => {
-    const auth = headers.authorization;
-    if (auth?.startsWith('Bearer ') && sessions.isAdminToken(auth.slice(7).trim())) return;
+  const authorize = ({ method, headers }: JsonRequest, via: ForwardedView): void => {
+    const bearer = bearerToken(headers.authorization);
+    if (bearer !== undefined) return checkToken(addressKey(via.client), bearer);
     const session = sessions.get(cookieValue(headers.cookie, SESSION_COOKIE));
     if (!session) throw new AdminError(401, 'invalid_admin_token', 'missing or wrong admin token (Authorization: Bearer <admin token>)');
-    if (method !== 'GET' && headers['x-csrf-token'] !== session.csrfToken) {
+    if (!safeMethods.has(method) && headers['x-csrf-token'] !== session.csrfToken) {
       throw new AdminError(403, 'csrf', 'missing or wrong x-csrf-token header for this session');
     }
   };
 
-  const session = (req: JsonRequest): JsonReply => {
+  const session = (req: JsonRequest, via: ForwardedView): JsonReply => {
     const id = cookieValue(req.headers.cookie, SESSION_COOKIE);
     if (req.method === 'POST') {
-      const wait = sessions.lockedFor(req.remoteAddress);
-      if (wait) return { ...error(new AdminError(429, 'too_many_attempts', `too many wrong tokens; try again in ${wait} s`)), headers: { 'retry-after': String(wait) } };
       const { token } = (parseJson(req.body) ?? {}) as { token?: unknown };
-      const started = typeof token === 'string' ? sessions.login(req.remoteAddress, token) : undefined;
-      if (!started) return error(new AdminError(401, 'invalid_admin_token', 'wrong admin token'));
-      const { csrfToken, expiresAt } = started.session;
-      return {
-        status: 200,
-        body: { csrfToken, expiresAt },
-        headers: { 'set-cookie': sessionCookie(started.id, Math.floor((expiresAt - Date.now()) / 1000)), 'cache-control': 'no-store' },
+      if (typeof token !== 'string') throw new AdminError(400, 'invalid_request', 'the body must be {"token": "<admin token>"}');
+      // A browser that signed in before is throttled on its own, apart from its address.
+      const device = sessions.device(cookieValue(req.headers.cookie, DEVICE_COOKIE));
+      checkToken(device ? `device:${device}` : addressKey(via.client), token);
+      const { id: newId, session: started } = sessions.start();
+      const headers: Record<string, string> = {
+        'set-cookie': cookie(SESSION_COOKIE, newId, Math.floor((started.expiresAt - Date.now()) / 1000), '/', via.https),
+        'cache-control': 'no-store',
       };
+      // A second Set-Cookie line: header names are case-insensitive, JSON reply keys are not.
+      if (!device) headers['Set-Cookie'] = cookie(DEVICE_COOKIE, sessions.newDevice(), DEVICE_MAX_AGE_S, '/admin/session', via.https);
+      return { status: 200, body: { csrfToken: started.csrfToken, expiresAt: started.expiresAt }, headers };
     }
     const current = sessions.get(id);
     if (req.method === 'GET') {
@@ -43,19 +81,24 @@ export function adminRoutes(service: AdminService, sessions: Sessions): JsonHand
       return { status: 200, body: { csrfToken: current.csrfToken, expiresAt: current.expiresAt }, headers: { 'cache-control': 'no-store' } };
     }
     if (req.method === 'DELETE') {
-      authorize(req);
+      authorize(req, via);
       sessions.logout(id);
-      return { status: 200, body: { loggedOut: true }, headers: { 'set-cookie': sessionCookie('', 0) } };
+      return { status: 200, body: { loggedOut: true }, headers: { 'set-cookie': cookie(SESSION_COOKIE, '', 0, '/', via.https) } };
     }
     throw new AdminError(405, 'method_not_allowed', `${req.method} is not allowed on /admin/session`);
   };
 
   return (req): JsonReply => {
-    const { method, path, query, body } = req;
+    const { method, path, query, body, headers } = req;
     try {
-      const [, , resource, id, extra] = path.split('/').map(decodeURIComponent);
-      if (resource === 'session' && id === undefined) return session(req);
-      authorize(req);
+      const [, , resource, id, extra] = path.split('/').map(decodeSegment);
+      const via = proxies.view(req.remoteAddress, headers);
+      if (!safeMethods.has(method)) {
+        const usesCookie = bearerToken(headers.authorization) === undefined && cookieValue(headers.cookie, SESSION_COOKIE) !== undefined;
+        checkOrigin(headers.origin, usesCookie, via, allowedOrigins);
+      }
+      if (resource === 'session' && id === undefined) return session(req, via);
+      authorize(req, via);
       if (extra !== undefined) throw new AdminError(404, 'not_found', `no route for ${method} ${path}`);
       const filters = Object.fromEntries(query);
       switch (`${method} ${resource}${id !== undefined ? '/:id' : ''}`) {
@@ -109,6 +152,16 @@ function parseJson(body: Buffer): unknown {
   }
 }
 
+function decodeSegment(segment: string): string {
+  try {
+    return decodeURIComponent(segment);
+  } catch {
+    throw new AdminError(400, 'invalid_path', 'the request path has invalid %-encoding');
+  }
+}
+
 function error(err: AdminError): JsonReply {
-  return { status: err.status, body: { error: { message: err.message, type: 'admin_error', code: err.code } } };
+  const reply: JsonReply = { status: err.status, body: { error: { message: err.message, type: 'admin_error', code: err.code } } };
+  if (err instanceof TooManyGuesses) reply.headers = { 'retry-after': String(err.waitSeconds) };
+  return reply;
 }

@@ -82,8 +82,13 @@ const csvColumns: (keyof UsageRecord)[] = [
   'completionTokens', 'estimated', 'latencyMs', 'ttfbMs', 'streamed', 'outcome', 'error',
 ];
 
+/**
+ * One CSV field. Text a spreadsheet would read as a formula (OWASP's CSV injection list: `=`, `+`,
+ * `-`, `@`, tab, CR first) gets a leading `'`; numbers are Sluice's own and stay numbers.
+ */
 function csvCell(value: unknown): string {
-  const text = value === null || value === undefined ? '' : String(value);
+  let text = value === null || value === undefined ? '' : String(value);
+  if (typeof value === 'string' && /^[=+\-@\t\r]/.test(text)) text = `'${text}`;
   return /[",\r\n]/.test(text) ? `"${text.replace(/"/g, '""')}"` : text;
 }
 

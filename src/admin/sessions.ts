@@ -1,48 +1,37 @@
 /**
  * Console sessions: the admin token is exchanged for a random session id in an HttpOnly,
  * SameSite=Strict cookie, with a CSRF token that every state-changing call must echo in a header.
- * Wrong tokens are rate-limited per client address. Sessions live in memory and expire.
+ * A sign-in also marks the browser as a known device (a signed cookie), so that other people's
+ * wrong tokens from the same address (a shared NAT, a proxy) do not lock its operator out.
+ * Sessions live in memory and expire.
  */
-import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
+import { createHash, createHmac, randomBytes, timingSafeEqual } from 'node:crypto';
 
 export const SESSION_COOKIE = 'sluice_session';
+export const DEVICE_COOKIE = 'sluice_device';
 
 interface Session {
   csrfToken: string;
   expiresAt: number;
 }
 
-interface Attempts {
-  failures: number;
-  windowStart: number;
-  lockedUntil: number;
-}
-
 export interface SessionOptions {
   ttlMs?: number;
-  /** Wrong tokens allowed per address and window before a lockout. */
-  maxFailures?: number;
-  windowMs?: number;
-  lockoutMs?: number;
 }
 
 const digest = (s: string) => createHash('sha256').update(s).digest();
 
 export class Sessions {
   private readonly sessions = new Map<string, Session>();
-  private readonly attempts = new Map<string, Attempts>();
   private readonly expected: Buffer;
+  /** Signs device cookies; derived from the token, so a new admin token forgets every device. */
+  private readonly deviceKey: Buffer;
   private readonly ttlMs: number;
-  private readonly maxFailures: number;
-  private readonly windowMs: number;
-  private readonly lockoutMs: number;
 
   constructor(adminToken: string, options: SessionOptions = {}) {
     this.expected = digest(adminToken);
+    this.deviceKey = digest(`sluice device cookie\n${adminToken}`);
     this.ttlMs = options.ttlMs ?? 8 * 60 * 60 * 1000;
-    this.maxFailures = options.maxFailures ?? 5;
-    this.windowMs = options.windowMs ?? 60_000;
-    this.lockoutMs = options.lockoutMs ?? 60_000;
   }
 
   /** Constant-time comparison with the admin token. */
@@ -50,22 +39,8 @@ export class Sessions {
     return timingSafeEqual(digest(candidate), this.expected);
   }
 
-  /** Seconds the address must wait before trying again, or 0. */
-  lockedFor(address: string, now = Date.now()): number {
-    const a = this.attempts.get(address);
-    return a && a.lockedUntil > now ? Math.ceil((a.lockedUntil - now) / 1000) : 0;
-  }
-
-  /** Exchanges the admin token for a session; undefined when the token is wrong. */
-  login(address: string, token: string, now = Date.now()): { id: string; session: Session } | undefined {
-    if (!this.isAdminToken(token)) {
-      const a = this.attempts.get(address) ?? { failures: 0, windowStart: now, lockedUntil: 0 };
-      if (now - a.windowStart > this.windowMs) Object.assign(a, { failures: 0, windowStart: now });
-      if (++a.failures >= this.maxFailures) Object.assign(a, { failures: 0, windowStart: now, lockedUntil: now + this.lockoutMs });
-      this.attempts.set(address, a);
-      return undefined;
-    }
-    this.attempts.delete(address);
+  /** Starts a session; the caller has checked the admin token. */
+  start(now = Date.now()): { id: string; session: Session } {
     this.sweep(now);
     const id = randomBytes(32).toString('base64url');
     const session = { csrfToken: randomBytes(24).toString('base64url'), expiresAt: now + this.ttlMs };
@@ -87,9 +62,27 @@ export class Sessions {
     if (id) this.sessions.delete(id);
   }
 
+  /** A new device cookie value: a random id and its signature. */
+  newDevice(): string {
+    const id = randomBytes(16).toString('base64url');
+    return `${id}.${this.sign(id)}`;
+  }
+
+  /** The device id of a cookie value this gateway signed, else undefined. */
+  device(cookie: string | undefined): string | undefined {
+    const [id, signature, extra] = cookie?.split('.') ?? [];
+    if (!id || !signature || extra !== undefined) return undefined;
+    const expected = Buffer.from(this.sign(id));
+    const given = Buffer.from(signature);
+    return given.length === expected.length && timingSafeEqual(given, expected) ? id : undefined;
+  }
+
+  private sign(id: string): string {
+    return createHmac('sha256', this.deviceKey).update(id).digest('base64url');
+  }
+
   private sweep(now: number): void {
     for (const [id, s] of this.sessions) if (s.expiresAt <= now) this.sessions.delete(id);
-    for (const [address, a] of this.attempts) if (a.lockedUntil <= now && now - a.windowStart > this.windowMs) this.attempts.delete(address);
   }
 }
 

@@ -1,10 +1,11 @@
 /**
- * The embedded Store: one SQLite file in the data directory. Keys are stored as SHA-256 hashes of
- * their secrets; usage records and last-used times are written in batches, off the request path.
+ * The embedded store: one SQLite file in the data directory. Keys are stored as SHA-256 hashes of
+ * their secrets; usage arrives in batches from the journal in front of it (journal.ts), and each
+ * batch also moves its keys' last-used times.
  */
 import { createHash, randomBytes } from 'node:crypto';
 import Database from 'better-sqlite3';
-import type { ApiKey, Group, Store, UpstreamActivity, UsagePoint, UsageQuery, UsageRecord, UsageTotals } from './store.js';
+import type { ApiKey, Group, StoreBackend, UpstreamActivity, UsagePoint, UsageQuery, UsageRecord, UsageTotals } from './store.js';
 
 /** Each entry moves the schema one version forward; never edit a released one, append. */
 const migrations: string[] = [
@@ -45,10 +46,13 @@ const migrations: string[] = [
    CREATE INDEX usage_time ON usage(time);
    CREATE INDEX usage_key_time ON usage(key_id, time);`,
   `ALTER TABLE usage ADD COLUMN error TEXT;`,
+  // Journal replay relies on this index to skip records already stored. Request ids are unique
+  // per record; the rename only lets a database that somehow holds a repeat take the index.
+  `UPDATE usage SET request_id = request_id || '#' || id
+     WHERE id NOT IN (SELECT MIN(id) FROM usage GROUP BY request_id);
+   CREATE UNIQUE INDEX usage_request_id ON usage(request_id);`,
 ];
 
-const BATCH_SIZE = 256;
-const FLUSH_INTERVAL_MS = 1000;
 /** Changes made by another process (the CLI) reach a running gateway within this time. */
 const LOOKUP_CACHE_MS = 2000;
 const LOOKUP_CACHE_MAX = 10_000;
@@ -68,6 +72,15 @@ function usageFilter(query: UsageQuery): { filter: string; args: Record<string, 
   add('time < @until', 'until', query.until);
   return { filter: where.length ? `WHERE ${where.join(' AND ')}` : '', args };
 }
+
+/**
+ * A record replayed from an older version's journal may lack fields added since: they bind as NULL
+ * (and a row missing a required one is skipped by INSERT OR IGNORE rather than failing its batch).
+ */
+const absentUsage: Record<keyof UsageRecord, null> = {
+  time: null, requestId: null, keyId: null, group: null, model: null, upstream: null, family: null, status: null, promptTokens: null,
+  completionTokens: null, estimated: null, latencyMs: null, ttfbMs: null, streamed: null, outcome: null, error: null,
+};
 
 export function hashSecret(secret: string): string {
   return createHash('sha256').update(secret).digest('hex');
@@ -145,21 +158,25 @@ const toUsage = (r: UsageRow): UsageRecord => ({
   error: r.error,
 });
 
-export class SqliteStore implements Store {
+export interface SqliteOptions {
+  /** How long a write waits for another connection's lock before it fails (SQLITE_BUSY). */
+  busyTimeoutMs?: number;
+}
+
+export class SqliteStore implements StoreBackend {
   private readonly db: Database.Database;
-  private readonly pending: UsageRecord[] = [];
-  private readonly lastUsed = new Map<string, number>();
-  private timer: NodeJS.Timeout | undefined;
   /** Request-path lookups by secret and by group name; every write through this store clears them. */
   private readonly keyCache = new Map<string, { key: ApiKey; expires: number }>();
   private readonly groupCache = new Map<string, { group: Group; expires: number }>();
   private readonly stmt;
 
-  constructor(file: string) {
+  constructor(file: string, options: SqliteOptions = {}) {
     this.db = new Database(file);
     this.db.pragma('journal_mode = WAL');
-    this.db.pragma('synchronous = NORMAL');
-    this.db.pragma('busy_timeout = 5000');
+    // FULL: a committed batch survives power loss too, before the journal that held it is cut.
+    // Writes come in batches, so the fsync per commit is rare.
+    this.db.pragma('synchronous = FULL');
+    this.db.pragma(`busy_timeout = ${Math.max(0, Math.floor(options.busyTimeoutMs ?? 5000))}`);
     this.db.pragma('foreign_keys = ON');
     this.migrate();
     this.stmt = {
@@ -167,7 +184,7 @@ export class SqliteStore implements Store {
       keyById: this.db.prepare<[string], KeyRow>('SELECT * FROM keys WHERE id = ?'),
       group: this.db.prepare<[string], GroupRow>('SELECT * FROM groups WHERE name = ?'),
       insertUsage: this.db.prepare(
-        `INSERT INTO usage (time, request_id, key_id, group_name, model, upstream, family, status,
+        `INSERT OR IGNORE INTO usage (time, request_id, key_id, group_name, model, upstream, family, status,
            prompt_tokens, completion_tokens, estimated, latency_ms, ttfb_ms, streamed, outcome, error)
          VALUES (@time, @requestId, @keyId, @group, @model, @upstream, @family, @status,
            @promptTokens, @completionTokens, @estimated, @latencyMs, @ttfbMs, @streamed, @outcome, @error)`,
@@ -266,14 +283,11 @@ export class SqliteStore implements Store {
 
   getKey(id: string): ApiKey | undefined {
     const row = this.stmt.keyById.get(id);
-    return row && this.withPendingUse(toKey(row));
+    return row && toKey(row);
   }
 
   listKeys(): ApiKey[] {
-    return this.db
-      .prepare<[], KeyRow>('SELECT * FROM keys ORDER BY created_at, id')
-      .all()
-      .map((r) => this.withPendingUse(toKey(r)));
+    return this.db.prepare<[], KeyRow>('SELECT * FROM keys ORDER BY created_at, id').all().map(toKey);
   }
 
   updateKey(id: string, patch: { disabled?: boolean; name?: string | null; group?: string }): ApiKey | undefined {
@@ -296,30 +310,18 @@ export class SqliteStore implements Store {
     return this.db.prepare('DELETE FROM keys WHERE id = ?').run(id).changes > 0;
   }
 
-  recordUsage(record: UsageRecord): void {
-    this.pending.push(record);
-    if (record.keyId) this.lastUsed.set(record.keyId, record.time);
-    if (this.pending.length >= BATCH_SIZE) this.flush();
-    else this.timer ??= setTimeout(() => this.flush(), FLUSH_INTERVAL_MS).unref();
-  }
-
-  flush(): void {
-    clearTimeout(this.timer);
-    this.timer = undefined;
-    if (this.pending.length === 0 && this.lastUsed.size === 0) return;
-    const records = this.pending.splice(0);
-    const touched = [...this.lastUsed];
-    this.lastUsed.clear();
+  writeUsage(records: readonly UsageRecord[]): void {
+    const lastUsed = new Map<string, number>();
+    for (const r of records) if (r.keyId) lastUsed.set(r.keyId, Math.max(r.time, lastUsed.get(r.keyId) ?? 0));
     this.db.transaction(() => {
       for (const r of records) {
-        this.stmt.insertUsage.run({ ...r, estimated: r.estimated ? 1 : 0, streamed: r.streamed ? 1 : 0 });
+        this.stmt.insertUsage.run({ ...absentUsage, ...r, estimated: r.estimated ? 1 : 0, streamed: r.streamed ? 1 : 0 });
       }
-      for (const [id, time] of touched) this.stmt.touchKey.run(time, id);
+      for (const [id, time] of lastUsed) this.stmt.touchKey.run(time, id);
     })();
   }
 
   queryUsage(query: UsageQuery): { records: UsageRecord[]; totals: UsageTotals } {
-    this.flush();
     const { filter, args } = usageFilter(query);
     const records = this.db
       .prepare<Record<string, unknown>, UsageRow>(`SELECT * FROM usage ${filter} ORDER BY time DESC, id DESC LIMIT @limit`)
@@ -337,7 +339,6 @@ export class SqliteStore implements Store {
   }
 
   usageSeries(query: UsageQuery, bucketMs: number): UsagePoint[] {
-    this.flush();
     const { filter, args } = usageFilter(query);
     return this.db
       .prepare<Record<string, unknown>, UsagePoint>(
@@ -351,7 +352,6 @@ export class SqliteStore implements Store {
   }
 
   upstreamActivity(since: number): UpstreamActivity[] {
-    this.flush();
     // The upstream's own failures: 5xx answers, and streams that failed after a 200.
     const failure = `(status >= 500 OR (outcome = 'error' AND status < 400))`;
     const activity = this.db
@@ -367,7 +367,6 @@ export class SqliteStore implements Store {
   }
 
   close(): void {
-    this.flush();
     this.db.close();
   }
 
@@ -379,11 +378,5 @@ export class SqliteStore implements Store {
   private forgetLookups(): void {
     this.keyCache.clear();
     this.groupCache.clear();
-  }
-
-  /** A last-used time waiting in the batch is newer than the stored one. */
-  private withPendingUse(key: ApiKey): ApiKey {
-    const pending = this.lastUsed.get(key.id);
-    return pending ? { ...key, lastUsedAt: pending } : key;
   }
 }

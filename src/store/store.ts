@@ -1,6 +1,7 @@
 /**
- * The Store: groups, keys and usage records. SQLite is the embedded implementation; a shared
- * database can implement the same interface when several gateways share one truth.
+ * The Store: groups, keys and usage records. A database implements StoreBackend (SQLite is the
+ * embedded one; a shared database can implement it when several gateways share one truth); the
+ * gateway uses it as a Store, behind the usage journal (journal.ts), which makes usage durable.
  */
 
 export interface Group {
@@ -38,7 +39,7 @@ export interface UsageRecord {
   latencyMs: number;
   ttfbMs: number | null;
   streamed: boolean;
-  outcome: 'finished' | 'aborted' | 'error';
+  outcome: 'finished' | 'aborted' | 'error' | 'client_stalled' | 'shutdown';
   /** `code: message` of the failure, when there was one. */
   error: string | null;
 }
@@ -101,9 +102,9 @@ export interface Store {
   updateKey(id: string, patch: { disabled?: boolean; name?: string | null; group?: string }): ApiKey | undefined;
   deleteKey(id: string): boolean;
 
-  /** Queues a usage record; records are written in batches. */
+  /** Journals a usage record (it survives a crash once this returns) and queues it for the store. */
   recordUsage(record: UsageRecord): void;
-  /** Writes queued records now. */
+  /** Writes queued records now. Never throws: a failed write keeps them for a later attempt. */
   flush(): void;
   queryUsage(query: UsageQuery): { records: UsageRecord[]; totals: UsageTotals };
   /** Usage in time buckets of `bucketMs`; only buckets with records. */
@@ -111,4 +112,13 @@ export interface Store {
   upstreamActivity(since: number): UpstreamActivity[];
 
   close(): void;
+}
+
+/** What a database implements; usage arrives in batches from the journal in front of it. */
+export interface StoreBackend extends Omit<Store, 'recordUsage' | 'flush'> {
+  /**
+   * Writes a batch in one transaction, or throws and writes none of it. A record whose requestId
+   * is already stored is skipped, so replaying a journal never counts a request twice.
+   */
+  writeUsage(records: readonly UsageRecord[]): void;
 }

@@ -98,7 +98,11 @@ export function chatToCanonical(req: Json, model: ModelConfig, maxOutputTokens: 
   if (typeof choice === 'string') toolChoice = choice as C.ToolChoice;
   else if (choice?.type === 'function') toolChoice = { name: choice.function.name };
   else if (choice?.type === 'allowed_tools') {
-    toolChoice = { mode: choice.allowed_tools.mode, allowed: choice.allowed_tools.tools.map((t: Json) => t.function?.name) };
+    const allowed = (choice.allowed_tools.tools as Json[]).map((t, j) => {
+      if (t.type !== 'function') throw unsupported(`tool_choice.allowed_tools.tools[${j}]`, 'a custom tool');
+      return t.function.name as string;
+    });
+    toolChoice = { mode: choice.allowed_tools.mode, allowed };
   } else if (choice) throw unsupported('tool_choice', `tool_choice '${choice.type}'`);
 
   const rf = req.response_format;

@@ -7,15 +7,27 @@ import type { ModelConfig } from '../../../src/config.js';
 import { definePlugin, type Codec } from '../../../src/contracts.js';
 import { GatewayError } from '../../../src/errors.js';
 import { bearerCredential, openAiErrorBody, readOpenAiError } from '../openai-common.js';
-import { StateKey } from '../../../src/exchange.js';
+import { StateKey, type Exchange } from '../../../src/exchange.js';
 import { frameJson } from '../../../src/sse.js';
 import { jsonOrUndefined, parseRequestJson, parseUpstreamJson, withFields } from '../../../src/json-body.js';
 import { compileValidator } from '../../../src/validation.js';
+import { checkModelId, lengthOf, partsIn, type RequestCaps, type RequestShape } from '../../../src/request-caps.js';
 import { canonicalToChat, canonicalToChatResponse, chatResponseToCanonical, chatToCanonical, readChatUsage } from './canonical.js';
 import { chatPassthrough, chatStreamReader, chatStreamWriter } from './stream.js';
 import { chatRequestSchema } from './schema.js';
 
 const validate = compileValidator(chatRequestSchema);
+
+const shape: RequestShape = {
+  messagesField: 'messages',
+  toolsField: 'tools',
+  count(body) {
+    let contentParts = 0;
+    const messages = Array.isArray(body.messages) ? body.messages : [];
+    for (const m of messages) contentParts += partsIn(m?.content);
+    return { messages: messages.length, tools: lengthOf(body.tools), contentParts };
+  },
+};
 
 /** Set when Sluice asked the upstream for stream usage that the client did not ask for. */
 const usageInjected = new StateKey<boolean>('chat usage injected');
@@ -62,7 +74,7 @@ function applyModelRules(req: Record<string, any>, model: ModelConfig): Record<s
   return fields;
 }
 
-const codec: Codec = {
+const codec: Omit<Codec, 'decode'> = {
   family: 'chat',
   endpoints: [
     { method: 'post', path: '/v1/chat/completions', kind: 'generate' },
@@ -72,18 +84,6 @@ const codec: Codec = {
   streamContentType: () => 'text/event-stream; charset=utf-8',
 
   credential: bearerCredential,
-
-  decode(ex) {
-    const parsed = parseRequestJson(ex.body);
-    const invalid = validate(parsed);
-    if (invalid) throw invalid;
-    ex.request = parsed;
-    ex.modelId = ex.request.model;
-    ex.stream = ex.request.stream === true;
-    if (ex.request.stream_options != null && !ex.stream) {
-      throw new GatewayError('invalid_request', "The 'stream_options' parameter is only allowed when 'stream' is enabled.", 'stream_options');
-    }
-  },
 
   prepare(ex) {
     const req = ex.request;
@@ -166,7 +166,20 @@ const codec: Codec = {
   readError: readOpenAiError,
 };
 
+function decode(ex: Exchange, caps: RequestCaps): void {
+  const parsed = parseRequestJson(ex.body, shape, caps);
+  checkModelId(parsed.model, caps);
+  const invalid = validate(parsed);
+  if (invalid) throw invalid;
+  ex.request = parsed;
+  ex.modelId = ex.request.model;
+  ex.stream = ex.request.stream === true;
+  if (ex.request.stream_options != null && !ex.stream) {
+    throw new GatewayError('invalid_request', "The 'stream_options' parameter is only allowed when 'stream' is enabled.", 'stream_options');
+  }
+}
+
 export default definePlugin((ctx) => {
-  ctx.addCodec(codec);
+  ctx.addCodec({ ...codec, decode: (ex) => decode(ex, ctx.config.server.requestCaps) });
   return { name: 'codecs/chat' };
 });

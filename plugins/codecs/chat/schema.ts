@@ -26,8 +26,20 @@ const userPart = {
       },
       required: ['image_url'],
     },
-    { properties: { type: { const: 'input_audio' }, input_audio: { type: 'object' } }, required: ['input_audio'] },
-    { properties: { type: { const: 'file' }, file: { type: 'object' } }, required: ['file'] },
+    {
+      properties: {
+        type: { const: 'input_audio' },
+        input_audio: { type: 'object', required: ['data', 'format'], properties: { data: { type: 'string' }, format: { type: 'string' } } },
+      },
+      required: ['input_audio'],
+    },
+    {
+      properties: {
+        type: { const: 'file' },
+        file: { type: 'object', properties: { file_id: { type: 'string' }, file_data: { type: 'string' }, filename: { type: 'string' } } },
+      },
+      required: ['file'],
+    },
   ],
 };
 
@@ -43,15 +55,28 @@ const textContent = { anyOf: [{ type: 'string' }, { type: 'array', items: textPa
 const toolCall = {
   type: 'object',
   required: ['id', 'type'],
-  properties: {
-    id: { type: 'string' },
-    type: { enum: ['function', 'custom'] },
-    function: {
-      type: 'object',
-      required: ['name', 'arguments'],
-      properties: { name: { type: 'string' }, arguments: { type: 'string' } },
+  properties: { id: { type: 'string' } },
+  discriminator: { propertyName: 'type' },
+  oneOf: [
+    {
+      properties: {
+        type: { const: 'function' },
+        function: {
+          type: 'object',
+          required: ['name', 'arguments'],
+          properties: { name: { type: 'string' }, arguments: { type: 'string' } },
+        },
+      },
+      required: ['function'],
     },
-  },
+    {
+      properties: {
+        type: { const: 'custom' },
+        custom: { type: 'object', required: ['name', 'input'], properties: { name: { type: 'string' }, input: { type: 'string' } } },
+      },
+      required: ['custom'],
+    },
+  ],
 };
 
 const message = {
@@ -118,6 +143,19 @@ const tool = {
 
 const nullable = (schema: object) => ({ anyOf: [schema, { type: 'null' }] });
 
+const named = { type: 'object', required: ['name'], properties: { name: { type: 'string' } } };
+
+/** A reference to one tool by name, as tool_choice and allowed_tools give it. */
+const namedTool = {
+  type: 'object',
+  required: ['type'],
+  discriminator: { propertyName: 'type' },
+  oneOf: [
+    { properties: { type: { const: 'function' }, function: named }, required: ['function'] },
+    { properties: { type: { const: 'custom' }, custom: named }, required: ['custom'] },
+  ],
+};
+
 export const chatRequestSchema = {
   type: 'object',
   required: ['model', 'messages'],
@@ -130,9 +168,31 @@ export const chatRequestSchema = {
     tool_choice: {
       anyOf: [
         { enum: ['none', 'auto', 'required'] },
-        { type: 'object', required: ['type'], properties: { type: { enum: ['function', 'custom', 'allowed_tools'] } } },
+        {
+          type: 'object',
+          required: ['type'],
+          discriminator: { propertyName: 'type' },
+          oneOf: [
+            ...namedTool.oneOf,
+            {
+              properties: {
+                type: { const: 'allowed_tools' },
+                allowed_tools: {
+                  type: 'object',
+                  required: ['mode', 'tools'],
+                  properties: {
+                    mode: { enum: ['auto', 'required'] },
+                    tools: { type: 'array', items: namedTool },
+                  },
+                },
+              },
+              required: ['allowed_tools'],
+            },
+          ],
+        },
       ],
     },
+    reasoning_effort: { type: ['string', 'null'] },
     parallel_tool_calls: { type: 'boolean' },
     response_format: {
       type: 'object',

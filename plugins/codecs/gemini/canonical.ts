@@ -106,7 +106,9 @@ export function geminiToCanonical(req: Json, model: ModelConfig, stream: boolean
       parts.forEach((p) => {
         if (!p.functionCall) return;
         const id = p.functionCall.id ?? newId('call_', 12);
-        pending.set(p.functionCall.name, [...(pending.get(p.functionCall.name) ?? []), id]);
+        const ids = pending.get(p.functionCall.name);
+        if (ids) ids.push(id);
+        else pending.set(p.functionCall.name, [id]);
         toolCalls.push({ id, name: p.functionCall.name, arguments: JSON.stringify(p.functionCall.args ?? {}), ...(p.thoughtSignature && { signature: p.thoughtSignature }) });
       });
       messages.push({ role: 'assistant', content: partsOf(parts), toolCalls });

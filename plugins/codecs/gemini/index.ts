@@ -9,6 +9,7 @@ import { GatewayError, codeForStatus } from '../../../src/errors.js';
 import type { Exchange } from '../../../src/exchange.js';
 import { jsonOrUndefined, parseRequestJson, parseUpstreamJson, withFields } from '../../../src/json-body.js';
 import { frameJson } from '../../../src/sse.js';
+import { checkModelId, echoed, lengthOf, type RequestCaps, type RequestShape } from '../../../src/request-caps.js';
 import { canonicalToGemini, canonicalToGeminiBody, geminiBodyToCanonical, geminiToCanonical, readGeminiUsage } from './canonical.js';
 import { validateGenerateContent } from './schema.js';
 import { geminiPassthrough, geminiStreamReader, geminiStreamWriter, sseMode } from './stream.js';
@@ -32,9 +33,27 @@ const statusNames: Record<number, string> = {
 
 const methods = { generateContent: false, streamGenerateContent: true } as const;
 
+const shape: RequestShape = {
+  messagesField: 'contents',
+  toolsField: 'tools',
+  count(body) {
+    const contents = Array.isArray(body.contents) ? body.contents : [];
+    let contentParts = lengthOf(body.systemInstruction?.parts);
+    for (const c of contents) contentParts += lengthOf(c?.parts);
+    let tools = 0;
+    for (const t of Array.isArray(body.tools) ? body.tools : []) tools += Array.isArray(t?.functionDeclarations) ? t.functionDeclarations.length : 1;
+    return { messages: contents.length, tools, contentParts };
+  },
+};
+
 /** `sim-gemini:generateContent` → the model id and the method; a `models/` prefix is accepted. */
 function parseTarget(target: string): { model: string; method?: string } {
-  const decoded = decodeURIComponent(target).replace(/^models\//, '');
+  let decoded: string;
+  try {
+    decoded = decodeURIComponent(target).replace(/^models\//, '');
+  } catch {
+    throw new GatewayError('invalid_request', 'The model name in the path is not valid percent-encoding.', 'model');
+  }
   const colon = decoded.lastIndexOf(':');
   return colon < 0 ? { model: decoded } : { model: decoded.slice(0, colon), method: decoded.slice(colon + 1) };
 }
@@ -79,7 +98,7 @@ function modelEntry(m: ModelConfig): Json {
 
 const upstreamPath = (model: string, stream: boolean) => `/models/${encodeURIComponent(model)}:${stream ? 'streamGenerateContent?alt=sse' : 'generateContent'}`;
 
-const codec: Codec = {
+const codec: Omit<Codec, 'decode'> = {
   family: 'gemini',
   endpoints: [
     { method: 'post', path: '/v1beta/models/:target', kind: 'generate' },
@@ -93,25 +112,11 @@ const codec: Codec = {
     return ex.headers['x-svc-api-key'] ?? ex.headers['x-goog-api-key'] ?? ex.queryParam('key');
   },
 
-  decode(ex) {
-    const { model, method } = parseTarget(ex.params[0] ?? '');
-    if (!method || !(method in methods)) {
-      throw new GatewayError('not_found', `Method '${method ?? ''}' is not supported; use generateContent or streamGenerateContent.`);
-    }
-    const parsed = parseRequestJson(ex.body);
-    const invalid = validateGenerateContent(parsed);
-    if (invalid) throw invalid;
-    ex.request = parsed;
-    ex.modelId = model;
-    ex.stream = methods[method as keyof typeof methods];
-    ex.set(sseMode, ex.queryParam('alt') === 'sse');
-  },
-
   modelList(models, ex: Exchange) {
     if (ex.params[0] === undefined) return { models: models.map(modelEntry) };
     const { model } = parseTarget(ex.params[0]);
     const found = models.find((m) => m.id === model);
-    if (!found) throw new GatewayError('not_found', `Model models/${model} is not found or not available to this key.`);
+    if (!found) throw new GatewayError('not_found', `Model models/${echoed(model)} is not found or not available to this key.`);
     return modelEntry(found);
   },
 
@@ -191,7 +196,23 @@ const codec: Codec = {
   },
 };
 
+function decode(ex: Exchange, caps: RequestCaps): void {
+  const { model, method } = parseTarget(ex.params[0] ?? '');
+  if (!method || !Object.hasOwn(methods, method)) {
+    throw new GatewayError('not_found', `Method '${echoed(method ?? '')}' is not supported; use generateContent or streamGenerateContent.`);
+  }
+  checkModelId(model, caps);
+  const parsed = parseRequestJson(ex.body, shape, caps);
+  const invalid = validateGenerateContent(parsed);
+  if (invalid) throw invalid;
+  ex.request = parsed;
+  ex.modelId = model;
+  ex.stream = methods[method as keyof typeof methods];
+  ex.set(sseMode, ex.queryParam('alt') === 'sse');
+}
+
 export default definePlugin((ctx) => {
-  ctx.addCodec(codec);
+  const caps = ctx.config.server.requestCaps;
+  ctx.addCodec({ ...codec, decode: (ex) => decode(ex, caps) });
   return { name: 'codecs/gemini' };
 });

@@ -67,8 +67,6 @@ function partsOf(content: unknown, where: string, bridgeRefusal: (param: string,
   });
 }
 
-const outputText = (output: unknown): C.Part[] =>
-  typeof output === 'string' ? [{ type: 'text', text: output }] : partsOf(output, 'output', () => new GatewayError('invalid_request', 'bad output'));
 
 /**
  * A Responses request for an upstream of another family. Model rules were applied by the caller.
@@ -126,8 +124,11 @@ export function responsesToCanonical(req: Json, model: ModelConfig, upstreamFami
     switch (itemType(item)) {
       case 'message': {
         const content = partsOf(item.content, `${where}.content`, refuse);
-        if (item.role === 'assistant') assistantTurn().content.push(...content);
-        else messages.push({ role: item.role === 'user' ? 'user' : 'system', content });
+        if (item.role === 'assistant') {
+          // A loop, not push(...content): spreading a huge array overflows the call stack.
+          const turn = assistantTurn().content;
+          for (const part of content) turn.push(part);
+        } else messages.push({ role: item.role === 'user' ? 'user' : 'system', content });
         break;
       }
       case 'function_call': {
@@ -142,7 +143,7 @@ export function responsesToCanonical(req: Json, model: ModelConfig, upstreamFami
         break;
       case 'function_call_output':
       case 'custom_tool_call_output':
-        messages.push({ role: 'tool', toolCallId: item.call_id, name: toolNames.get(item.call_id), content: outputText(item.output) });
+        messages.push({ role: 'tool', toolCallId: item.call_id, name: toolNames.get(item.call_id), content: partsOf(item.output, `${where}.output`, refuse) });
         break;
       case 'reasoning':
         // Reasoning items only mean something to the model that wrote them.
@@ -158,7 +159,13 @@ export function responsesToCanonical(req: Json, model: ModelConfig, upstreamFami
   const choice = req.tool_choice;
   if (typeof choice === 'string') toolChoice = choice as C.ToolChoice;
   else if (choice?.type === 'function' || choice?.type === 'custom') toolChoice = { name: flatName(choice.name, choice.namespace) };
-  else if (choice?.type === 'allowed_tools') toolChoice = { mode: choice.mode, allowed: choice.tools.map((t: Json) => flatName(t.name, t.namespace)) };
+  else if (choice?.type === 'allowed_tools') {
+    const allowed = (choice.tools as Json[]).map((t, j) => {
+      if (t.type !== 'function' && t.type !== 'custom') throw refuse(`tool_choice.tools[${j}]`, `the server-side tool '${t.type}' in allowed_tools`);
+      return flatName(t.name, t.namespace);
+    });
+    toolChoice = { mode: choice.mode, allowed };
+  }
   else if (choice) throw refuse('tool_choice', `tool_choice '${choice.type}'`);
 
   const f = req.text?.format;

@@ -8,6 +8,8 @@ import { GatewayError } from '../../../src/errors.js';
 import { bearerCredential, openAiErrorBody, readOpenAiError } from '../openai-common.js';
 import { jsonOrUndefined, parseRequestJson, parseUpstreamJson, withFields } from '../../../src/json-body.js';
 import { frameJson } from '../../../src/sse.js';
+import type { Exchange } from '../../../src/exchange.js';
+import { checkModelId, lengthOf, partsIn, type RequestCaps, type RequestShape } from '../../../src/request-caps.js';
 import { canonicalToResponses, canonicalToResponsesBody, readResponsesUsage, responsesBodyToCanonical, responsesToCanonical, toolMapping } from './canonical.js';
 import { itemType, validateResponsesRequest } from './schema.js';
 import { responsesSocket } from './socket.js';
@@ -15,6 +17,18 @@ import { responsesPassthrough, responsesStreamReader, responsesStreamWriter } fr
 
 type Json = Record<string, any>;
 
+const shape: RequestShape = {
+  messagesField: 'input',
+  toolsField: 'tools',
+  count(body) {
+    const input = typeof body.input === 'string' ? [body.input] : Array.isArray(body.input) ? body.input : [];
+    let contentParts = 0;
+    for (const item of input) contentParts += typeof item === 'string' ? 1 : partsIn(item?.content) + partsIn(item?.output);
+    let tools = 0;
+    for (const t of Array.isArray(body.tools) ? body.tools : []) tools += t?.type === 'namespace' ? lengthOf(t.tools) : 1;
+    return { messages: input.length, tools, contentParts };
+  },
+};
 
 const ownTools = new Set(['function', 'custom', 'namespace']);
 
@@ -51,40 +65,17 @@ function textOf(content: unknown): string {
   return content.map((p) => (typeof p?.text === 'string' ? p.text : '')).join('');
 }
 
-const codec: Codec = {
+const codec: Omit<Codec, 'decode' | 'socket'> = {
   family: 'responses',
   endpoints: [
     { method: 'post', path: '/v1/responses', kind: 'generate' },
     { method: 'get', path: '/v1/responses', kind: 'socket' },
   ],
-  socket: responsesSocket,
   streamContentType: () => 'text/event-stream; charset=utf-8',
 
   translationMode: (upstreamFamily) => (upstreamFamily === 'chat' ? 'bridge' : 'translated'),
 
   credential: bearerCredential,
-
-  decode(ex) {
-    const parsed = parseRequestJson(ex.body);
-    const invalid = validateResponsesRequest(parsed);
-    if (invalid) throw invalid;
-    if (parsed.previous_response_id != null) {
-      throw new GatewayError(
-        'unsupported_parameter',
-        "'previous_response_id' is supported only on the Responses WebSocket channel (the same path, upgraded to a WebSocket). Over HTTP, send the whole conversation in 'input'.",
-        'previous_response_id',
-      );
-    }
-    if (parsed.conversation != null) {
-      throw new GatewayError('unsupported_parameter', "'conversation' is not supported: Sluice keeps no conversations. Send the whole conversation in 'input'.", 'conversation');
-    }
-    if (parsed.background === true) {
-      throw new GatewayError('unsupported_parameter', "'background' responses are not supported.", 'background');
-    }
-    ex.request = parsed;
-    ex.modelId = parsed.model;
-    ex.stream = parsed.stream === true;
-  },
 
   errorBody: openAiErrorBody,
 
@@ -159,7 +150,31 @@ const codec: Codec = {
   readError: readOpenAiError,
 };
 
+function decode(ex: Exchange, caps: RequestCaps): void {
+  const parsed = parseRequestJson(ex.body, shape, caps);
+  checkModelId(parsed.model, caps);
+  const invalid = validateResponsesRequest(parsed);
+  if (invalid) throw invalid;
+  if (parsed.previous_response_id != null) {
+    throw new GatewayError(
+      'unsupported_parameter',
+      "'previous_response_id' is supported only on the Responses WebSocket channel (the same path, upgraded to a WebSocket). Over HTTP, send the whole conversation in 'input'.",
+      'previous_response_id',
+    );
+  }
+  if (parsed.conversation != null) {
+    throw new GatewayError('unsupported_parameter', "'conversation' is not supported: Sluice keeps no conversations. Send the whole conversation in 'input'.", 'conversation');
+  }
+  if (parsed.background === true) {
+    throw new GatewayError('unsupported_parameter', "'background' responses are not supported.", 'background');
+  }
+  ex.request = parsed;
+  ex.modelId = parsed.model;
+  ex.stream = parsed.stream === true;
+}
+
 export default definePlugin((ctx) => {
-  ctx.addCodec(codec);
+  const caps = ctx.config.server.requestCaps;
+  ctx.addCodec({ ...codec, decode: (ex) => decode(ex, caps), socket: responsesSocket(caps) });
   return { name: 'codecs/responses' };
 });

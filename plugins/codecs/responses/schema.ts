@@ -67,16 +67,26 @@ const itemSchemas: Record<string, object> = {
   custom_tool_call_output: {
     type: 'object',
     required: ['call_id', 'output'],
-    properties: { call_id: callId, output: { anyOf: [{ type: 'string' }, { type: 'array' }] } },
+    properties: { call_id: callId, output: { anyOf: [{ type: 'string' }, { type: 'array', items: inputPart }] } },
   },
   reasoning: { type: 'object', properties: { summary: { type: 'array' } } },
   item_reference: { type: 'object', required: ['id'], properties: { id: { type: 'string', minLength: 1 } } },
 };
 
+const toolName = { type: 'string', pattern: '^[A-Za-z0-9_-]{1,64}$' };
+
+/** tool_choice and allowed_tools entries: function and custom tools are chosen by name. */
+const byName = {
+  allOf: [
+    { if: { properties: { type: { const: 'function' } } }, then: { required: ['name'], properties: { name: { type: 'string' }, namespace: text } } },
+    { if: { properties: { type: { const: 'custom' } } }, then: { required: ['name'], properties: { name: { type: 'string' }, namespace: text } } },
+  ],
+};
+
 const functionTool = {
   properties: {
     type: { const: 'function' },
-    name: { type: 'string', pattern: '^[A-Za-z0-9_-]{1,64}$' },
+    name: toolName,
     parameters: { type: ['object', 'null'] },
     strict: { type: ['boolean', 'null'] },
   },
@@ -100,20 +110,36 @@ const requestSchema = {
           { if: { properties: { type: { const: 'function' } } }, then: functionTool },
           {
             if: { properties: { type: { const: 'custom' } } },
-            then: { properties: { name: { type: 'string', pattern: '^[A-Za-z0-9_-]{1,64}$' } }, required: ['name'] },
+            then: { properties: { name: toolName }, required: ['name'] },
           },
           {
             if: { properties: { type: { const: 'namespace' } } },
             then: {
               required: ['name', 'tools'],
-              properties: { name: { type: 'string', minLength: 1 }, tools: { type: 'array', items: { type: 'object', required: ['type', 'name'] } } },
+              properties: {
+                name: { type: 'string', minLength: 1 },
+                tools: { type: 'array', items: { type: 'object', required: ['type', 'name'], properties: { type: text, name: { type: 'string', minLength: 1 } } } },
+              },
             },
           },
         ],
       },
     },
     tool_choice: {
-      anyOf: [{ enum: ['none', 'auto', 'required'] }, { type: 'object', required: ['type'], properties: { type: { type: 'string' } } }],
+      anyOf: [
+        { enum: ['none', 'auto', 'required'] },
+        {
+          type: 'object',
+          required: ['type'],
+          properties: { type: text },
+          ...byName,
+          if: { properties: { type: { const: 'allowed_tools' } } },
+          then: {
+            required: ['mode', 'tools'],
+            properties: { mode: { enum: ['auto', 'required'] }, tools: { type: 'array', items: { type: 'object', required: ['type'], properties: { type: text }, ...byName } } },
+          },
+        },
+      ],
     },
     text: {
       type: 'object',
@@ -126,7 +152,7 @@ const requestSchema = {
             { properties: { type: { const: 'text' } } },
             { properties: { type: { const: 'json_object' } } },
             {
-              properties: { type: { const: 'json_schema' }, name: { type: 'string', pattern: '^[A-Za-z0-9_-]{1,64}$' }, schema: { type: 'object' } },
+              properties: { type: { const: 'json_schema' }, name: toolName, schema: { type: 'object' } },
               required: ['name', 'schema'],
             },
           ],

@@ -5,6 +5,7 @@
  */
 import type { SocketProtocol } from '../../../src/contracts.js';
 import { GatewayError } from '../../../src/errors.js';
+import { checkDepth, type RequestCaps } from '../../../src/request-caps.js';
 import { openAiErrorBody } from '../openai-common.js';
 
 type Json = Record<string, any>;
@@ -21,10 +22,11 @@ const asItems = (input: unknown): Json[] => (typeof input === 'string' ? [{ role
 /** Terminal events name themselves near the start; only those are parsed. */
 const TERMINAL = /"type":"(response\.completed|response\.incomplete|response\.failed|error)"/;
 
-export const responsesSocket: SocketProtocol<Chain> = {
+export const responsesSocket = (caps: RequestCaps): SocketProtocol<Chain> => ({
   open: () => ({}),
 
   request(message, chain) {
+    checkDepth(Buffer.from(message), caps);
     let event: Json;
     try {
       event = JSON.parse(message);
@@ -66,4 +68,4 @@ export const responsesSocket: SocketProtocol<Chain> = {
     const { error } = JSON.parse(openAiErrorBody(err));
     return JSON.stringify({ type: 'error', status: err.status, error });
   },
-};
+});

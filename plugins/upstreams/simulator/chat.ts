@@ -20,6 +20,7 @@ import {
 import {
   RequestError,
   StepBuilder,
+  checkMaxLength,
   faultReply,
   generationMs,
   isRecord,
@@ -59,6 +60,10 @@ const FINGERPRINT = 'fp_simulator';
 /** Fixed, so model lists are byte-identical across runs. */
 const MODELS_CREATED = 1_700_000_000;
 const MAX_CHOICES = 128;
+/** OpenAI's own ceilings. */
+const MAX_MESSAGES = 2048;
+const MAX_TOOLS = 128;
+const MAX_STOP = 4;
 
 /** Serves the chat routes (paths relative to the API root, e.g. `/chat/completions`); undefined for any other. */
 export function routeChat(method: string, path: string, body: Buffer | string | undefined, options: ChatOptions): SimReply | undefined {
@@ -212,6 +217,7 @@ export function parseChatRequest(body: unknown): ChatRequest {
     );
   }
   if (body.messages.length === 0) throw new RequestError("Invalid 'messages': empty array.", 'messages', 'empty_array');
+  checkMaxLength(body.messages, MAX_MESSAGES, 'messages');
 
   const stream = optionalBoolean(body.stream, 'stream') ?? false;
   let includeUsage = false;
@@ -274,6 +280,7 @@ function parseToolCall(raw: unknown): SimToolCall[] {
 function parseTools(raw: unknown): SimTool[] {
   if (raw === undefined || raw === null) return [];
   if (!Array.isArray(raw)) throw new RequestError("Invalid type for 'tools': expected an array.", 'tools', 'invalid_type');
+  checkMaxLength(raw, MAX_TOOLS, 'tools');
   return raw.flatMap((tool: unknown, i): SimTool[] => {
     // Custom (free-form) tools are accepted but never called.
     if (isRecord(tool) && tool.type === 'custom') return [];
@@ -322,6 +329,9 @@ function parseResponseFormat(raw: unknown): ResponseFormat {
 function parseStop(raw: unknown): string[] {
   if (raw === undefined || raw === null) return [];
   if (typeof raw === 'string') return [raw];
-  if (Array.isArray(raw) && raw.every((s) => typeof s === 'string')) return raw;
+  if (Array.isArray(raw) && raw.every((s) => typeof s === 'string')) {
+    checkMaxLength(raw, MAX_STOP, 'stop');
+    return raw;
+  }
   throw new RequestError("Invalid type for 'stop': expected a string or an array of strings.", 'stop', 'invalid_type');
 }

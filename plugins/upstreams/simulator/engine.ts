@@ -4,7 +4,7 @@
  * deterministic: the same conversation always gets the same answer. Wire rendering lives in the
  * family modules (chat.ts, responses.ts).
  */
-import { countTokens } from 'gpt-tokenizer';
+import { estimateTokens } from '../../../src/tokens.js';
 
 export type Role = 'system' | 'user' | 'assistant' | 'tool';
 
@@ -78,8 +78,21 @@ export interface Directives {
 }
 
 const DEFAULT_TOKENS = 16;
-/** Directive ceiling, so a typo cannot make one request allocate gigabytes. */
+/**
+ * Directive ceiling, so a typo cannot make one request allocate gigabytes; it is also the model's
+ * output ceiling, shared by all choices of a request (beyond it an answer finishes with `length`).
+ */
 const MAX_DIRECTIVE_TOKENS = 100_000;
+/** `[[sim …]]`; the body stops at any bracket, so text full of `[[sim` is still scanned in linear time. */
+export const DIRECTIVE = /\[\[sim\b([^\][]*)\]\]/g;
+/** Of a longer text, the seed hashes this many characters at each end (hashing stays cheap on huge prompts). */
+const SEED_CHARS = 4096;
+/** How far into a tool result the echo looks for its words. */
+const TOOL_RESULT_SCAN = 4096;
+/** Ceilings on one sampled value, so a schema asking for millions of items (or recursing widely) stays cheap. */
+const MAX_SAMPLE_VALUES = 10_000;
+const MAX_SAMPLE_CHARS = 100_000;
+const MAX_ALL_OF = 64;
 const TOKENS_PER_MESSAGE = 4;
 const TOKENS_PER_IMAGE = 85;
 const TOOL_RESULT_WORDS = 20;
@@ -97,8 +110,14 @@ export function plan(input: EngineInput): Plan {
   const lastUser = input.messages.findLast((m) => m.role === 'user');
   const directives = parseDirectives(lastUser?.text ?? '');
   const seed = conversationSeed(input.messages);
+  const ceiling = Math.floor(MAX_DIRECTIVE_TOKENS / input.n);
+  const limited = { ...input, maxTokens: Math.min(input.maxTokens ?? ceiling, ceiling) };
+  // A sampled value depends only on its schema: every choice shares it.
+  const samples = new Map<JsonSchema, string[]>();
+  const sample = (schema: JsonSchema) =>
+    samples.get(schema) ?? samples.set(schema, fragments(JSON.stringify(sampleValue(schema, { root: schema, values: 0, chars: 0 })))).get(schema)!;
   const choices: ChoicePlan[] = [];
-  for (let i = 0; i < input.n; i++) choices.push(planChoice(input, directives, seed + i * 0x9e3779b9));
+  for (let i = 0; i < input.n; i++) choices.push(planChoice(limited, directives, seed + i * 0x9e3779b9, sample));
   return {
     choices,
     usage: { inputTokens: inputTokens(input.messages), outputTokens: choices.reduce((sum, c) => sum + units(c).length, 0) },
@@ -115,7 +134,7 @@ export function units(choice: ChoicePlan): string[] {
 /** Reads `[[sim key=value …]]`; unknown keys and bad values are ignored. */
 export function parseDirectives(text: string): Directives {
   const out: Directives = { tokens: DEFAULT_TOKENS, tps: 0, ttftMs: 0 };
-  for (const match of text.matchAll(/\[\[sim\b([^\]]*)\]\]/g)) {
+  for (const match of text.matchAll(DIRECTIVE)) {
     for (const pair of match[1].trim().split(/\s+/)) {
       const eq = pair.indexOf('=');
       const key = pair.slice(0, eq);
@@ -137,14 +156,16 @@ export function parseDirectives(text: string): Directives {
   return out;
 }
 
-/** o200k tokens of all message text, plus a fixed overhead per message and per image. */
+/** o200k tokens of all message text (estimated in bounded time), plus a fixed overhead per message and per image. */
 export function inputTokens(messages: SimMessage[]): number {
-  let total = 0;
+  const texts: string[] = [];
+  let overhead = 0;
   for (const m of messages) {
-    total += countText(m.text) + TOKENS_PER_MESSAGE + TOKENS_PER_IMAGE * m.images;
-    for (const call of m.toolCalls ?? []) total += countText(call.name) + countText(call.argumentsJson);
+    texts.push(m.text);
+    overhead += TOKENS_PER_MESSAGE + TOKENS_PER_IMAGE * m.images;
+    for (const call of m.toolCalls ?? []) texts.push(call.name, call.argumentsJson);
   }
-  return total;
+  return estimateTokens(texts) + overhead;
 }
 
 /** Splits text into token-like pieces (" word", punctuation runs, whitespace) that concatenate back to it. */
@@ -152,17 +173,12 @@ export function fragments(text: string): string[] {
   return text.match(/ ?[\p{L}\p{N}_]+|\s+|[^\p{L}\p{N}_\s]+/gu) ?? [];
 }
 
-function countText(text: string): number {
-  // User text may contain special-token markup like <|endoftext|>: count it as plain text.
-  return text === '' ? 0 : countTokens(text, { disallowedSpecial: new Set() });
-}
-
-function planChoice(input: EngineInput, directives: Directives, seed: number): ChoicePlan {
+function planChoice(input: EngineInput, directives: Directives, seed: number, sample: (schema: JsonSchema) => string[]): ChoicePlan {
   const random = mulberry32(seed);
   const last = input.messages.at(-1);
   const tool = input.toolChoice === 'none' || last?.role === 'tool' ? undefined : pickTool(input.tools, input.toolChoice);
   if (tool) {
-    const full = fragments(JSON.stringify(sampleValue(tool.parameters ?? { type: 'object' })));
+    const full = sample(tool.parameters ?? OBJECT_SCHEMA);
     const kept = capped(full, input.maxTokens);
     return {
       kind: 'tool_call',
@@ -177,9 +193,11 @@ function planChoice(input: EngineInput, directives: Directives, seed: number): C
   let full: string[];
   if (format === 'text') full = textAnswer(input.messages, directives.tokens, random);
   else if (format === 'json_object') full = fragments(JSON.stringify({ answer: textAnswer(input.messages, directives.tokens, random).join('') }));
-  else full = fragments(JSON.stringify(sampleValue(format.schema)));
+  else full = sample(format.schema);
   return applyLimits(full, input.maxTokens, input.stop ?? []);
 }
+
+const OBJECT_SCHEMA: JsonSchema = { type: 'object' };
 
 function pickTool(tools: SimTool[], choice: ToolChoice): SimTool | undefined {
   if (typeof choice === 'object') return tools.find((t) => t.name === choice.name) ?? { name: choice.name };
@@ -191,7 +209,7 @@ function textAnswer(messages: SimMessage[], length: number, random: () => number
   const last = messages.at(-1);
   let prefix: string[] = [];
   if (last?.role === 'tool') {
-    const content = last.text.split(/\s+/).filter(Boolean).slice(0, TOOL_RESULT_WORDS).join(' ');
+    const content = last.text.slice(0, TOOL_RESULT_SCAN).split(/\s+/).filter(Boolean).slice(0, TOOL_RESULT_WORDS).join(' ');
     prefix = fragments(`The tool returned: ${content}${/[.!?]$/.test(content) ? '' : '.'}`);
   } else if (last?.role === 'user' && last.images > 0) {
     prefix = fragments(`I see ${last.images} image${last.images === 1 ? '' : 's'}.`);
@@ -241,26 +259,38 @@ function applyLimits(full: string[], maxTokens: number | undefined, stop: string
   return { kind: 'text', tokens, finishReason: 'stop' };
 }
 
+/** One sampled value's context: the schema `$ref`s resolve against, and what it has produced so far. */
+interface Sampler {
+  root: JsonSchema;
+  values: number;
+  chars: number;
+}
+
 /**
  * A value that validates against `schema`: the first enum value, the const, the first branch of
  * anyOf/oneOf, every declared property, minItems items. `variant` keeps array items distinct.
+ * Past MAX_SAMPLE_VALUES values (or MAX_SAMPLE_CHARS of strings) arrays and objects stop growing.
+ * A subschema that is no schema at all (a number, a string) allows anything, like `{}`.
  */
-function sampleValue(schema: JsonSchema, root: JsonSchema = schema, depth = 0, variant = 0): unknown {
+function sampleValue(raw: unknown, sampler: Sampler, depth = 0, variant = 0): unknown {
+  const schema: JsonSchema = typeof raw === 'boolean' || isRecord(raw) ? raw : {};
+  sampler.values++;
   if (typeof schema === 'boolean') return schema ? 'sample' : null;
   if (depth > 32) return null;
   if (typeof schema.$ref === 'string') {
-    const target = resolveRef(root, schema.$ref);
-    if (target !== undefined) return sampleValue(target, root, depth + 1, variant);
+    const target = resolveRef(sampler.root, schema.$ref);
+    if (target !== undefined) return sampleValue(target, sampler, depth + 1, variant);
   }
   if ('const' in schema) return schema.const;
   if (Array.isArray(schema.enum) && schema.enum.length > 0) return schema.enum[variant % schema.enum.length];
   for (const key of ['anyOf', 'oneOf'] as const) {
     const branches = schema[key];
-    if (Array.isArray(branches) && branches.length > 0) return sampleValue(merge(schema, branches[0]), root, depth + 1, variant);
+    if (Array.isArray(branches) && branches.length > 0) return sampleValue(merge(schema, branches[0]), sampler, depth + 1, variant);
   }
   if (Array.isArray(schema.allOf)) {
-    const merged = schema.allOf.reduce<Record<string, unknown>>((acc, part) => merge(acc, part), { ...schema, allOf: undefined });
-    return sampleValue(merged, root, depth + 1, variant);
+    const parts = schema.allOf.slice(0, MAX_ALL_OF);
+    const merged = parts.reduce<Record<string, unknown>>((acc, part) => merge(acc, part), { ...schema, allOf: undefined });
+    return sampleValue(merged, sampler, depth + 1, variant);
   }
   switch (schemaType(schema)) {
     case 'null':
@@ -272,11 +302,11 @@ function sampleValue(schema: JsonSchema, root: JsonSchema = schema, depth = 0, v
     case 'number':
       return sampleNumber(schema, false, variant);
     case 'array':
-      return sampleArray(schema, root, depth, variant);
+      return sampleArray(schema, sampler, depth, variant);
     case 'object':
-      return sampleObject(schema, root, depth);
+      return sampleObject(schema, sampler, depth);
     default:
-      return sampleString(schema, variant);
+      return sampleString(schema, sampler, variant);
   }
 }
 
@@ -305,10 +335,19 @@ function resolveRef(root: JsonSchema, ref: string): JsonSchema | undefined {
   if (!ref.startsWith('#')) return undefined;
   let node: unknown = root;
   for (const raw of ref.slice(1).split('/').filter(Boolean)) {
-    const key = decodeURIComponent(raw).replace(/~1/g, '/').replace(/~0/g, '~');
+    const key = decodeSegment(raw).replace(/~1/g, '/').replace(/~0/g, '~');
     node = isRecord(node) ? node[key] : undefined;
   }
   return typeof node === 'boolean' || isRecord(node) ? node : undefined;
+}
+
+/** A %-encoded pointer segment; one that is not valid %-encoding is taken as written. */
+function decodeSegment(raw: string): string {
+  try {
+    return decodeURIComponent(raw);
+  } catch {
+    return raw;
+  }
 }
 
 /** The first of a few candidates that fits the bounds: 1, near the minimum, midway, near the maximum. */
@@ -328,7 +367,7 @@ function sampleNumber(schema: SchemaObject, integer: boolean, variant: number): 
   return snapped.find(fits) ?? snapped[0];
 }
 
-function sampleString(schema: SchemaObject, variant: number): string {
+function sampleString(schema: SchemaObject, sampler: Sampler, variant: number): string {
   const formats: Record<string, string> = {
     'date-time': '2024-01-01T00:00:00Z',
     date: '2024-01-01',
@@ -338,12 +377,14 @@ function sampleString(schema: SchemaObject, variant: number): string {
     uuid: '00000000-0000-4000-8000-000000000000',
   };
   let value = (typeof schema.format === 'string' && formats[schema.format]) || (variant === 0 ? 'sample' : `sample${variant}`);
-  if (typeof schema.minLength === 'number' && value.length < schema.minLength) value = value.padEnd(schema.minLength, 'x');
-  if (typeof schema.maxLength === 'number' && value.length > schema.maxLength) value = value.slice(0, schema.maxLength);
+  const room = Math.max(0, MAX_SAMPLE_CHARS - sampler.chars);
+  if (typeof schema.minLength === 'number' && value.length < schema.minLength) value = value.padEnd(Math.min(schema.minLength, room), 'x');
+  if (typeof schema.maxLength === 'number' && value.length > schema.maxLength) value = value.slice(0, Math.max(0, schema.maxLength));
+  sampler.chars += value.length;
   return value;
 }
 
-function sampleArray(schema: SchemaObject, root: JsonSchema, depth: number, variant: number): unknown[] {
+function sampleArray(schema: SchemaObject, sampler: Sampler, depth: number, variant: number): unknown[] {
   const prefix = Array.isArray(schema.prefixItems) ? (schema.prefixItems as JsonSchema[]) : [];
   const items = (schema.items ?? {}) as JsonSchema;
   // One item by default, none deep in a recursive schema, so generation always terminates.
@@ -351,19 +392,21 @@ function sampleArray(schema: SchemaObject, root: JsonSchema, depth: number, vari
   const max = typeof schema.maxItems === 'number' ? schema.maxItems : Infinity;
   const count = Math.min(Math.max(min, prefix.length), max);
   const out: unknown[] = [];
-  for (let i = 0; i < count; i++) out.push(sampleValue(prefix[i] ?? items, root, depth + 1, variant + i));
+  for (let i = 0; i < count && sampler.values < MAX_SAMPLE_VALUES; i++) out.push(sampleValue(prefix[i] ?? items, sampler, depth + 1, variant + i));
   return out;
 }
 
-function sampleObject(schema: SchemaObject, root: JsonSchema, depth: number): Record<string, unknown> {
+function sampleObject(schema: SchemaObject, sampler: Sampler, depth: number): Record<string, unknown> {
   const properties = isRecord(schema.properties) ? (schema.properties as Record<string, JsonSchema>) : {};
   const required = Array.isArray(schema.required) ? schema.required.filter((k): k is string => typeof k === 'string') : [];
   const extra = isRecord(schema.additionalProperties) ? (schema.additionalProperties as JsonSchema) : {};
-  const out: Record<string, unknown> = {};
+  // Property names are data: `__proto__` or `toString` is a key like any other.
+  const out: Record<string, unknown> = Object.create(null);
   // Deep in a recursive schema, only what is required.
   const keys = depth > 8 ? required : [...Object.keys(properties), ...required];
   for (const key of keys) {
-    if (!(key in out)) out[key] = sampleValue(properties[key] ?? extra, root, depth + 1);
+    if (sampler.values >= MAX_SAMPLE_VALUES) break;
+    if (!Object.hasOwn(out, key)) out[key] = sampleValue(Object.hasOwn(properties, key) ? properties[key] : extra, sampler, depth + 1);
   }
   return out;
 }
@@ -372,12 +415,25 @@ function isRecord(value: unknown): value is Record<string, unknown> {
   return typeof value === 'object' && value !== null && !Array.isArray(value);
 }
 
-/** FNV-1a over roles and texts: the same conversation gives the same seed. */
+/**
+ * FNV-1a over each role and text, NUL after each: the same conversation gives the same seed. Of a
+ * text longer than 2 × SEED_CHARS only both ends count, so the work is bounded per message.
+ */
 function conversationSeed(messages: SimMessage[]): number {
   let hash = 0x811c9dc5;
-  for (const m of messages) {
-    const text = `${m.role}\u0000${m.text}\u0000`;
-    for (let i = 0; i < text.length; i++) hash = Math.imul(hash ^ text.charCodeAt(i), 0x01000193);
+  const mix = (text: string, from: number, to: number) => {
+    for (let i = from; i < to; i++) hash = Math.imul(hash ^ text.charCodeAt(i), 0x01000193);
+  };
+  const nul = () => (hash = Math.imul(hash, 0x01000193));
+  for (const { role, text } of messages) {
+    mix(role, 0, role.length);
+    nul();
+    if (text.length <= 2 * SEED_CHARS) mix(text, 0, text.length);
+    else {
+      mix(text, 0, SEED_CHARS);
+      mix(text, text.length - SEED_CHARS, text.length);
+    }
+    nul();
   }
   return hash >>> 0;
 }

@@ -24,6 +24,7 @@ import {
 } from './engine.js';
 import {
   JSON_HEADERS,
+  MAX_JSON_DEPTH,
   RequestError,
   SSE_HEADERS,
   TickScript,
@@ -95,6 +96,8 @@ const FAULT_MESSAGES: Record<number, string> = {
 /** The thought summary; its pieces are the thought tokens. */
 const THOUGHT_TEXT = '**Planning the answer**\n\nConsidering the question and planning a clear answer.';
 const MAX_CANDIDATES = 8;
+/** Google's ceiling on `stopSequences`. */
+const MAX_STOP_SEQUENCES = 5;
 const MAX_SCHEMA_DEPTH = 64;
 /** What a JSON array stream puts between its elements. */
 const ARRAY_SEPARATOR = ',\r\n';
@@ -131,7 +134,7 @@ export function routeGemini(method: string, path: string, body: Buffer | string 
 
 export function generateContent(model: string, body: Buffer | string | undefined, stream?: GeminiStreamMode): SimReply {
   const json = readJson(body);
-  if (!json) return geminiError(400, 'Invalid JSON payload received. Unexpected token.');
+  if (!('value' in json)) return unreadable(json.problem);
   const request = parseOr(() => parseGeminiRequest(json.value, model, stream), refuse);
   if ('reply' in request) return request.reply;
   return renderGemini(request.value, plan(request.value.input));
@@ -140,7 +143,7 @@ export function generateContent(model: string, body: Buffer | string | undefined
 /** `:countTokens`, with `contents` (and friends) at the top level or inside `generateContentRequest`. */
 export function countTokens(body: Buffer | string | undefined): SimReply {
   const json = readJson(body);
-  if (!json) return geminiError(400, 'Invalid JSON payload received. Unexpected token.');
+  if (!('value' in json)) return unreadable(json.problem);
   const request = parseOr(() => {
     const raw = isRecord(json.value) ? json.value : {};
     const inner = field(raw, 'generateContentRequest');
@@ -183,6 +186,11 @@ export function geminiNotFound(method: string, path: string): SimReply {
 
 function refuse(err: RequestError): SimReply {
   return geminiError(400, err.message);
+}
+
+function unreadable(problem: 'syntax' | 'depth'): SimReply {
+  if (problem === 'syntax') return geminiError(400, 'Invalid JSON payload received. Unexpected token.');
+  return geminiError(400, `Invalid JSON payload received. Nesting is deeper than ${MAX_JSON_DEPTH} levels.`);
 }
 
 function decodeTarget(raw: string): string {
@@ -373,7 +381,7 @@ export function parseGeminiRequest(body: unknown, model: string, stream?: Gemini
     const text = systemText(system);
     if (text !== '') messages.push({ role: 'system', text, images: 0 });
   }
-  messages.push(...parseContents(field(body, 'contents')));
+  for (const message of parseContents(field(body, 'contents'))) messages.push(message);
 
   const tools = parseTools(field(body, 'tools'));
   const toolChoice = parseToolConfig(field(body, 'toolConfig'), tools);
@@ -408,9 +416,14 @@ export function parseGeminiRequest(body: unknown, model: string, stream?: Gemini
   };
 }
 
+/** snake_case spellings of the (few, fixed) field names read, worked out once each. */
+const SNAKE_NAMES = new Map<string, string>();
+
 /** Reads `name` in lowerCamelCase or in its snake_case spelling; null counts as absent. */
 function field(obj: Record<string, unknown>, name: string): unknown {
-  return obj[name] ?? obj[name.replace(/[A-Z]/g, (c) => `_${c.toLowerCase()}`)] ?? undefined;
+  let snake = SNAKE_NAMES.get(name);
+  if (snake === undefined) SNAKE_NAMES.set(name, (snake = name.replace(/[A-Z]/g, (c) => `_${c.toLowerCase()}`)));
+  return obj[name] ?? obj[snake] ?? undefined;
 }
 
 function invalid(message: string): RequestError {
@@ -550,7 +563,7 @@ function parseContents(raw: unknown): SimMessage[] {
       if (calls.length > 0) message.toolCalls = calls;
       messages.push(message);
     } else {
-      messages.push(...responses);
+      for (const response of responses) messages.push(response);
       if (texts.length > 0 || images > 0 || responses.length === 0) messages.push({ role: 'user', text: texts.join('\n'), images });
     }
   });
@@ -628,6 +641,9 @@ function parseStopSequences(raw: unknown): string[] {
   if (raw === undefined) return [];
   if (!Array.isArray(raw) || !raw.every((s) => typeof s === 'string')) {
     throw invalid("Invalid value at 'generation_config.stop_sequences': expected a list of strings.");
+  }
+  if (raw.length > MAX_STOP_SEQUENCES) {
+    throw invalid(`* GenerateContentRequest.generation_config.stop_sequences: at most ${MAX_STOP_SEQUENCES} stop sequences are allowed, got ${raw.length}.`);
   }
   return raw as string[];
 }

@@ -55,18 +55,45 @@ export function faultReply(status: number): SimReply {
   return errorReply(status, `Simulated error with status ${status}.`, 'invalid_request_error', null, null);
 }
 
-/** Parses a JSON body; undefined when it is not JSON. */
-export function readJson(body: Buffer | string | undefined): { value: unknown } | undefined {
+/** Deeper JSON is refused on arrival: rendering a reply recurses (JSON.stringify) into what it echoes. */
+export const MAX_JSON_DEPTH = 100;
+
+/** Parses a JSON body: its value, or why it cannot be read. */
+export function readJson(body: Buffer | string | undefined): { value: unknown } | { problem: 'syntax' | 'depth' } {
+  let value: unknown;
   try {
-    return { value: JSON.parse(typeof body === 'string' ? body : (body?.toString('utf8') ?? '')) as unknown };
+    value = JSON.parse(typeof body === 'string' ? body : (body?.toString('utf8') ?? ''));
   } catch {
-    return undefined;
+    return { problem: 'syntax' };
   }
+  return nestedDeeperThan(value, MAX_JSON_DEPTH) ? { problem: 'depth' } : { value };
 }
 
-/** Parses a JSON body, or answers the 400 OpenAI gives for one that is not JSON. */
+/** Whether arrays and objects nest more than `limit` levels deep, found without recursion. */
+function nestedDeeperThan(value: unknown, limit: number): boolean {
+  const nodes: unknown[] = [value];
+  const depths: number[] = [1];
+  while (nodes.length > 0) {
+    const node = nodes.pop();
+    const depth = depths.pop()!;
+    if (typeof node !== 'object' || node === null) continue;
+    if (depth > limit) return true;
+    for (const child of Array.isArray(node) ? node : Object.values(node)) {
+      if (typeof child === 'object' && child !== null) {
+        nodes.push(child);
+        depths.push(depth + 1);
+      }
+    }
+  }
+  return false;
+}
+
+/** Parses a JSON body, or answers the 400 OpenAI gives for one it cannot read. */
 export function parseJsonBody(body: Buffer | string | undefined): { value: unknown } | { reply: SimReply } {
-  return readJson(body) ?? { reply: errorReply(400, 'The request body is not valid JSON.', 'invalid_request_error', null, null) };
+  const json = readJson(body);
+  if ('value' in json) return json;
+  const message = json.problem === 'syntax' ? 'The request body is not valid JSON.' : `The request body nests deeper than ${MAX_JSON_DEPTH} levels.`;
+  return { reply: errorReply(400, message, 'invalid_request_error', null, null) };
 }
 
 /** Runs a request parser, turning a RequestError into the reply `refuse` makes of it. */
@@ -212,6 +239,17 @@ export function optionalString(raw: unknown, param: string): string | undefined 
   if (raw === undefined || raw === null) return undefined;
   if (typeof raw !== 'string') throw new RequestError(`Invalid type for '${param}': expected a string.`, param, 'invalid_type');
   return raw;
+}
+
+/** OpenAI's refusal of an array longer than it accepts (`messages` 2048, `tools` 128, `stop` 4). */
+export function checkMaxLength(raw: unknown[], max: number, param: string): void {
+  if (raw.length > max) {
+    throw new RequestError(
+      `Invalid '${param}': array too long. Expected an array with maximum length ${max}, but got an array with length ${raw.length} instead.`,
+      param,
+      'array_above_max_length',
+    );
+  }
 }
 
 export function optionalNumber(raw: unknown, param: string): number | undefined {

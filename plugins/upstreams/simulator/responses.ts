@@ -6,6 +6,7 @@
  */
 import { eventFrame } from '../../../src/sse.js';
 import {
+  DIRECTIVE,
   fragments,
   plan,
   units,
@@ -20,6 +21,7 @@ import {
 import {
   RequestError,
   StepBuilder,
+  checkMaxLength,
   faultReply,
   generationMs,
   isRecord,
@@ -67,6 +69,10 @@ export interface ResponseEcho {
 /** The reasoning summary; its pieces are the reasoning tokens, which spend `max_output_tokens` first. */
 const SUMMARY_TEXT = 'Considering the question and planning a clear answer.';
 const SEARCH_QUERY_WORDS = 12;
+/** OpenAI's ceiling on `tools`. */
+const MAX_TOOLS = 128;
+/** How far into the prompt the search query is looked for. */
+const SEARCH_QUERY_SCAN = 4096;
 const WEB_SEARCH_TOOLS = new Set(['web_search', 'web_search_preview', 'web_search_2025_08_26', 'web_search_preview_2025_03_11']);
 /** Hosted and non-function tools the simulator accepts but never calls. */
 const IDLE_TOOLS = new Set([
@@ -345,7 +351,7 @@ export function parseResponsesRequest(body: unknown): ResponsesRequest {
 
   const instructions = optionalString(body.instructions, 'instructions');
   const messages: SimMessage[] = instructions !== undefined && instructions !== '' ? [{ role: 'system', text: instructions, images: 0 }] : [];
-  messages.push(...parseInput(body.input));
+  for (const message of parseInput(body.input)) messages.push(message);
 
   const stream = optionalBoolean(body.stream, 'stream') ?? false;
   const tools = parseTools(body.tools);
@@ -396,10 +402,11 @@ export function parseResponsesRequest(body: unknown): ResponsesRequest {
   };
 }
 
-/** The user's words without directives, cut to a search-box length. */
+/** The user's first words without directives, cut to a search-box length. */
 function searchQuery(text: string): string {
   return text
-    .replace(/\[\[sim\b[^\]]*\]\]/g, ' ')
+    .slice(0, SEARCH_QUERY_SCAN)
+    .replace(DIRECTIVE, ' ')
     .split(/\s+/)
     .filter(Boolean)
     .slice(0, SEARCH_QUERY_WORDS)
@@ -525,6 +532,7 @@ function parseTools(raw: unknown): ParsedTools {
   const out: ParsedTools = { functions: [], webSearch: false, echo: [] };
   if (raw === undefined || raw === null) return out;
   if (!Array.isArray(raw)) throw new RequestError("Invalid type for 'tools': expected an array.", 'tools', 'invalid_type');
+  checkMaxLength(raw, MAX_TOOLS, 'tools');
   raw.forEach((tool: unknown, i) => {
     const where = `tools[${i}]`;
     if (!isRecord(tool)) throw new RequestError(`Invalid type for '${where}': expected an object.`, where, 'invalid_type');

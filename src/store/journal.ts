@@ -1,0 +1,286 @@
+/**
+ * The usage journal: the layer in front of any StoreBackend that makes usage records durable
+ * before the store has them, and turns the backend into the Store the gateway uses.
+ *
+ * `recordUsage` appends the record as one JSON line to an append-only file in the data directory
+ * (`fs.writeSync` on an `O_APPEND` descriptor) before it returns, then queues it; the backend
+ * receives batches of BATCH_SIZE records or every FLUSH_INTERVAL_MS. Once everything queued is
+ * committed, the file is truncated. At start the file is replayed into the backend, whose writes
+ * skip request ids it already holds, so a crash between a commit and the truncate counts nothing twice.
+ *
+ * What it promises: a record whose `recordUsage` returned survives a crash of the process (kill -9,
+ * an out-of-memory kill), because its bytes are in the kernel before the request's `done` ends.
+ * It survives power loss or a kernel crash only with `fsync` (config `usage.journalFsync`), which
+ * syncs each append to the disk.
+ *
+ * A failed store write (disk full, a lock held past the busy timeout) keeps its records, logs the
+ * failure and retries with backoff, from RETRY_MIN_MS doubling to RETRY_MAX_MS. Memory holds at most
+ * `maxHeldRecords` of them; beyond that they are only in the file, which the next successful write
+ * reads back in batches. A record that cannot be appended (the journal's disk is full) still goes
+ * to the store through memory, without the crash guarantee, and is logged; if memory is full too it
+ * is lost, and that is logged.
+ *
+ * One process owns the file: the gateway, which appends and truncates. Others (the CLI) replay it
+ * without changing it, harmless beside a running owner because replay is idempotent. Two gateways
+ * must not share a data directory: each would truncate the other's records.
+ */
+import { closeSync, fdatasyncSync, fstatSync, ftruncateSync, openSync, readSync, writeSync } from 'node:fs';
+import { StringDecoder } from 'node:string_decoder';
+import { pino, type Logger } from 'pino';
+import { createLogger } from '../log.js';
+import type { ApiKey, Group, Store, StoreBackend, UpstreamActivity, UsagePoint, UsageQuery, UsageRecord, UsageTotals } from './store.js';
+
+const BATCH_SIZE = 256;
+const FLUSH_INTERVAL_MS = 1000;
+const RETRY_MIN_MS = 1000;
+const RETRY_MAX_MS = 60_000;
+const READ_CHUNK_BYTES = 1 << 20;
+/** About 5 MB of records; the file keeps the rest. */
+const DEFAULT_MAX_HELD_RECORDS = 10_000;
+
+export interface JournalOptions {
+  /** Only the owner appends, writes batches and truncates; others just replay at open. */
+  owner: boolean;
+  /** Sync each append to disk, so records survive power loss too (measured in bench/micro.ts). */
+  fsync?: boolean;
+  /** Records held in memory while the store refuses writes. */
+  maxHeldRecords?: number;
+  log?: Logger;
+}
+
+/** The owner's append-only file. */
+class JournalFile {
+  private readonly fd: number;
+  /** The file ends inside a line (a torn append): the next append starts a new line. */
+  private torn: boolean;
+
+  constructor(path: string, private readonly fsync: boolean) {
+    this.fd = openSync(path, 'a+', 0o600);
+    const size = fstatSync(this.fd).size;
+    const last = Buffer.alloc(1);
+    this.torn = size > 0 && readSync(this.fd, last, 0, 1, size - 1) === 1 && last[0] !== 0x0a;
+  }
+
+  get empty(): boolean {
+    return fstatSync(this.fd).size === 0;
+  }
+
+  append(record: UsageRecord): void {
+    const line = Buffer.from(`${this.torn ? '\n' : ''}${JSON.stringify(record)}\n`);
+    this.torn = true;
+    for (let at = 0; at < line.length; ) at += writeSync(this.fd, line, at);
+    if (this.fsync) fdatasyncSync(this.fd);
+    this.torn = false;
+  }
+
+  truncate(): void {
+    ftruncateSync(this.fd, 0);
+    this.torn = false;
+  }
+
+  close(): void {
+    closeSync(this.fd);
+  }
+}
+
+/**
+ * The journal's records in batches, up to the size it had when reading began. Lines that are not
+ * records (a torn append) are counted in `unreadable` and skipped.
+ */
+function* readJournal(path: string, unreadable: { lines: number }): Generator<UsageRecord[]> {
+  let fd: number;
+  try {
+    fd = openSync(path, 'r');
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return;
+    throw err;
+  }
+  try {
+    const end = fstatSync(fd).size;
+    const chunk = Buffer.allocUnsafe(READ_CHUNK_BYTES);
+    const decoder = new StringDecoder('utf8');
+    let carry = '';
+    let batch: UsageRecord[] = [];
+    for (let at = 0; at < end; ) {
+      const n = readSync(fd, chunk, 0, Math.min(chunk.length, end - at), at);
+      if (n === 0) break;
+      at += n;
+      const lines = (carry + decoder.write(chunk.subarray(0, n))).split('\n');
+      carry = lines.pop()!;
+      for (const line of lines) {
+        if (!line) continue;
+        const record = parseRecord(line);
+        if (!record) unreadable.lines++;
+        else if (batch.push(record) === BATCH_SIZE) {
+          yield batch;
+          batch = [];
+        }
+      }
+    }
+    if (carry) unreadable.lines++;
+    if (batch.length) yield batch;
+  } finally {
+    closeSync(fd);
+  }
+}
+
+function parseRecord(line: string): UsageRecord | undefined {
+  try {
+    const record = JSON.parse(line);
+    return typeof record?.requestId === 'string' ? record : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+export class JournaledStore implements Store {
+  private readonly pending: UsageRecord[] = [];
+  /** The file holds records that memory does not (from before a restart, or beyond the bound). */
+  private fileAhead = false;
+  /** Consecutive failed writes; while above 0 only the retry timer writes. */
+  private failures = 0;
+  private timer: NodeJS.Timeout | undefined;
+  private readonly log: Logger;
+  private readonly maxHeld: number;
+
+  private constructor(
+    private readonly backend: StoreBackend,
+    private readonly path: string,
+    private readonly journal: JournalFile | undefined,
+    options: JournalOptions,
+  ) {
+    this.log = options.log ?? createLogger('warn', pino.destination({ dest: 2, sync: true }));
+    this.maxHeld = options.maxHeldRecords ?? DEFAULT_MAX_HELD_RECORDS;
+  }
+
+  /** Opens the journal at `path` in front of `backend` and replays it. */
+  static open(backend: StoreBackend, path: string, options: JournalOptions): JournaledStore {
+    const journal = options.owner ? new JournalFile(path, options.fsync ?? false) : undefined;
+    const store = new JournaledStore(backend, path, journal, options);
+    if (journal) {
+      store.fileAhead = !journal.empty;
+      if (store.fileAhead) store.flush();
+    } else {
+      try {
+        store.replay();
+      } catch (err) {
+        store.log.warn({ err }, 'usage journal not replayed: records written since the gateway last stored them are not shown');
+      }
+    }
+    return store;
+  }
+
+  recordUsage(record: UsageRecord): void {
+    if (!this.journal) throw new Error('usage is recorded only by the process that owns the usage journal');
+    let journaled = true;
+    try {
+      this.journal.append(record);
+    } catch (err) {
+      journaled = false;
+      this.log.error({ err, req: record.requestId }, 'usage journal append failed: the record is held in memory only');
+    }
+    if (this.pending.length < this.maxHeld) this.pending.push(record);
+    else if (!journaled) this.log.error({ req: record.requestId }, 'usage record lost: the journal cannot be written and memory is full');
+    else if (!this.fileAhead) {
+      this.fileAhead = true;
+      this.log.warn({ maxHeldRecords: this.maxHeld }, 'usage records beyond the memory bound are kept only in the journal until the store takes writes again');
+    }
+    if (this.failures > 0) return;
+    if (this.pending.length >= BATCH_SIZE) this.flush();
+    else this.timer ??= setTimeout(() => this.flush(), FLUSH_INTERVAL_MS).unref();
+  }
+
+  flush(): void {
+    clearTimeout(this.timer);
+    this.timer = undefined;
+    try {
+      // The file holds every record memory holds (but those it failed to take), and more.
+      if (this.fileAhead) this.replay();
+      this.fileAhead = false;
+      while (this.pending.length > 0) {
+        this.backend.writeUsage(this.pending.slice(0, BATCH_SIZE));
+        this.pending.splice(0, BATCH_SIZE);
+      }
+      this.journal?.truncate();
+      if (this.failures > 0) this.log.info({ attempts: this.failures + 1 }, 'usage writes recovered');
+      this.failures = 0;
+    } catch (err) {
+      this.failures++;
+      const retryMs = Math.min(RETRY_MIN_MS * 2 ** (this.failures - 1), RETRY_MAX_MS);
+      this.log.error(
+        { err, held: this.pending.length, journalOnly: this.fileAhead, attempt: this.failures, retryMs },
+        'usage write failed: the records stay in the journal (and memory) for a retry',
+      );
+      this.timer = setTimeout(() => this.flush(), retryMs).unref();
+    }
+  }
+
+  /** Writes the journal's records to the backend; what is already stored is skipped there. */
+  private replay(): void {
+    const unreadable = { lines: 0 };
+    for (const batch of readJournal(this.path, unreadable)) this.backend.writeUsage(batch);
+    if (unreadable.lines) this.log.warn({ lines: unreadable.lines }, 'usage journal: unreadable lines skipped (an append torn by a crash)');
+  }
+
+  /** Reads that show usage see what was recorded, unless the store is refusing writes. */
+  private settle(): void {
+    if (this.failures === 0 && this.pending.length > 0) this.flush();
+  }
+
+  close(): void {
+    this.flush();
+    clearTimeout(this.timer);
+    this.journal?.close();
+    this.backend.close();
+  }
+
+  queryUsage(query: UsageQuery): { records: UsageRecord[]; totals: UsageTotals } {
+    this.settle();
+    return this.backend.queryUsage(query);
+  }
+  usageSeries(query: UsageQuery, bucketMs: number): UsagePoint[] {
+    this.settle();
+    return this.backend.usageSeries(query, bucketMs);
+  }
+  upstreamActivity(since: number): UpstreamActivity[] {
+    this.settle();
+    return this.backend.upstreamActivity(since);
+  }
+  /** Keys' last-used times move with their usage batches. */
+  getKey(id: string): ApiKey | undefined {
+    this.settle();
+    return this.backend.getKey(id);
+  }
+  listKeys(): ApiKey[] {
+    this.settle();
+    return this.backend.listKeys();
+  }
+
+  createGroup(group: Omit<Group, 'createdAt'>): Group {
+    return this.backend.createGroup(group);
+  }
+  getGroup(name: string): Group | undefined {
+    return this.backend.getGroup(name);
+  }
+  listGroups(): Group[] {
+    return this.backend.listGroups();
+  }
+  updateGroup(name: string, patch: Partial<Omit<Group, 'createdAt'>>): Group | undefined {
+    return this.backend.updateGroup(name, patch);
+  }
+  deleteGroup(name: string): 'deleted' | 'not_found' | 'in_use' {
+    return this.backend.deleteGroup(name);
+  }
+  createKey(input: { group: string; name?: string | null }): { key: ApiKey; secret: string } {
+    return this.backend.createKey(input);
+  }
+  findKeyBySecret(secret: string): ApiKey | undefined {
+    return this.backend.findKeyBySecret(secret);
+  }
+  updateKey(id: string, patch: { disabled?: boolean; name?: string | null; group?: string }): ApiKey | undefined {
+    return this.backend.updateKey(id, patch);
+  }
+  deleteKey(id: string): boolean {
+    return this.backend.deleteKey(id);
+  }
+}

@@ -1,0 +1,207 @@
+/**
+ * Usage records are durable: a completed request's record survives `kill -9` of the gateway, a
+ * failed store write keeps its records until the store takes them, and replaying the journal
+ * never counts a record twice.
+ */
+import { execFile, spawn, type ChildProcess } from 'node:child_process';
+import { appendFileSync, copyFileSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { Writable } from 'node:stream';
+import { promisify } from 'node:util';
+import Database from 'better-sqlite3';
+import t from 'tap';
+import { createLogger } from '../src/log.js';
+import { JournaledStore } from '../src/store/journal.js';
+import { SqliteStore } from '../src/store/sqlite.js';
+import type { UsageRecord } from '../src/store/store.js';
+import { distRoot, eventually } from './helpers.js';
+
+const run = promisify(execFile);
+const main = join(distRoot, 'src/main.js');
+
+function scratchDir(): string {
+  const dir = mkdtempSync(join(tmpdir(), 'sluice-durable-'));
+  t.teardown(() => rmSync(dir, { recursive: true, force: true }));
+  return dir;
+}
+
+/** `sluice serve` as its own process on port 0; resolves once it listens. */
+async function serve(dataDir: string): Promise<{ child: ChildProcess; port: number; out: () => string; exited: Promise<unknown> }> {
+  const child = spawn(process.execPath, [main, 'serve'], {
+    env: { ...process.env, SLUICE_DATA_DIR: dataDir, SLUICE_PORT: '0', SLUICE_LOG_LEVEL: 'info' },
+    stdio: ['ignore', 'pipe', 'inherit'],
+  });
+  let out = '';
+  const exited = new Promise((resolve) => child.once('exit', resolve));
+  t.teardown(() => void (child.exitCode === null && child.kill('SIGKILL')));
+  const port = await new Promise<number>((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`no listening line: ${out}`)), 10_000);
+    child.stdout!.on('data', (d) => {
+      out += d;
+      const m = /"url":"http:\/\/127\.0\.0\.1:(\d+)"/.exec(out);
+      if (m) (clearTimeout(timer), resolve(Number(m[1])));
+    });
+  });
+  return { child, port, out: () => out, exited };
+}
+
+t.test('kill -9 right after the last response loses no usage record', async (t) => {
+  const dataDir = scratchDir();
+  const first = await serve(dataDir);
+  const demoKey = /demo key[^:]*: (sk-\S+)/.exec(first.out())![1]!;
+
+  const sent: string[] = [];
+  const call = async (i: number) => {
+    const stream = i % 2 === 0;
+    const res = await fetch(`http://127.0.0.1:${first.port}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${demoKey}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'sim-chat', stream, messages: [{ role: 'user', content: `request ${i} [[sim tokens=8]]` }] }),
+    });
+    const body = await res.text();
+    if (res.status !== 200 || (stream && !body.includes('data: [DONE]'))) throw new Error(`request ${i}: ${res.status} ${body}`);
+    sent.push(res.headers.get('x-request-id')!);
+  };
+  // 300 requests, 10 at a time; the kill follows the last response without any pause.
+  let next = 0;
+  await Promise.all(Array.from({ length: 10 }, async () => {
+    while (next < 300) await call(next++);
+  }));
+  first.child.kill('SIGKILL');
+  await first.exited;
+  t.equal(new Set(sent).size, 300, '300 distinct responses completed');
+
+  const second = await serve(dataDir);
+  const usage = JSON.parse((await run(process.execPath, [main, 'usage', '--limit', '1000'], { env: { ...process.env, SLUICE_DATA_DIR: dataDir } })).stdout);
+  second.child.kill('SIGTERM');
+  await second.exited;
+  t.equal(usage.totals.requests, 300, 'exactly 300 records');
+  const stored = usage.records.map((r: UsageRecord) => r.requestId).sort();
+  t.same(stored, [...sent].sort(), 'each request id once');
+});
+
+const record = (i: number): UsageRecord => ({
+  time: 1_767_225_600_000 + i,
+  requestId: `req-${i}`,
+  keyId: 'key_1',
+  group: 'default',
+  model: 'sim-chat',
+  upstream: 'simulator',
+  family: 'chat',
+  status: 200,
+  promptTokens: 10,
+  completionTokens: i,
+  estimated: false,
+  latencyMs: 1.5,
+  ttfbMs: null,
+  streamed: i % 2 === 0,
+  outcome: 'finished',
+  error: null,
+});
+
+function captureLog() {
+  const lines: Record<string, any>[] = [];
+  const sink = new Writable({
+    write(chunk, _enc, cb) {
+      for (const line of chunk.toString().split('\n')) if (line) lines.push(JSON.parse(line));
+      cb();
+    },
+  });
+  return { log: createLogger('info', sink), lines };
+}
+
+/** Opens the data dir's store the way the gateway does, with a short busy timeout so a held lock fails fast. */
+function openJournaled(dir: string, log = captureLog().log, maxHeldRecords?: number) {
+  return JournaledStore.open(new SqliteStore(join(dir, 'sluice.db'), { busyTimeoutMs: 20 }), join(dir, 'usage.journal'), {
+    owner: true,
+    log,
+    ...(maxHeldRecords && { maxHeldRecords }),
+  });
+}
+
+const storedIds = (dir: string): string[] => {
+  const db = new Database(join(dir, 'sluice.db'), { readonly: true });
+  try {
+    return db.prepare<[], { request_id: string }>('SELECT request_id FROM usage ORDER BY request_id').all().map((r) => r.request_id);
+  } finally {
+    db.close();
+  }
+};
+const ids = (n: number) => Array.from({ length: n }, (_, i) => `req-${i}`).sort();
+const journalLines = (dir: string) => readFileSync(join(dir, 'usage.journal'), 'utf8').split('\n').filter(Boolean).length;
+
+/** A second connection holding SQLite's write lock, as another process would. */
+function holdWriteLock(dir: string): () => void {
+  const blocker = new Database(join(dir, 'sluice.db'));
+  blocker.exec('BEGIN EXCLUSIVE');
+  return () => {
+    blocker.exec('COMMIT');
+    blocker.close();
+  };
+}
+
+for (const [name, maxHeldRecords] of [
+  ['held in memory', undefined],
+  ['beyond the memory bound, read back from the journal', 50],
+] as const) {
+  t.test(`a failed store write keeps its records until the store takes them (${name})`, async (t) => {
+    const dir = scratchDir();
+    const { log, lines } = captureLog();
+    const store = openJournaled(dir, log, maxHeldRecords);
+    t.teardown(() => store.close());
+    const release = holdWriteLock(dir);
+    for (let i = 0; i < 300; i++) store.recordUsage(record(i));
+    store.flush();
+    t.same(storedIds(dir), [], 'nothing reached the locked store');
+    t.equal(journalLines(dir), 300, 'every record is in the journal');
+    t.match(lines.find((l) => l.msg?.includes('usage write failed')), { level: 50, err: { code: 'SQLITE_BUSY' } }, 'the failure is logged');
+
+    release();
+    // The retry comes by itself, after its backoff.
+    await eventually(() => storedIds(dir).length === 300, 'the retry to write every record', 10_000);
+    t.same(storedIds(dir), ids(300), 'every record landed exactly once');
+    t.equal(journalLines(dir), 0, 'the journal is truncated once everything is stored');
+  });
+}
+
+t.test('a crash between the store commit and the journal truncate does not count twice', async (t) => {
+  const dir = scratchDir();
+  const store = openJournaled(dir);
+  for (let i = 0; i < 100; i++) store.recordUsage(record(i));
+  // The journal as it was when the batch committed, before its truncate.
+  copyFileSync(join(dir, 'usage.journal'), join(dir, 'journal.copy'));
+  store.close();
+  t.same(storedIds(dir), ids(100), 'stored at close');
+  copyFileSync(join(dir, 'journal.copy'), join(dir, 'usage.journal'));
+  // A crash also leaves a torn last line: it is skipped, and the next record is not glued to it.
+  appendFileSync(join(dir, 'usage.journal'), JSON.stringify(record(100)).slice(0, 40));
+
+  // With the store locked at start the journal stays as it is, torn line included.
+  const release = holdWriteLock(dir);
+  const reopened = openJournaled(dir);
+  reopened.recordUsage(record(101));
+  release();
+  // What a restart would replay now, from the file alone.
+  const { log: readerLog, lines } = captureLog();
+  JournaledStore.open(new SqliteStore(join(dir, 'sluice.db')), join(dir, 'usage.journal'), { owner: false, log: readerLog }).close();
+  t.same(storedIds(dir), [...ids(100), 'req-101'].sort(), 'each record once, and the one appended after the torn line is kept');
+  t.match(lines.find((l) => l.msg?.includes('unreadable')), { level: 40, lines: 1 }, 'the torn line is reported');
+  reopened.close();
+});
+
+t.test('the CLI sees journaled records while the journal stays with its owner', async (t) => {
+  const dir = scratchDir();
+  const store = openJournaled(dir);
+  const release = holdWriteLock(dir);
+  for (let i = 0; i < 5; i++) store.recordUsage(record(i));
+  store.flush();
+  release();
+  // As after a kill -9: records only in the journal. A reader replays them without truncating.
+  const reader = JournaledStore.open(new SqliteStore(join(dir, 'sluice.db')), join(dir, 'usage.journal'), { owner: false });
+  t.equal(reader.queryUsage({}).totals.requests, 5);
+  reader.close();
+  t.equal(journalLines(dir), 5, 'only the owner truncates the journal');
+  store.close();
+  t.same(storedIds(dir), ids(5), 'the owner\'s own write of the same records adds nothing');
+});

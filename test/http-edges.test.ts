@@ -1,0 +1,148 @@
+/**
+ * HTTP at the edges, over raw sockets: request framing, the key checked before any body byte is
+ * read, the body budget, pipelining, the exclusive bind, and what uWebSockets.js itself does with
+ * requests it cannot parse. None of it may crash, hang or take memory without bound.
+ */
+import { mkdtempSync, rmSync } from 'node:fs';
+import { connect } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import t from 'tap';
+import { startStack, startTestGateway } from './helpers.js';
+
+interface RawAnswer {
+  text: string;
+  /** The server closed the connection before the wait was over. */
+  closed: boolean;
+}
+
+/** Writes `bytes` to the gateway and collects what comes back until it closes or `waitMs` passes. */
+function raw(port: number, bytes: string | Buffer, waitMs = 1500, until?: (text: string) => boolean): Promise<RawAnswer> {
+  return new Promise((resolve) => {
+    const socket = connect(port, '127.0.0.1');
+    let text = '';
+    const finish = (closed: boolean) => {
+      clearTimeout(timer);
+      socket.destroy();
+      resolve({ text, closed });
+    };
+    const timer = setTimeout(() => finish(false), waitMs);
+    socket.on('data', (d) => {
+      text += d.toString('latin1');
+      if (until?.(text)) finish(false);
+    });
+    socket.on('close', () => finish(true));
+    socket.on('error', () => {});
+    socket.write(bytes);
+  });
+}
+
+const status = (text: string) => Number(/^HTTP\/1\.1 (\d{3})/.exec(text)?.[1] ?? 0);
+const post = (path: string, headers: string[], body = '') => `POST ${path} HTTP/1.1\r\nHost: x\r\n${headers.map((h) => `${h}\r\n`).join('')}\r\n${body}`;
+const generatePaths = ['/v1/chat/completions', '/v1/responses', '/v1beta/models/sim-gemini:generateContent'];
+
+const { gw } = await startStack(
+  (url) => `
+upstreams:
+  sim: { kind: openai-chat, baseUrl: ${url}/v1 }
+models:
+  - { id: sim-chat, upstream: sim }
+`,
+  { maxBodyBytes: 65536, maxInFlightBodyBytes: 100000 },
+);
+const port = Number(new URL(gw.url).port);
+const healthy = async () => (await fetch(`${gw.url}/healthz`)).status === 200;
+
+t.test('a bad Content-Length is refused before anything is allocated, on every POST path, with or without a key', async (t) => {
+  for (const path of [...generatePaths, '/admin/keys']) {
+    // uWebSockets.js's parser closes these connections itself once the handler returns, so the
+    // 400 Sluice writes may not leave; what matters is no crash, no allocation and no hang.
+    for (const header of ['Content-Length: -1', 'Content-Length: 12abc', 'Content-Length: 99999999999999999999']) {
+      const answer = await raw(port, post(path, [header], '{}'), 1500, (text) => text.includes('\r\n\r\n'));
+      t.ok(status(answer.text) === 400 || (answer.closed && answer.text === ''), `${path} ${header}: 400 or closed`);
+    }
+    const large = await raw(port, post(path, ['Content-Length: 10000000']), 1500, (text) => text.includes('\r\n\r\n'));
+    t.equal(status(large.text), 413, `${path}: larger than the limit`);
+    const twice = await raw(port, post(path, ['Content-Length: 2', 'Content-Length: 2'], '{}'), 1500, (text) => text.includes('\r\n\r\n'));
+    t.equal(status(twice.text), 400, `${path}: two Content-Length headers`);
+  }
+  const missing = await raw(port, post('/v1/chat/completions', [`Authorization: Bearer ${gw.key}`]), 1500, (text) => text.includes('\r\n\r\n'));
+  t.equal(status(missing.text), 411, 'no Content-Length: 411');
+  t.ok(await healthy(), 'the gateway still serves');
+});
+
+t.test('an unauthenticated request gets its 401 without the body being read', async (t) => {
+  // The headers promise 60 KB that never come: the answer must not wait for them.
+  for (const path of generatePaths) {
+    const answer = await raw(port, post(path, ['Content-Length: 60000', 'Content-Type: application/json']), 3000, (text) => text.includes('}'));
+    t.equal(status(answer.text), 401, path);
+    t.match(answer.text, /missing_api_key|UNAUTHENTICATED|API key/i);
+  }
+  const wrong = await raw(port, post('/v1/chat/completions', ['Content-Length: 60000', 'Authorization: Bearer sk-wrong-key-0000000000']), 3000, (text) => text.includes('}'));
+  t.equal(status(wrong.text), 401, 'a wrong key too');
+});
+
+t.test('request bodies being received at once are capped process-wide: 503 with Retry-After', async (t) => {
+  // Two authenticated uploads of 60,000 bytes each are under way (their bodies trickle); the
+  // budget is 100,000 bytes, so the second is refused at once.
+  const first = connect(port, '127.0.0.1');
+  first.write(post('/v1/chat/completions', [`Authorization: Bearer ${gw.key}`, 'Content-Length: 60000'], '{"model":'));
+  await new Promise((r) => setTimeout(r, 200));
+  const second = await raw(port, post('/v1/chat/completions', [`Authorization: Bearer ${gw.key}`, 'Content-Length: 60000'], '{'), 3000, (text) => text.includes('}'));
+  t.equal(status(second.text), 503);
+  t.match(second.text, /retry-after: \d+/i);
+  first.destroy();
+  await new Promise((r) => setTimeout(r, 200));
+  const after = await fetch(`${gw.url}/v1/chat/completions`, {
+    method: 'POST',
+    headers: { authorization: `Bearer ${gw.key}`, 'content-type': 'application/json' },
+    body: JSON.stringify({ model: 'sim-chat', messages: [{ role: 'user', content: 'hi' }] }),
+  });
+  t.equal(after.status, 200, 'the budget is released when an upload is abandoned');
+});
+
+t.test('no uWebSockets header on any response', async (t) => {
+  for (const path of ['/healthz', '/v1/models', '/nowhere', '/admin/keys']) {
+    const res = await fetch(gw.url + path, { headers: { authorization: `Bearer ${gw.key}` } });
+    t.equal(res.headers.get('uwebsockets'), null, path);
+    await res.arrayBuffer();
+  }
+});
+
+t.test('pipelined requests that are answered at once come back in order', async (t) => {
+  const get = (path: string) => `GET ${path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${gw.key}\r\n\r\n`;
+  const answer = await raw(port, get('/healthz') + get('/v1/models') + get('/healthz'), 2000, (text) => text.split('HTTP/1.1 200').length === 4);
+  const parts = answer.text.split('HTTP/1.1 ').slice(1);
+  t.equal(parts.length, 3, 'three answers');
+  t.match(parts[0], /"status":"ok"/);
+  t.match(parts[1], /"object":"list"/);
+  t.match(parts[2], /"status":"ok"/);
+});
+
+t.test('what uWebSockets.js 20.30 cannot parse never harms the gateway', async (t) => {
+  const many = Array.from({ length: 60 }, (_, i) => `X-Header-${i}: v`);
+  await Promise.all([
+    raw(port, 'GET /healthz HTTP/1.0\r\n\r\n', 500),
+    raw(port, `GET /healthz HTTP/1.1\r\nHost: x\r\n${many.join('\r\n')}\r\n\r\n`, 500),
+    raw(port, 'GARBAGE\r\n\r\n', 500),
+    raw(port, `GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: ${'a'.repeat(100_000)}\r\n\r\n`, 500),
+  ]);
+  t.ok(await healthy(), 'still serving');
+});
+
+t.test('a second gateway on a taken port fails with the reason, and keeps its first-start demo key for later', async (t) => {
+  const dataDir = mkdtempSync(join(tmpdir(), 'sluice-taken-'));
+  t.teardown(() => rmSync(dataDir, { recursive: true, force: true }));
+  const yaml = (dir: string) => `dataDir: ${dir}\n`;
+  const second = await startTestGateway(yaml, { port, dataDir }).catch((err: Error) => err);
+  t.type(second, Error);
+  t.match((second as Error).message, `cannot listen on 127.0.0.1:${port}: the address is already in use`);
+  const third = await startTestGateway(yaml, { dataDir });
+  try {
+    t.match(third.key, /^sk-/, 'the failed start did not use up the demo key: the next successful start shows it');
+    const res = await fetch(`${third.url}/v1/models`, { headers: { authorization: `Bearer ${third.key}` } });
+    t.equal(res.status, 200, 'and it works');
+  } finally {
+    await third.gateway.shutdown();
+  }
+});

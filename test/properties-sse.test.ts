@@ -1,0 +1,84 @@
+/**
+ * Property-based test of the SSE splitter: however a byte string is cut into chunks, the frames
+ * visited, the bytes written and the remainder are the same as when it arrives in one piece.
+ */
+import assert from 'node:assert/strict';
+import fc from 'fast-check';
+import t from 'tap';
+import { SseSplitter } from '../src/sse.js';
+
+/** Byte strings rich in what framing looks at: both line endings, blank lines, field names. */
+const stream = fc
+  .array(
+    fc.oneof(
+      { weight: 4, arbitrary: fc.constantFrom('\n', '\r\n', '\r', '\n\n', '\r\n\r\n', 'data: ', 'event: x', ':', 'data:{"a":1}') },
+      { weight: 2, arbitrary: fc.string({ maxLength: 6 }) },
+      { weight: 1, arbitrary: fc.uint8Array({ maxLength: 6 }).map((a) => Buffer.from(a).toString('latin1')) },
+    ),
+    { maxLength: 60 },
+  )
+  .map((pieces) => Buffer.from(pieces.join(''), 'latin1'));
+
+/** Cut points, as fractions of the length so that they always fall inside the string. */
+const cuts = fc.array(fc.double({ min: 0, max: 1, noNaN: true }), { maxLength: 12 });
+
+interface Outcome {
+  visited: string[];
+  written: string;
+  rest: string | null;
+}
+
+/** Splits the chunks; frames whose length is a multiple of 3 are dropped, to test the runs of kept frames. */
+function split(chunks: Buffer[]): Outcome {
+  const splitter = new SseSplitter();
+  const visited: string[] = [];
+  const written: Buffer[] = [];
+  for (const chunk of chunks) {
+    splitter.push(
+      chunk,
+      (frame) => {
+        visited.push(frame.toString('latin1'));
+        return frame.length % 3 !== 0;
+      },
+      // Copies: the splitter may hand out views into chunks the caller reuses.
+      (bytes) => written.push(Buffer.from(bytes)),
+    );
+  }
+  return { visited, written: Buffer.concat(written).toString('latin1'), rest: splitter.flush()?.toString('latin1') ?? null };
+}
+
+function chunked(bytes: Buffer, fractions: number[]): Buffer[] {
+  const points = fractions.map((f) => Math.floor(f * bytes.length)).sort((a, b) => a - b);
+  const chunks: Buffer[] = [];
+  let from = 0;
+  for (const p of [...points, bytes.length]) {
+    chunks.push(bytes.subarray(from, p));
+    from = p;
+  }
+  return chunks;
+}
+
+t.test('any chunking gives the frames, bytes and remainder of splitting at once', async (t) => {
+  fc.assert(
+    fc.property(stream, cuts, (bytes, fractions) => {
+      assert.deepEqual(split(chunked(bytes, fractions)), split([bytes]));
+    }),
+    { numRuns: 3000 },
+  );
+  t.pass('3000 byte strings, each cut at random');
+});
+
+t.test('kept frames and the remainder are the input, byte for byte', async (t) => {
+  fc.assert(
+    fc.property(stream, cuts, (bytes, fractions) => {
+      const splitter = new SseSplitter();
+      const out: Buffer[] = [];
+      for (const chunk of chunked(bytes, fractions)) splitter.push(chunk, () => true, (b) => out.push(Buffer.from(b)));
+      const rest = splitter.flush();
+      if (rest) out.push(rest);
+      assert.equal(Buffer.concat(out).toString('latin1'), bytes.toString('latin1'));
+    }),
+    { numRuns: 3000 },
+  );
+  t.pass('3000 byte strings, each cut at random');
+});

@@ -1,0 +1,124 @@
+/**
+ * Clients that read slowly or not at all. A slow reader gets its whole stream, however long it
+ * takes, while the upstream waits; a client that takes nothing for `writeStallMs` is cut, the
+ * upstream call is aborted and the exchange is recorded as `client_stalled`; and what the gateway
+ * holds per stream stays small whatever the client does.
+ */
+import { connect, type Socket } from 'node:net';
+import { setFlagsFromString } from 'node:v8';
+import { runInNewContext } from 'node:vm';
+import t from 'tap';
+import { eventually, startStack, startTestGateway, type TestGateway } from './helpers.js';
+
+t.setTimeout(120_000);
+const WRITE_STALL_MS = 4000;
+
+// The in-process simulator for the slow readers: it waits for the gateway as long as it must (an
+// upstream behind its own socket would apply its own write timeout while the gateway waits).
+const local = await startTestGateway(
+  (dataDir) => `
+dataDir: ${dataDir}
+server: { writeStallMs: ${WRITE_STALL_MS}, shutdownTimeoutMs: 500 }
+upstreams: { sim: { kind: simulator } }
+models: [{ id: sim-chat, upstream: sim }]
+`,
+);
+t.teardown(() => local.stop());
+// The simulator as its own process for the memory bound, so its reply scripts are not counted.
+const { gw: remote } = await startStack(
+  (url) => `
+upstreams:
+  sim: { kind: openai-chat, baseUrl: ${url}/v1 }
+models:
+  - { id: sim-chat, upstream: sim }
+`,
+  { writeStallMs: WRITE_STALL_MS },
+);
+
+/** A streamed chat request of several megabytes (far more than the kernel's socket buffers hold). */
+function openStream(gw: TestGateway, content = 'a long one [[sim tokens=30000]]'): { socket: Socket; id: Promise<string> } {
+  const socket = connect(Number(new URL(gw.url).port), '127.0.0.1');
+  const body = JSON.stringify({ model: 'sim-chat', stream: true, messages: [{ role: 'user', content }] });
+  socket.write(
+    `POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${gw.key}\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`,
+  );
+  const id = new Promise<string>((resolve) => {
+    let head = '';
+    const onData = (d: Buffer) => {
+      head += d.toString('latin1');
+      const m = /x-request-id: (\S+)/i.exec(head);
+      if (m) {
+        socket.off('data', onData);
+        resolve(m[1]!);
+      }
+    };
+    socket.on('data', onData);
+  });
+  return { socket, id };
+}
+
+const usageOf = async (gw: TestGateway, id: string) =>
+  eventually(async () => {
+    const { body } = await gw.admin('GET', '/admin/usage?limit=1000');
+    return (body.records as { requestId: string; outcome: string; status: number }[]).find((r) => r.requestId === id);
+  }, `the usage record of ${id}`);
+
+t.test('a client that reads slowly for longer than uWS would wait still gets its whole stream', async (t) => {
+  const { socket, id } = openStream(local);
+  let received = 0;
+  let text = '';
+  socket.on('data', (d: Buffer) => {
+    received += d.length;
+    text = (text + d.toString('latin1')).slice(-200);
+  });
+  // Slow: one read a second for 14 s (uWS 20.30 alone cuts a connection whose write is stuck for 10 s).
+  socket.pause();
+  for (let i = 0; i < 14; i++) {
+    await new Promise((r) => setTimeout(r, 1000));
+    socket.resume();
+    await new Promise<void>((r) => socket.once('data', () => r()));
+    socket.pause();
+  }
+  t.comment(`read ${received} bytes in the slow phase`);
+  socket.resume();
+  await new Promise((r) => socket.once('end', r).once('close', r));
+  t.match(text, /data: \[DONE\]\n\n\r\n0\r\n\r\n$/, 'the stream ended properly (and the chunked body too)');
+  t.ok(received > 4_000_000, `the whole stream arrived (${received} bytes)`);
+  const record = await usageOf(local, await id);
+  t.equal(record.outcome, 'finished');
+});
+
+t.test('a client that stops reading is cut after writeStallMs and recorded as client_stalled', async (t) => {
+  const { socket, id } = openStream(local);
+  await id;
+  socket.pause();
+  const closed = await new Promise<boolean>((resolve) => {
+    const timer = setTimeout(() => resolve(false), WRITE_STALL_MS * 4);
+    socket.once('close', () => (clearTimeout(timer), resolve(true)));
+    // A paused socket notices the close only once it reads again.
+    setTimeout(() => socket.resume(), WRITE_STALL_MS + 2000);
+  });
+  t.ok(closed, 'the gateway closed the connection');
+  const record = await usageOf(local, await id);
+  t.equal(record.outcome, 'client_stalled');
+});
+
+t.test('what the gateway holds per stream stays small while clients read nothing', async (t) => {
+  // Collect first, so garbage of the earlier tests does not count.
+  setFlagsFromString('--expose-gc');
+  const gc = runInNewContext('gc') as () => void;
+  gc();
+  const before = process.memoryUsage().arrayBuffers;
+  const streams = Array.from({ length: 30 }, () => openStream(remote));
+  await Promise.all(streams.map((s) => s.id));
+  for (const s of streams) s.socket.pause();
+  // Let each stream fill the socket buffers and back up into the gateway.
+  await new Promise((r) => setTimeout(r, 2000));
+  gc();
+  const held = process.memoryUsage().arrayBuffers - before;
+  t.comment(`buffers held for 30 stalled streams: ${(held / 1024 / 1024).toFixed(1)} MB (${Math.round(held / 30 / 1024)} KB each)`);
+  // What counts: the test client's own paused socket buffer, the upstream chunk waiting for the
+  // client (the upstream is paused), a 16 KB usage sample. Before the bound it was megabytes each.
+  t.ok(held < 30 * 384 * 1024, `under 384 KB per stream, all counted (${Math.round(held / 30 / 1024)} KB)`);
+  for (const s of streams) s.socket.destroy();
+});
