@@ -17,7 +17,7 @@ interface Spawned {
 }
 
 /** Starts a process and resolves once its output matches `ready`. */
-function spawnUntil(args: string[], env: NodeJS.ProcessEnv, ready: RegExp): Promise<Spawned & { match: RegExpExecArray }> {
+export function spawnUntil(args: string[], env: NodeJS.ProcessEnv, ready: RegExp): Promise<Spawned & { match: RegExpExecArray }> {
   const child = spawn(process.execPath, args, { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
   const spawned = { child, output: '' };
   return new Promise((resolve, reject) => {

@@ -30,7 +30,8 @@ export interface JsonReply {
   body?: unknown;
   /** Sent as it is, instead of `body`. */
   raw?: { contentType: string; data: Buffer | string };
-  headers?: Record<string, string>;
+  /** A list sends the header once per value (Set-Cookie). */
+  headers?: Record<string, string | string[]>;
 }
 
 export type JsonHandler = (req: JsonRequest) => JsonReply | Promise<JsonReply>;
@@ -574,7 +575,10 @@ class JsonWriter {
       : ['application/json', reply.body === undefined ? '' : JSON.stringify(reply.body)];
     this.res.cork(() => {
       this.res.writeStatus(statusLine(reply.status)).writeHeader('content-type', contentType);
-      for (const name in reply.headers) this.res.writeHeader(name, reply.headers[name]!);
+      for (const name in reply.headers) {
+        const value = reply.headers[name]!;
+        for (const one of Array.isArray(value) ? value : [value]) this.res.writeHeader(name, one);
+      }
       this.res.end(data, closeConnection);
     });
   }

@@ -10,7 +10,7 @@
 import { countTokens } from 'gpt-tokenizer';
 import { O200K_TOKEN_SPLIT_REGEX } from 'gpt-tokenizer/encodingParams/constants';
 
-/** UTF-8 bytes counted exactly per call; with the samples, at most 4 KB of BPE (about 0.7 µs a byte at worst). */
+/** UTF-8 bytes counted exactly per call; with the samples, about 4 KB of BPE (up to about 0.7 µs a byte). */
 export const EXACT_BYTES = 2048;
 /** Longer pieces are counted in chunks of this many characters (at most 512 bytes, where BPE is still linear). */
 export const PIECE_CHARS = 128;
@@ -101,7 +101,7 @@ function countChunks(piece: string, budget: number): Counted {
 }
 
 /**
- * The texts' tokens from SAMPLES windows spread evenly over them (as if they were one text),
+ * The texts' tokens from SAMPLES small windows spread over them (as if they were one text),
  * scaled from the windows' characters to all characters.
  */
 function extrapolate(texts: string[]): number {
@@ -130,7 +130,7 @@ function extrapolate(texts: string[]): number {
  */
 function countSample(text: string, at: number): Counted {
   let start = at;
-  if (isLowSurrogate(text.charCodeAt(start))) start--;
+  if (start > 0 && isLowSurrogate(text.charCodeAt(start))) start--;
   let end = start;
   let bytes = 0;
   while (end < text.length && bytes < SAMPLE_BYTES) bytes += utf8Width(text.charCodeAt(end++));

@@ -23,7 +23,8 @@ export interface ForwardedView {
 export function canonicalAddress(text: string): string | undefined {
   const address = text.trim();
   if (isIPv4(address)) return address;
-  if (!isIPv6(address)) return undefined;
+  // A zone (`fe80::1%eth0`) names a local interface, never a client on the internet.
+  if (!isIPv6(address) || address.includes('%')) return undefined;
   const compressed = new URL(`http://[${address}]/`).hostname.slice(1, -1);
   const mapped = /^::ffff:([0-9a-f]{1,4}):([0-9a-f]{1,4})$/.exec(compressed);
   if (!mapped) return compressed;

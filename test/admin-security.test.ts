@@ -214,6 +214,7 @@ t.test('addresses: uWebSockets.js IPv6 text, IPv4-mapped, /64 keys', async (t) =
   t.equal(canonicalAddress('::ffff:127.0.0.1'), '127.0.0.1');
   t.equal(canonicalAddress('0000:0000:0000:0000:0000:ffff:7f00:0001'), '127.0.0.1');
   t.equal(canonicalAddress('not-an-ip'), undefined);
+  t.equal(canonicalAddress('fe80::1%eth0'), undefined);
   t.equal(addressKey('2001:db8::1'), '2001:db8:0:0::/64');
   t.equal(addressKey('2001:0db8:0000:0000:ffff:0000:0000:0001'), '2001:db8:0:0::/64');
   t.equal(addressKey('203.0.113.5'), '203.0.113.5');

@@ -2,9 +2,8 @@
  * Property-based tests of every family's request parser through the real HTTP server, on native
  * and translated upstreams (the simulator as its own process): random JSON, random bytes, mutated
  * valid requests, each field removed in turn, invalid UTF-8, deep nesting and huge arrays. Every
- * case gets a 200 or a 4xx in the family's error shape, and the process keeps serving. A 5xx is
- * accepted only as an upstream's own failure relayed (the simulator's limits are not under test
- * here; they are listed as comments). fast-check prints the seed and the shrunk case of a failure.
+ * case gets a 200 or a 4xx in the family's error shape, and both processes keep serving.
+ * fast-check prints the seed and the shrunk case of a failure.
  */
 import fc from 'fast-check';
 import t, { type Test } from 'tap';
@@ -36,13 +35,7 @@ interface Case {
 
 const models = ['up-chat', 'up-responses', 'up-gemini'];
 
-const gatewayFailure = 'The gateway hit an unexpected error.';
 
-/** Upstream failures seen (5xx relayed), reported at the end: they are the simulator's, not the parser's. */
-const upstreamFailures = new Map<string, number>();
-t.teardown(() => {
-  for (const [message, n] of upstreamFailures) t.comment(`upstream failed ${n}×: ${message}`);
-});
 
 function pathOf(c: Case): string {
   if (c.family === 'chat') return '/v1/chat/completions';
@@ -65,11 +58,6 @@ async function check(c: Case): Promise<string | undefined> {
   } catch {
     return `a ${res.status} whose body is not JSON: ${text.slice(0, 300)}`;
   }
-  // An upstream's own 5xx is relayed with its message; the gateway's own failure says this.
-  if (res.status >= 500 && typeof error?.message === 'string' && error.message !== gatewayFailure) {
-    upstreamFailures.set(`${res.status} ${error.message}`, (upstreamFailures.get(`${res.status} ${error.message}`) ?? 0) + 1);
-    return undefined;
-  }
   if (res.status < 400 || res.status >= 500) return `status ${res.status}: ${text.slice(0, 300)}`;
   const shaped =
     c.family === 'gemini'
@@ -86,7 +74,7 @@ async function accepted(c: Case): Promise<void> {
 
 async function healthy(t: Test) {
   t.equal((await fetch(`${gw.url}/healthz`)).status, 200, 'the gateway still serves /healthz');
-  t.equal((await fetch(`${sim.url}/healthz`)).status, 200, 'the simulator still serves: no upstream failure went unseen');
+  t.equal((await fetch(`${sim.url}/healthz`)).status, 200, 'the simulator still serves');
 }
 
 const image = 'data:image/png;base64,iVBORw0KGgo=';
@@ -178,20 +166,14 @@ const toCase = (b: { family: Family; model: string; body: unknown }, raw?: Buffe
 
 type Path = (string | number)[];
 
-/**
- * JSON Schemas a request carries for the upstream. The gateway passes them on as they are; what
- * lies inside them is the upstream's to judge (the simulator's schema sampler is not under test).
- */
-const schemaPayloads = new Set(['parameters', 'parametersJsonSchema', 'schema', 'responseSchema', 'responseJsonSchema']);
-
-/** Every path to a value inside `root` (but not inside a schema payload), found without recursion. */
+/** Every path to a value inside `root`, found without recursion. */
 function pathsIn(root: unknown): Path[] {
   const out: Path[] = [];
   const stack: [unknown, Path][] = [[root, []]];
   while (stack.length) {
     const [value, path] = stack.pop()!;
     if (path.length) out.push(path);
-    if (value && typeof value === 'object' && !schemaPayloads.has(String(path.at(-1)))) {
+    if (value && typeof value === 'object') {
       for (const [k, v] of Object.entries(value)) stack.push([v, [...path, Array.isArray(value) ? Number(k) : k]]);
     }
   }

@@ -67,12 +67,9 @@ export function adminRoutes(service: AdminService, sessions: Sessions, options: 
       const device = sessions.device(cookieValue(req.headers.cookie, DEVICE_COOKIE));
       checkToken(device ? `device:${device}` : addressKey(via.client), token);
       const { id: newId, session: started } = sessions.start();
-      const headers: Record<string, string> = {
-        'set-cookie': cookie(SESSION_COOKIE, newId, Math.floor((started.expiresAt - Date.now()) / 1000), '/', via.https),
-        'cache-control': 'no-store',
-      };
-      // A second Set-Cookie line: header names are case-insensitive, JSON reply keys are not.
-      if (!device) headers['Set-Cookie'] = cookie(DEVICE_COOKIE, sessions.newDevice(), DEVICE_MAX_AGE_S, '/admin/session', via.https);
+      const cookies = [cookie(SESSION_COOKIE, newId, Math.floor((started.expiresAt - Date.now()) / 1000), '/', via.https)];
+      if (!device) cookies.push(cookie(DEVICE_COOKIE, sessions.newDevice(), DEVICE_MAX_AGE_S, '/admin/session', via.https));
+      const headers = { 'set-cookie': cookies, 'cache-control': 'no-store' };
       return { status: 200, body: { csrfToken: started.csrfToken, expiresAt: started.expiresAt }, headers };
     }
     const current = sessions.get(id);
