@@ -47,7 +47,7 @@ const BACKSLASH = 0x5c;
  * The deepest nesting of arrays and objects in JSON text, read without parsing; stops counting
  * once past `limit`. Strings are skipped with indexOf, so long prompts cost little.
  */
-export function jsonDepth(bytes: Uint8Array, limit: number): number {
+function jsonDepth(bytes: Uint8Array, limit: number): number {
   let depth = 0;
   let deepest = 0;
   for (let i = 0; i < bytes.length; i++) {

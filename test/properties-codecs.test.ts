@@ -35,22 +35,25 @@ interface Case {
 
 const models = ['up-chat', 'up-responses', 'up-gemini'];
 
-
-
 function pathOf(c: Case): string {
   if (c.family === 'chat') return '/v1/chat/completions';
   if (c.family === 'responses') return '/v1/responses';
   return `/v1beta/models/${c.model}:${c.stream ? 'streamGenerateContent?alt=sse' : 'generateContent'}`;
 }
 
-/** Sends a case; returns a problem description, or undefined when the answer is acceptable. */
-async function check(c: Case): Promise<string | undefined> {
+async function post(c: Case): Promise<{ status: number; text: string }> {
   const res = await fetch(gw.url + pathOf(c), {
     method: 'POST',
     headers: { 'content-type': 'application/json', authorization: `Bearer ${gw.key}`, 'x-goog-api-key': gw.key },
     body: c.body,
   });
-  const text = await res.text();
+  return { status: res.status, text: await res.text() };
+}
+
+/** Sends a case; returns a problem description, or undefined when the answer is acceptable. */
+async function check(c: Case): Promise<string | undefined> {
+  const res = await post(c);
+  const text = res.text;
   if (res.status === 200) return undefined;
   let error: Json | undefined;
   try {
@@ -195,11 +198,9 @@ function edited(root: unknown, path: Path, replacement?: unknown): unknown {
 const baseArb = fc.constantFrom(...baseCases);
 
 t.test('the valid requests get a 200 on every upstream', async (t) => {
-  for (const b of baseCases) t.equal(await check(toCase(b)), undefined, `${b.family} on ${b.model}`);
   for (const b of baseCases) {
-    const res = await fetch(gw.url + pathOf(toCase(b)), { method: 'POST', headers: { 'content-type': 'application/json', authorization: `Bearer ${gw.key}`, 'x-goog-api-key': gw.key }, body: JSON.stringify(b.body) });
-    await res.arrayBuffer();
-    t.equal(res.status, 200, `${b.family} on ${b.model}: a 200, not just an acceptable 4xx`);
+    const res = await post(toCase(b));
+    t.equal(res.status, 200, `${b.family} on ${b.model}: ${res.text.slice(0, 200)}`);
   }
 });
 
@@ -256,19 +257,17 @@ t.test('invalid UTF-8 bytes spliced into a valid body', async (t) => {
   await healthy(t);
 });
 
-t.test('deep nesting: refused past the depth cap, served below it', async (t) => {
+t.test('deep nesting: refused past the depth cap, passed on below it', async (t) => {
   const opener = fc.constantFrom('[', '{"k":');
   await fc.assert(
     fc.asyncProperty(baseArb, fc.array(opener, { minLength: 1, maxLength: 300, size: 'max' }), async (b, openers) => {
       // An unknown top-level field: the body itself is one level, the value adds one per opener.
       const nested = openers.join('') + '0' + openers.map((o) => (o === '[' ? ']' : '}')).reverse().join('');
       const json = JSON.stringify(b.body);
-      const body = Buffer.from(`${json.slice(0, -1)},"x_nested":${nested}}`);
-      const res = await fetch(gw.url + pathOf(toCase(b)), { method: 'POST', headers: { 'content-type': 'application/json', authorization: `Bearer ${gw.key}`, 'x-goog-api-key': gw.key }, body });
-      const text = await res.text();
+      const { status, text } = await post(toCase(b, Buffer.from(`${json.slice(0, -1)},"x_nested":${nested}}`)));
       // Below the cap the gateway passes the unknown field on; the upstream may refuse it.
-      const refused = res.status === 400 && text.includes('(server.requestCaps.depth)');
-      if (1 + openers.length > 64 ? !refused : refused || res.status >= 500) throw new Error(`depth ${1 + openers.length}: ${res.status} ${text.slice(0, 300)}`);
+      const refused = status === 400 && text.includes('(server.requestCaps.depth)');
+      if (1 + openers.length > 64 ? !refused : refused || status >= 500) throw new Error(`depth ${1 + openers.length}: ${status} ${text.slice(0, 300)}`);
     }),
     { numRuns: 60 },
   );
@@ -307,11 +306,9 @@ t.test('huge arrays: refused past their caps, served below them', async (t) => {
     fc.asyncProperty(sizes, async ({ family, model, what, scale }) => {
       const cap = caps[what];
       const n = Math.max(1, Math.round(cap * scale));
-      const c = toCase({ family, model, body: sized(family, model, what, n) });
-      const res = await fetch(gw.url + pathOf(c), { method: 'POST', headers: { 'content-type': 'application/json', authorization: `Bearer ${gw.key}`, 'x-goog-api-key': gw.key }, body: c.body });
-      const text = await res.text();
-      const refused = res.status === 400 && text.includes(`; the limit is ${cap} (server.requestCaps.`);
-      if (n > cap ? !refused : res.status !== 200) throw new Error(`${n} ${what}: ${res.status} ${text.slice(0, 300)}`);
+      const { status, text } = await post(toCase({ family, model, body: sized(family, model, what, n) }));
+      const refused = status === 400 && text.includes(`; the limit is ${cap} (server.requestCaps.`);
+      if (n > cap ? !refused : status !== 200) throw new Error(`${n} ${what}: ${status} ${text.slice(0, 300)}`);
     }),
     { numRuns: 24 },
   );

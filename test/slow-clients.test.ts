@@ -122,3 +122,18 @@ t.test('what the gateway holds per stream stays small while clients read nothing
   t.ok(held < 30 * 384 * 1024, `under 384 KB per stream, all counted (${Math.round(held / 30 / 1024)} KB)`);
   for (const s of streams) s.socket.destroy();
 });
+
+t.test('usage of a stream cut before the upstream reported it is estimated from a bounded sample', async (t) => {
+  // 3000 one-token words are planned, the upstream cuts after 2000 without reporting usage: the
+  // gateway kept only a 16 KB sample of the ~300 KB it delivered, and scales the count up.
+  const res = await fetch(`${local.url}/v1/chat/completions`, {
+    method: 'POST',
+    headers: { authorization: `Bearer ${local.key}`, 'content-type': 'application/json' },
+    body: JSON.stringify({ model: 'sim-chat', stream: true, messages: [{ role: 'user', content: 'cut [[sim tokens=3000 cut_after=2000]]' }] }),
+  });
+  const text = await res.text();
+  t.match(text, /"error"/, 'the stream ended with its failure frame');
+  const record = (await usageOf(local, res.headers.get('x-request-id')!)) as unknown as { completionTokens: number; estimated: boolean };
+  t.equal(record.estimated, true);
+  t.ok(Math.abs(record.completionTokens - 2000) <= 200, `about 2000 output tokens (${record.completionTokens})`);
+});

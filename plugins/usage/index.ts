@@ -7,14 +7,16 @@
 import type { Usage } from '../../src/contracts.js';
 import { definePlugin } from '../../src/contracts.js';
 import type { Exchange } from '../../src/exchange.js';
-import { deliveredOutput } from '../../src/pipeline.js';
+import { deliveredOutput, deliveredScale } from '../../src/pipeline.js';
 import { estimateTokens } from '../../src/tokens.js';
 
 export function estimateUsage(ex: Exchange): Usage {
+  // Streams keep only a sample of what they delivered, and how much more there was.
   const delivered = ex.get(deliveredOutput)?.() ?? '';
+  const scale = ex.get(deliveredScale)?.() ?? 1;
   return {
     inputTokens: estimateTokens(ex.codec.promptText(ex)),
-    outputTokens: estimateTokens(delivered),
+    outputTokens: Math.round(estimateTokens(delivered) * scale),
     estimated: true,
   };
 }
@@ -24,7 +26,7 @@ export default definePlugin(({ store }) => ({
   done(ex) {
     if (ex.endpoint.kind !== 'generate') return;
     // Estimate only what reached the upstream: a request refused here consumed nothing.
-    if (!ex.usage && ex.upstream && (ex.status === 200 || ex.outcome === 'aborted')) ex.usage = estimateUsage(ex);
+    if (!ex.usage && ex.upstream && (ex.status === 200 || ex.aborted || ex.outcome === 'shutdown')) ex.usage = estimateUsage(ex);
     store.recordUsage({
       time: ex.createdAt,
       requestId: ex.id,
