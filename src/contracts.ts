@@ -7,7 +7,6 @@ import type { GatewayError } from './errors.js';
 import type { Exchange } from './exchange.js';
 import type { Config, FamilyMode, ModelConfig } from './config.js';
 import type { Store } from './store/store.js';
-import type { JsonHandler } from './server.js';
 import type * as canonical from './canonical.js';
 
 /** Token usage in family-neutral terms. Output tokens include reasoning tokens. */
@@ -186,3 +185,25 @@ export type PluginFactory = (ctx: BootContext) => Plugin | Promise<Plugin>;
 export function definePlugin(factory: PluginFactory): PluginFactory {
   return factory;
 }
+
+/** A plain HTTP route outside the model families (the admin API, the console). */
+export interface JsonRequest {
+  method: string;
+  path: string;
+  query: URLSearchParams;
+  headers: Record<string, string>;
+  body: Buffer;
+  remoteAddress: string;
+}
+
+export interface JsonReply {
+  status: number;
+  /** Sent as JSON. */
+  body?: unknown;
+  /** Sent as it is, instead of `body`. */
+  raw?: { contentType: string; data: Buffer | string };
+  /** A list sends the header once per value (Set-Cookie). */
+  headers?: Record<string, string | string[]>;
+}
+
+export type JsonHandler = (req: JsonRequest) => JsonReply | Promise<JsonReply>;

@@ -11,6 +11,7 @@ import type { Event, Response } from './canonical.js';
 import type { ClientStream, Codec, Plugin, PhaseResult, ResponseSink, Upstream, UpstreamCall, UpstreamRequest, Usage } from './contracts.js';
 import { GatewayError, asGatewayError } from './errors.js';
 import { StateKey, type Exchange, type Outcome } from './exchange.js';
+import { echoed } from './request-caps.js';
 import { SseSplitter, frameData } from './sse.js';
 
 /** What the pipeline needs from the client's side of the connection to answer one exchange. */
@@ -221,7 +222,7 @@ export class Pipeline {
     ex.stage = 'decoded';
     ex.model = this.models.get(ex.modelId);
     if (!ex.model) {
-      throw new GatewayError('model_not_found', `The model \`${ex.modelId}\` does not exist or you do not have access to it.`, 'model');
+      throw new GatewayError('model_not_found', `The model \`${echoed(ex.modelId)}\` does not exist or you do not have access to it.`, 'model');
     }
     this.then(ex, res, this.phase('admit', ex, res), () => {
       ex.stage = 'admitted';

@@ -8,33 +8,11 @@ import { STATUS_CODES } from 'node:http';
 import uWS from 'uWebSockets.js';
 import type { Logger } from 'pino';
 import type { Config } from './config.js';
-import type { Codec } from './contracts.js';
+import type { Codec, JsonHandler, JsonReply } from './contracts.js';
 import { GatewayError } from './errors.js';
 import { Exchange } from './exchange.js';
 import type { ClientResponse, Pipeline } from './pipeline.js';
 import { addSocketRoutes, type OpenSockets } from './socket.js';
-
-/** A plain HTTP route outside the model families (the admin API, the console). */
-export interface JsonRequest {
-  method: string;
-  path: string;
-  query: URLSearchParams;
-  headers: Record<string, string>;
-  body: Buffer;
-  remoteAddress: string;
-}
-
-export interface JsonReply {
-  status: number;
-  /** Sent as JSON. */
-  body?: unknown;
-  /** Sent as it is, instead of `body`. */
-  raw?: { contentType: string; data: Buffer | string };
-  /** A list sends the header once per value (Set-Cookie). */
-  headers?: Record<string, string | string[]>;
-}
-
-export type JsonHandler = (req: JsonRequest) => JsonReply | Promise<JsonReply>;
 
 export interface ServerOptions {
   host: string;

@@ -8,7 +8,7 @@ import { extname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { gzipSync } from 'node:zlib';
 import { definePlugin } from '../../src/contracts.js';
-import type { JsonReply } from '../../src/server.js';
+import type { JsonReply } from '../../src/contracts.js';
 
 const root = fileURLToPath(new URL('../../../', import.meta.url));
 

@@ -5,7 +5,7 @@
  * Wrong tokens are throttled (throttle.ts), state-changing calls must come from an allowed
  * origin (origin.ts), and cookies are `Secure` when a trusted proxy says the client used TLS.
  */
-import type { JsonHandler, JsonReply, JsonRequest } from '../server.js';
+import type { JsonHandler, JsonReply, JsonRequest } from '../contracts.js';
 import type { ForwardedView, TrustedProxies } from '../trusted-proxies.js';
 import { checkOrigin, normalizeOrigin } from './origin.js';
 import { AdminError, type AdminService } from './service.js';
