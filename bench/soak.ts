@@ -84,7 +84,7 @@ models:
       if (done) break;
       tail = (tail + Buffer.from(value!).toString()).slice(-4000);
     }
-    const failed = /"error"|response\.failed|"status":"(INTERNAL|UNAVAILABLE)"/.test(tail);
+    const failed = /"error":\s*\{|response\.failed/.test(tail);
     return `${res.status}${res.status === 200 && failed ? ' stream failed' : ''}`;
   };
 
