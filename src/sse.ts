@@ -91,15 +91,22 @@ export class SseSplitter {
 
   /** Finds the end of the carried frame in `chunk`, looking only at the seam and then the chunk. */
   private endOfStraddlingFrame(chunk: Buffer): number {
-    const last: number[] = [];
-    for (let i = this.tail.length - 1; i >= 0 && last.length < 3; i--) {
-      const part = this.tail[i]!;
-      for (let j = part.length - 1; j >= 0 && last.length < 3; j--) last.unshift(part[j]!);
-    }
-    const seam = Buffer.concat([Buffer.from(last), chunk.subarray(0, 3)]);
+    const lastPart = this.tail[this.tail.length - 1]!;
+    const before = lastPart.length >= 3 || this.tail.length === 1 ? lastPart.subarray(Math.max(0, lastPart.length - 3)) : this.lastTailBytes(3);
+    const seam = Buffer.concat([before, chunk.subarray(0, 3)]);
     const inSeam = this.frameEnd(seam, 0);
-    if (inSeam > last.length) return inSeam - last.length;
+    if (inSeam > before.length) return inSeam - before.length;
     return this.frameEnd(chunk, 0);
+  }
+
+  /** The last `n` carried bytes, when they span several tiny pieces. */
+  private lastTailBytes(n: number): Buffer {
+    const bytes: number[] = [];
+    for (let i = this.tail.length - 1; i >= 0 && bytes.length < n; i--) {
+      const part = this.tail[i]!;
+      for (let j = part.length - 1; j >= 0 && bytes.length < n; j--) bytes.unshift(part[j]!);
+    }
+    return Buffer.from(bytes);
   }
 }
 
