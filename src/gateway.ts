@@ -100,8 +100,16 @@ export interface Gateway {
 
 export async function startGateway(config: Config, log: Logger): Promise<Gateway> {
   const store = openStore(config.dataDir, { owner: true, fsync: config.usage.journalFsync, log });
-  const { token: adminToken, generated } = resolveAdminToken(config.dataDir, config.adminToken);
-  const loaded = await loadPlugins(config, store, log);
+  let loaded: Loaded;
+  let adminToken: string;
+  let generated: boolean;
+  try {
+    ({ token: adminToken, generated } = resolveAdminToken(config.dataDir, config.adminToken));
+    loaded = await loadPlugins(config, store, log);
+  } catch (err) {
+    store.close();
+    throw err;
+  }
   const { plugins, codecs, upstreams } = loaded;
 
   const models = new Map<string, ModelConfig>(config.models.map((m) => [m.id, m]));
@@ -115,9 +123,12 @@ export async function startGateway(config: Config, log: Logger): Promise<Gateway
     maxEventBytes: config.server.maxEventBytes,
   });
   const release = async () => {
-    for (const plugin of plugins) await plugin.close?.();
-    await Promise.all([...upstreams.values()].map((u) => u.close?.()));
-    store.close();
+    try {
+      for (const plugin of plugins) await plugin.close?.();
+      await Promise.all([...upstreams.values()].map((u) => u.close?.()));
+    } finally {
+      store.close();
+    }
   };
   let server: Awaited<ReturnType<typeof startServer>>;
   try {

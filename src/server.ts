@@ -5,7 +5,7 @@
  */
 import { createServer } from 'node:net';
 import { STATUS_CODES } from 'node:http';
-import uWS from 'uWebSockets.js';
+import uWS, { type HttpRequest, type HttpResponse, type us_listen_socket } from './uws.js';
 import type { Logger } from 'pino';
 import type { Config } from './config.js';
 import type { Codec, JsonHandler, JsonReply } from './contracts.js';
@@ -46,8 +46,13 @@ export function assertNativeUws(): void {
 
 const statusLine = (status: number) => `${status} ${STATUS_CODES[status] ?? ''}`;
 
-/** Writes are handed to uWS in slices of this size, so what it holds when the client is slow stays small. */
-const SLICE_BYTES = 16 * 1024;
+/**
+ * Writes are handed to uWS in slices of this size: one slice and its chunk framing fit uWS's 16 KB
+ * cork buffer (one syscall each), and what uWS holds when the client is slow stays small.
+ */
+const SLICE_BYTES = 16 * 1024 - 64;
+/** A stream that has written nothing for this long gets a filler (see UwsResponse). */
+const HEARTBEAT_MS = 5000;
 /** Replies larger than this are sent in slices (chunked) like a stream, so a slow reader is not cut. */
 const LARGE_REPLY_BYTES = 64 * 1024;
 /** Body bytes that may arrive before the headers are accepted; past them the upload is paused. */
@@ -55,15 +60,15 @@ const EARLY_BYTES = 64 * 1024;
 /** Admin and console bodies are small; they are read before the admin token is checked. */
 const MAX_JSON_ROUTE_BODY_BYTES = 1024 * 1024;
 
-/** What every response of one server shares: limits, the body budget, the writers waiting on slow clients. */
+/** What every response of one server shares: limits, the body budget, the writers under way. */
 interface ServerContext {
   pipeline: Pipeline;
   maxBodyBytes: number;
   maxInFlightBodyBytes: number;
   bodyBytesInFlight: number;
   writeStallMs: number;
-  /** Responses whose client has not taken what was written; probed by one timer. */
-  blocked: Set<UwsResponse>;
+  /** Streams and large replies under way: one timer probes those whose client is behind and heartbeats the quiet ones. */
+  writers: Set<UwsResponse>;
 }
 
 export function startServer(options: ServerOptions): Promise<RunningServer> {
@@ -80,12 +85,12 @@ export function startServer(options: ServerOptions): Promise<RunningServer> {
     maxInFlightBodyBytes: limits.maxInFlightBodyBytes,
     bodyBytesInFlight: 0,
     writeStallMs: limits.writeStallMs,
-    blocked: new Set(),
+    writers: new Set(),
   };
   const probeMs = Math.max(50, Math.min(1000, Math.floor(limits.writeStallMs / 8)));
   const prober = setInterval(() => {
     const now = Date.now();
-    for (const writer of context.blocked) writer.probe(now);
+    for (const writer of context.writers) writer.tick(now);
   }, probeMs).unref();
 
   const overloaded = () => pipeline.inFlight.size + sockets.size >= limits.maxConnections;
@@ -119,7 +124,7 @@ export function startServer(options: ServerOptions): Promise<RunningServer> {
   }
 
   for (const [prefix, handler] of Object.entries(options.jsonRoutes ?? {})) {
-    const route = (res: uWS.HttpResponse, req: uWS.HttpRequest) => {
+    const route = (res: HttpResponse, req: HttpRequest) => {
       const method = req.getMethod().toUpperCase();
       const path = req.getUrl();
       const query = new URLSearchParams(req.getQuery() ?? '');
@@ -133,7 +138,11 @@ export function startServer(options: ServerOptions): Promise<RunningServer> {
             log.error({ err }, 'json route failed');
             return { status: 500, body: { error: { message: 'internal error', code: 'internal_error' } } };
           })
-          .then((reply) => writer.send(reply));
+          .then((reply) => writer.send(reply, false, method === 'HEAD'))
+          .catch((err) => {
+            log.error({ err }, 'json route reply failed');
+            writer.send({ status: 500, body: { error: { message: 'internal error', code: 'internal_error' } } });
+          });
       };
       if (method === 'GET' || method === 'DELETE' || method === 'HEAD') return answer(Buffer.alloc(0));
       const framing = bodyFraming(headers, repeated, MAX_JSON_ROUTE_BODY_BYTES);
@@ -162,7 +171,7 @@ export function startServer(options: ServerOptions): Promise<RunningServer> {
     // Exclusive: a second Sluice on the same port fails here instead of silently taking half the traffic.
     // Not in the 20.30 type declarations, but in the binary.
     const exclusive = (uWS as unknown as { LIBUS_LISTEN_EXCLUSIVE_PORT: number }).LIBUS_LISTEN_EXCLUSIVE_PORT;
-    const listen = app.listen as unknown as (host: string, port: number, options: number, done: (socket: uWS.us_listen_socket | false) => void) => void;
+    const listen = app.listen as unknown as (host: string, port: number, options: number, done: (socket: us_listen_socket | false) => void) => void;
     listen.call(app, options.host, options.port, exclusive, (socket) => {
       if (!socket) {
         clearInterval(prober);
@@ -202,7 +211,7 @@ function whyCannotListen(host: string, port: number): Promise<string> {
   });
 }
 
-function copyHeaders(req: uWS.HttpRequest): { headers: Record<string, string>; repeated: Set<string> | undefined } {
+function copyHeaders(req: HttpRequest): { headers: Record<string, string>; repeated: Set<string> | undefined } {
   const headers: Record<string, string> = {};
   let repeated: Set<string> | undefined;
   req.forEach((k, v) => {
@@ -250,7 +259,7 @@ class BodyReader {
   private onRefused: ((err: GatewayError) => void) | undefined;
 
   constructor(
-    private readonly res: uWS.HttpResponse,
+    private readonly res: HttpResponse,
     private readonly declared: number | undefined,
     private readonly limit: number,
   ) {
@@ -314,47 +323,55 @@ class BodyReader {
  * racing ahead.
  *
  * Backpressure: uWS 20.30 closes a connection 10 s after a write it could not complete unless the
- * socket reports writable again, and a slowly reading client can take longer than that to free
- * enough room. So writes go to uWS in slices; when one is refused, the socket is paused (which
- * disarms that timeout), the upstream waits, and a timer probes the client every so often with
- * one more byte (or, in an event stream, an SSE comment): uWS first tries to pass on what it holds,
- * so an accepted probe means the client took everything. No accepted probe for `writeStallMs`
- * means the client stopped reading: it is cut and the exchange ends as `client_stalled`.
+ * socket reports writable in time, and a slowly reading client can take far longer than that to
+ * free enough room. So writes go to uWS in slices small enough for one corked syscall each; when
+ * one is refused, the socket is paused (which disarms that timeout; every refused write re-arms
+ * it, so every one is followed by a pause), the upstream waits, and a timer probes the client with
+ * one more byte of what waits or, in a stream, a filler (an SSE comment, or a space between JSON
+ * elements: every stream write ends at an event boundary). uWS first tries to pass on what it
+ * holds, so an accepted probe means the client took everything. No accepted probe for
+ * `writeStallMs`: the client is cut and the exchange ends as `client_stalled`. A stream that has
+ * written nothing for HEARTBEAT_MS gets a filler too, which also finds a refusal uWS did not
+ * report (a corked write can look accepted) and a client that left while the upstream was quiet.
  */
 class UwsResponse implements ClientResponse {
   /** The response is complete or the connection is gone: nothing more is written. */
   private closed = false;
   private pendingHead: { status: number; headers: Record<string, string> } | undefined;
   private readonly body: BodyReader | undefined;
-  private bodyWanted = false;
   private bodyReserved = 0;
-  private socketPaused = false;
+  /** Paused (see begin): resumed when the response ends. */
+  private paused = false;
   /** Bytes uWS has not been given yet because the client is behind. */
   private readonly held: Buffer[] = [];
   /** What a refused write could not hand over, for the caller to hold. */
   private unsent: Buffer | undefined;
   private blocked = false;
   private lastProgress = 0;
-  private eventStream = false;
+  /** A harmless write between events, for probes and heartbeats; undefined for a plain body. */
+  private filler: string | undefined;
+  /** Writes so far, and what the heartbeat saw last time, so a write costs no clock read. */
+  private writes = 0;
+  private seenWrites = -1;
+  private quietSince = 0;
   private ending = false;
   private resumeUpstream: (() => void) | undefined;
 
   constructor(
-    private readonly res: uWS.HttpResponse,
+    private readonly res: HttpResponse,
     private readonly context: ServerContext,
     private readonly ex: Exchange,
-    framing: BodyFraming,
+    private readonly framing: BodyFraming,
   ) {
     res.onAborted(() => {
       this.closed = true;
-      context.blocked.delete(this);
+      this.forget();
       context.pipeline.interrupt(ex, this, 'aborted');
     });
     if (ex.endpoint.method === 'post' && !framing.error) this.body = new BodyReader(res, framing.length, context.maxBodyBytes);
   }
 
   readBody(onBody: (body: Buffer) => void, onRefused: (err: GatewayError) => void): void {
-    this.bodyWanted = true;
     const reserve = this.body?.complete ? 0 : Number(this.ex.headers['content-length'] ?? this.context.maxBodyBytes);
     if (this.context.bodyBytesInFlight + reserve > this.context.maxInFlightBodyBytes) {
       return onRefused(new GatewayError('overloaded', 'Too many request bodies are being received; try again shortly.', null, undefined, undefined, 1));
@@ -375,7 +392,7 @@ class UwsResponse implements ClientResponse {
     if (this.closed) return;
     if (body.length > LARGE_REPLY_BYTES) {
       const bytes = typeof body === 'string' ? Buffer.from(body) : body;
-      this.startStream(status, headers);
+      this.begin(status, headers, undefined);
       // The last byte is kept for end(), so a reply held back by a slow client always has a byte to probe with.
       this.write(bytes.subarray(0, bytes.length - 1));
       this.end(bytes.subarray(bytes.length - 1));
@@ -383,22 +400,21 @@ class UwsResponse implements ClientResponse {
     }
     this.closed = true;
     // A reply sent before the body was read leaves unread bytes on the connection: close it.
-    const closeConnection = this.body !== undefined && !this.body.complete;
+    const closeConnection = this.framing.error !== undefined || (this.body !== undefined && !this.body.complete);
     this.res.cork(() => {
       this.head(status, headers);
       this.res.end(body, closeConnection);
     });
   }
 
-  /** The head waits for the first body bytes so both leave in one packet. */
   startStream(status: number, headers: Record<string, string>): void {
-    if (this.closed) return;
-    this.pendingHead = { status, headers };
-    this.eventStream = headers['content-type']?.startsWith('text/event-stream') ?? false;
+    const type = headers['content-type'] ?? '';
+    this.begin(status, headers, type.startsWith('text/event-stream') ? ':\n\n' : type.startsWith('application/json') ? ' ' : undefined);
   }
 
   write(bytes: string | Buffer): boolean {
     if (this.closed) return true;
+    this.writes++;
     if (this.blocked) {
       this.held.push(typeof bytes === 'string' ? Buffer.from(bytes) : bytes);
       return false;
@@ -427,16 +443,50 @@ class UwsResponse implements ClientResponse {
       return;
     }
     this.closed = true;
+    this.forget();
     this.res.cork(() => {
       this.flushHead();
-      if (this.socketPaused) this.res.resume();
+      // Reading again, for the next request on this connection (end(…, true) would write its
+      // Connection header into the chunked body).
+      if (this.paused) this.res.resume();
       this.res.end(bytes);
     });
   }
 
+  /** Called by the server's timer: probes a client that is behind, or sends a heartbeat on a quiet stream. */
+  tick(now: number): void {
+    if (this.closed) return this.forget();
+    if (this.blocked) return this.probe(now);
+    if (this.writes !== this.seenWrites) {
+      this.seenWrites = this.writes;
+      this.quietSince = now;
+    } else if (this.filler && now - this.quietSince >= HEARTBEAT_MS) {
+      this.quietSince = now;
+      this.write(this.filler);
+    }
+  }
+
+  /** Status and headers now (sent with the first bytes); from here on writes may be held back. */
+  private begin(status: number, headers: Record<string, string>, filler: string | undefined): void {
+    if (this.closed) return;
+    this.pendingHead = { status, headers };
+    this.filler = filler;
+    this.context.writers.add(this);
+    // Paused for the whole response: no request body is left to read, uWS's fixed write timeout
+    // stays disarmed, and pausing now, while uWS holds nothing, is what lets resume() restore
+    // reading for the next request at the end (uWS keeps the events a pause saw per buffer state).
+    this.res.pause();
+    this.paused = true;
+    // With a handler of ours, a writable event disarms uWS's timeout instead of re-arming it.
+    this.res.onWritable(() => {
+      if (this.blocked) this.progress();
+      else if (this.filler && !this.closed) this.write(this.filler); // uWS leaves draining to the handler
+      return true;
+    });
+  }
+
   /** One probe of a client that is behind (see the class comment). */
-  probe(now: number): void {
-    if (this.closed) return void this.context.blocked.delete(this);
+  private probe(now: number): void {
     if (now - this.lastProgress >= this.context.writeStallMs) return this.stalled();
     let probe: Buffer | string;
     const first = this.held[0];
@@ -444,53 +494,47 @@ class UwsResponse implements ClientResponse {
       probe = first.subarray(0, 1);
       if (first.length > 1) this.held[0] = first.subarray(1);
       else this.held.shift();
-    } else if (this.eventStream) {
-      // Every write ends at an event boundary, so a comment here is one more (ignored) event.
-      probe = ':\n\n';
+    } else if (this.filler) {
+      probe = this.filler;
     } else {
       return;
     }
-    let taken = false;
-    this.res.cork(() => (taken = this.res.write(probe)));
-    if (taken) this.progress();
+    if (this.corkedWrite(probe)) this.progress();
+    else this.res.pause();
   }
 
-  /** Hands bytes to uWS in slices; false when it could not pass them all on, with the rest in `unsent`. */
+  /** Hands bytes to uWS slice by slice; false when it could not pass them all on, with the rest in `unsent`. */
   private send(bytes: string | Buffer): boolean {
-    let ok = true;
     this.unsent = undefined;
+    if (bytes.length <= SLICE_BYTES) return this.corkedWrite(bytes);
+    const buf = typeof bytes === 'string' ? Buffer.from(bytes) : bytes;
+    for (let at = 0; at < buf.length; at += SLICE_BYTES) {
+      if (!this.corkedWrite(buf.subarray(at, at + SLICE_BYTES))) {
+        if (at + SLICE_BYTES < buf.length) this.unsent = buf.subarray(at + SLICE_BYTES);
+        return false;
+      }
+    }
+    return true;
+  }
+
+  /** One corked write: it and its chunk framing fit uWS's cork buffer, so it leaves in one syscall. */
+  private corkedWrite(bytes: string | Buffer): boolean {
+    let ok = true;
+    if (this.pendingHead && bytes.length > SLICE_BYTES / 2) this.res.cork(() => this.flushHead());
     this.res.cork(() => {
       this.flushHead();
-      if (bytes.length <= SLICE_BYTES) {
-        ok = this.res.write(bytes);
-        return;
-      }
-      const buf = typeof bytes === 'string' ? Buffer.from(bytes) : bytes;
-      for (let at = 0; at < buf.length; at += SLICE_BYTES) {
-        if (!this.res.write(buf.subarray(at, at + SLICE_BYTES))) {
-          ok = false;
-          if (at + SLICE_BYTES < buf.length) this.unsent = buf.subarray(at + SLICE_BYTES);
-          return;
-        }
-      }
+      ok = this.res.write(bytes);
     });
     return ok;
   }
 
   private block(): void {
-    if (!this.blocked) {
-      this.blocked = true;
-      this.lastProgress = Date.now();
-      this.context.blocked.add(this);
-      this.res.onWritable(() => {
-        this.progress();
-        return true;
-      });
-    }
-    if (!this.socketPaused) {
-      this.res.pause();
-      this.socketPaused = true;
-    }
+    // Every refused write re-arms uWS's fixed timeout; pausing disarms it again.
+    this.res.pause();
+    this.paused = true;
+    if (this.blocked) return;
+    this.blocked = true;
+    this.lastProgress = Date.now();
   }
 
   /** The client took everything uWS held: pass on what waits, then let the upstream go on. */
@@ -501,11 +545,11 @@ class UwsResponse implements ClientResponse {
       const next = this.held.shift()!;
       if (!this.send(next)) {
         if (this.unsent) this.held.unshift(this.unsent);
+        this.res.pause();
         return;
       }
     }
     this.blocked = false;
-    this.context.blocked.delete(this);
     if (this.ending) return this.end();
     const resume = this.resumeUpstream;
     this.resumeUpstream = undefined;
@@ -513,10 +557,14 @@ class UwsResponse implements ClientResponse {
   }
 
   private stalled(): void {
-    this.context.blocked.delete(this);
     this.closed = true;
+    this.forget();
     this.context.pipeline.interrupt(this.ex, this, 'client_stalled');
     this.res.close();
+  }
+
+  private forget(): void {
+    this.context.writers.delete(this);
   }
 
   private releaseBody(): void {
@@ -541,13 +589,12 @@ class UwsResponse implements ClientResponse {
 class JsonWriter {
   private closed = false;
 
-  constructor(private readonly res: uWS.HttpResponse) {
+  constructor(private readonly res: HttpResponse) {
     res.onAborted(() => (this.closed = true));
   }
 
-  send(reply: JsonReply, closeConnection = false): void {
+  send(reply: JsonReply, closeConnection = false, headOnly = false): void {
     if (this.closed) return;
-    this.closed = true;
     const [contentType, data] = reply.raw
       ? [reply.raw.contentType, reply.raw.data]
       : ['application/json', reply.body === undefined ? '' : JSON.stringify(reply.body)];
@@ -557,7 +604,10 @@ class JsonWriter {
         const value = reply.headers[name]!;
         for (const one of Array.isArray(value) ? value : [value]) this.res.writeHeader(name, one);
       }
-      this.res.end(data, closeConnection);
+      if (headOnly) this.res.endWithoutBody(Buffer.byteLength(data), closeConnection);
+      else this.res.end(data, closeConnection);
     });
+    // Only once written: a reply that failed to serialise can still be answered with a 500.
+    this.closed = true;
   }
 }

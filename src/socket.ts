@@ -6,7 +6,7 @@
  * exchange in flight. Sockets are capped in number, idle time (with pings) and lifetime.
  */
 import { STATUS_CODES } from 'node:http';
-import uWS from 'uWebSockets.js';
+import uWS, { type HttpRequest, type HttpResponse, type TemplatedApp, type WebSocket } from './uws.js';
 import type { WebSocketLimits } from './config.js';
 import type { Codec, SocketProtocol } from './contracts.js';
 import { GatewayError, asGatewayError, type ErrorCode } from './errors.js';
@@ -18,8 +18,11 @@ import { SseSplitter, frameData } from './sse.js';
 const BACKPRESSURE_BYTES = 64 * 1024;
 /** uWS drops a message beyond this much queued; the pause above keeps far below it. */
 const MAX_BACKPRESSURE_BYTES = 16 * 1024 * 1024;
-/** Messages a socket may have waiting behind the one running. */
+/** Messages a socket may have waiting behind the one running, and their bytes. */
 const MAX_QUEUED = 16;
+const MAX_QUEUED_BYTES = 4 * 1024 * 1024;
+/** A client with this much unread is not reading at all: it gets no more answers, it is closed. */
+const MAX_UNREAD_BYTES = 1024 * 1024;
 
 /** The open sockets of a server, for the connection cap and for closing them at shutdown. */
 export type OpenSockets = Set<{ close(code: number, reason: string): void }>;
@@ -29,6 +32,7 @@ interface Connection {
   handle: { close(code: number, reason: string): void };
   state: unknown;
   queue: string[];
+  queuedBytes: number;
   busy: boolean;
   closed: boolean;
   /** The lifetime is over: close once the exchange in flight is done. */
@@ -46,24 +50,24 @@ export interface SocketOptions {
   limits: WebSocketLimits;
   maxMessageBytes: number;
   writeStallMs: number;
-  copyHeaders(req: uWS.HttpRequest): Record<string, string>;
+  copyHeaders(req: HttpRequest): Record<string, string>;
   sockets: OpenSockets;
   /** Why a new socket must be refused now (shutdown, overload), if it must. */
   refuse(): ErrorCode | undefined;
 }
 
-export function addSocketRoutes(app: uWS.TemplatedApp, codec: Codec, pipeline: Pipeline, options: SocketOptions): void {
+export function addSocketRoutes(app: TemplatedApp, codec: Codec, pipeline: Pipeline, options: SocketOptions): void {
   const protocol = codec.socket;
   const generate = codec.endpoints.find((e) => e.kind === 'generate');
   if (!protocol || !generate) return;
   const { limits, sockets } = options;
-  const blocked = new Set<uWS.WebSocket<Connection>>();
+  const blocked = new Set<WebSocket<Connection>>();
   const stallCheck = setInterval(() => {
     const now = Date.now();
     for (const ws of blocked) checkStall(ws, now);
   }, Math.max(50, Math.min(1000, Math.floor(options.writeStallMs / 8)))).unref();
 
-  const checkStall = (ws: uWS.WebSocket<Connection>, now: number) => {
+  const checkStall = (ws: WebSocket<Connection>, now: number) => {
     const connection = ws.getUserData();
     if (connection.closed) return void blocked.delete(ws);
     const queued = ws.getBufferedAmount();
@@ -74,11 +78,14 @@ export function addSocketRoutes(app: uWS.TemplatedApp, codec: Codec, pipeline: P
     if (queued < BACKPRESSURE_BYTES) return void blocked.delete(ws);
     if (now - connection.blockedSince < options.writeStallMs) return;
     blocked.delete(ws);
+    // Closed first, so the interrupted turn's end does not start the next queued one.
+    connection.closed = true;
+    connection.queue.length = 0;
     if (connection.current) pipeline.interrupt(connection.current.ex, connection.current.res, 'client_stalled');
     ws.close();
   };
 
-  const expire = (ws: uWS.WebSocket<Connection>) => {
+  const expire = (ws: WebSocket<Connection>) => {
     const connection = ws.getUserData();
     const err = new GatewayError(
       'invalid_request',
@@ -93,12 +100,13 @@ export function addSocketRoutes(app: uWS.TemplatedApp, codec: Codec, pipeline: P
   };
 
   /** Runs the next queued message, if none is running. */
-  const pump = (ws: uWS.WebSocket<Connection>): void => {
+  const pump = (ws: WebSocket<Connection>): void => {
     const connection = ws.getUserData();
     if (connection.busy || connection.closed) return;
     if (connection.expiring) return expire(ws);
     const message = connection.queue.shift();
     if (message === undefined) return;
+    connection.queuedBytes -= message.length;
     const ex = new Exchange(codec, generate, 'POST', generate.path, '', connection.headers, []);
     try {
       ex.body = protocol.request(message, connection.state);
@@ -146,6 +154,7 @@ export function addSocketRoutes(app: uWS.TemplatedApp, codec: Codec, pipeline: P
             handle: { close() {} },
             state: protocol.open(),
             queue: [],
+            queuedBytes: 0,
             busy: false,
             closed: false,
             expiring: false,
@@ -166,11 +175,14 @@ export function addSocketRoutes(app: uWS.TemplatedApp, codec: Codec, pipeline: P
       },
       message(ws, message, isBinary) {
         const connection = ws.getUserData();
+        if (ws.getBufferedAmount() > MAX_UNREAD_BYTES) return void ws.end(1008, 'the client is not reading');
         if (isBinary) return void send(ws, protocol.error(new GatewayError('invalid_request', 'Send JSON text frames, not binary ones.')));
-        if (connection.queue.length >= MAX_QUEUED) {
-          return void send(ws, protocol.error(new GatewayError('rate_limit_exceeded', `More than ${MAX_QUEUED} messages are waiting on this socket; wait for a response to finish.`)));
+        if (connection.queue.length >= MAX_QUEUED || (connection.queue.length > 0 && connection.queuedBytes + message.byteLength > MAX_QUEUED_BYTES)) {
+          return void send(ws, protocol.error(new GatewayError('rate_limit_exceeded', `Too many messages are waiting on this socket (at most ${MAX_QUEUED}, ${MAX_QUEUED_BYTES} bytes); wait for a response to finish.`)));
         }
-        connection.queue.push(Buffer.from(message).toString('utf8'));
+        const text = Buffer.from(message).toString('utf8');
+        connection.queuedBytes += text.length;
+        connection.queue.push(text);
         pump(ws);
       },
       drain(ws) {
@@ -195,7 +207,7 @@ export function addSocketRoutes(app: uWS.TemplatedApp, codec: Codec, pipeline: P
   }
 }
 
-function send(ws: uWS.WebSocket<Connection>, text: string): boolean {
+function send(ws: WebSocket<Connection>, text: string): boolean {
   if (ws.getUserData().closed) return true;
   let status = 1;
   ws.cork(() => (status = ws.send(text, false)));
@@ -203,7 +215,7 @@ function send(ws: uWS.WebSocket<Connection>, text: string): boolean {
 }
 
 /** The pipeline's view of one exchange on a socket: stream frames become messages. */
-function socketResponse(ws: uWS.WebSocket<Connection>, protocol: SocketProtocol, blocked: Set<uWS.WebSocket<Connection>>, finished: () => void): ClientResponse {
+function socketResponse(ws: WebSocket<Connection>, protocol: SocketProtocol, blocked: Set<WebSocket<Connection>>, finished: () => void): ClientResponse {
   const connection = ws.getUserData();
   const splitter = new SseSplitter();
   const sendEvents = (bytes: string | Buffer) => {
@@ -253,7 +265,7 @@ function socketResponse(ws: uWS.WebSocket<Connection>, protocol: SocketProtocol,
 }
 
 /** Answers a refused upgrade as plain HTTP. */
-function httpReply(res: uWS.HttpResponse, aborted: () => boolean): ClientResponse {
+function httpReply(res: HttpResponse, aborted: () => boolean): ClientResponse {
   const reply = (status: number, headers: Record<string, string>, body: string | Buffer) => {
     if (aborted()) return;
     res.cork(() => {

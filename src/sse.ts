@@ -58,6 +58,11 @@ export class SseSplitter {
     if (start < chunk.length) this.carry(chunk.subarray(start));
   }
 
+  /** The blank line that ends this stream's frames (LF LF until one was seen). */
+  delimiterOrDefault(): Buffer {
+    return this.delimiter ?? LF_LF;
+  }
+
   /** Whatever remains when the upstream ends without a closing blank line. */
   flush(): Buffer | null {
     const rest = this.tailBytes > 0 ? Buffer.concat(this.tail, this.tailBytes) : null;
@@ -159,4 +164,28 @@ export function hasObjectField(frame: Buffer, quotedKey: Buffer): boolean {
     if (frame[i] === 0x7b) return true;
   }
   return false;
+}
+
+/** How an event stream's first line can start: a field (`data:`, `event:`, `id:`, `retry:`) or a comment. */
+const SSE_STARTS = ['data:', 'event:', 'id:', 'retry:', ':'].map((s) => Buffer.from(s));
+/** Leading blank lines looked through before a body is taken for something else. */
+const SNIFF_BYTES = 1024;
+
+/**
+ * Whether a body that was not labelled `text/event-stream` is one anyway (self-hosted servers send
+ * SSE as `text/plain`): its first line starts like an SSE field or comment. Undefined until the
+ * first bytes decide it.
+ */
+export function sniffEventStream(head: Buffer): boolean | undefined {
+  let i = head[0] === 0xef && head[1] === 0xbb && head[2] === 0xbf ? 3 : 0;
+  while (i < head.length && (head[i] === LF || head[i] === CR)) i++;
+  if (i === head.length) return head.length > SNIFF_BYTES ? false : undefined;
+  let undecided = false;
+  for (const start of SSE_STARTS) {
+    const n = Math.min(start.length, head.length - i);
+    if (head.compare(start, 0, n, i, i + n) !== 0) continue;
+    if (n === start.length) return true;
+    undecided = true;
+  }
+  return undecided ? undefined : false;
 }

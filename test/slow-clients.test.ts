@@ -81,8 +81,12 @@ t.test('a client that reads slowly for longer than uWS would wait still gets its
   }
   t.comment(`read ${received} bytes in the slow phase`);
   socket.resume();
-  await new Promise((r) => socket.once('end', r).once('close', r));
+  await eventually(() => /0\r\n\r\n$/.test(text), 'the end of the stream', 20_000);
   t.match(text, /data: \[DONE\]\n\n\r\n0\r\n\r\n$/, 'the stream ended properly (and the chunked body too)');
+  // The connection was paused while the client was behind; it serves the next request.
+  socket.write('GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n');
+  await eventually(() => text.includes('"status":"ok"'), 'an answer on the same connection');
+  socket.destroy();
   t.ok(received > 4_000_000, `the whole stream arrived (${received} bytes)`);
   const record = await usageOf(local, await id);
   t.equal(record.outcome, 'finished');
