@@ -94,7 +94,7 @@ export interface Gateway {
   store: Store;
   adminToken: string;
   /** Set only on the first start: shown once, never stored. */
-  firstStart?: { adminTokenGenerated: boolean; demoKey: string };
+  firstStart?: { demoKey: string };
   shutdown(): Promise<void>;
 }
 
@@ -102,9 +102,8 @@ export async function startGateway(config: Config, log: Logger): Promise<Gateway
   const store = openStore(config.dataDir, { owner: true, fsync: config.usage.journalFsync, log });
   let loaded: Loaded;
   let adminToken: string;
-  let generated: boolean;
   try {
-    ({ token: adminToken, generated } = resolveAdminToken(config.dataDir, config.adminToken));
+    ({ token: adminToken } = resolveAdminToken(config.dataDir, config.adminToken));
     loaded = await loadPlugins(config, store, log);
   } catch (err) {
     store.close();
@@ -151,7 +150,7 @@ export async function startGateway(config: Config, log: Logger): Promise<Gateway
   if (store.listGroups().length === 0) {
     store.createGroup({ name: 'default', models: ['*'], families: codecs.map((c) => c.family) });
     const { secret } = store.createKey({ group: 'default', name: 'demo' });
-    firstStart = { adminTokenGenerated: generated, demoKey: secret };
+    firstStart = { demoKey: secret };
   }
 
   let closing: Promise<void> | undefined;

@@ -3,10 +3,11 @@
  * The command line: `serve` runs the gateway; `groups`, `keys` and `usage` manage the data
  * directory directly, with the same rules as the admin API.
  */
+import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { AdminError } from './admin/service.js';
 import { ConfigError, loadConfig, type Config } from './config.js';
-import { adminService, loadPlugins, openStore, startGateway } from './gateway.js';
+import { adminService, loadPlugins, openStore, startGateway, type Gateway } from './gateway.js';
 import { createLogger } from './log.js';
 
 const usage = `Usage: sluice <command> [options]
@@ -54,16 +55,27 @@ class Csv {
 
 const list = (s: string | undefined) => s?.split(',').map((x) => x.trim()).filter(Boolean);
 
+/**
+ * What every start prints: where to go and where the admin token is. Secrets appear only on the
+ * first successful start, the one time they can be shown.
+ */
+function startBanner(config: Config, gateway: Gateway, url: string): string {
+  const tokenFile = join(config.dataDir, 'admin-token');
+  const lines = [`Sluice listening on ${url} (data in ${config.dataDir})`];
+  if (config.plugins.some((p) => p.name === 'console')) lines.push(`  console:     ${url}/console`);
+  if (config.adminToken) lines.push(`  admin token: from ${process.env.SLUICE_ADMIN_TOKEN ? 'SLUICE_ADMIN_TOKEN' : 'the config file (adminToken)'}`);
+  // Also after a first start that failed to listen: that one wrote the file but showed nothing.
+  else if (gateway.firstStart) lines.push(`  admin token: ${gateway.adminToken}   (also in ${tokenFile})`);
+  else lines.push(`  admin token: in ${tokenFile}`);
+  if (gateway.firstStart) lines.push(`  demo key (group "default", shown only now): ${gateway.firstStart.demoKey}`);
+  return lines.join('\n') + '\n';
+}
+
 async function serve(config: Config): Promise<void> {
   const log = createLogger(config.log.level);
   const gateway = await startGateway(config, log);
   const url = `http://${config.server.host}:${gateway.port}`;
-  if (gateway.firstStart) {
-    const lines = [`Sluice first start: data in ${config.dataDir}`];
-    if (gateway.firstStart.adminTokenGenerated) lines.push(`  admin token: ${gateway.adminToken}   (also in ${config.dataDir}/admin-token)`);
-    lines.push(`  demo key (group "default", shown only now): ${gateway.firstStart.demoKey}`);
-    process.stdout.write(lines.join('\n') + '\n');
-  }
+  process.stdout.write(startBanner(config, gateway, url));
   log.info({ url, models: config.models.map((m) => m.id) }, 'sluice listening');
   const stop = (signal: string) => {
     log.info({ signal }, 'shutting down: draining in-flight requests');

@@ -3,7 +3,7 @@
  * and a graceful shutdown that lets a stream finish and loses no usage.
  */
 import { execFile, spawn } from 'node:child_process';
-import { mkdtempSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
@@ -33,7 +33,7 @@ t.test('config errors name the key and the problem', async (t) => {
   const ok = load('upstreams: { a: { kind: openai-chat, baseUrl: "${BASE:-http://127.0.0.1:9/v1}", apiKey: "${KEY}" } }\nmodels: [{ id: m, upstream: a }]', { KEY: 'k1' })();
   t.equal(ok.upstreams.a!.apiKey, 'k1');
   t.equal(ok.upstreams.a!.baseUrl, 'http://127.0.0.1:9/v1');
-  t.same(ok.models[0]!.features, { tools: true, jsonSchema: true, vision: true, temperature: true, reasoning: true, streamUsage: true, serverTools: [] });
+  t.match(ok.models[0]!.features, { tools: true, jsonSchema: true, vision: true, temperature: true, reasoning: true, streamUsage: true, serverTools: [] });
 });
 
 t.test('a bad config file stops start-up with a readable message', async (t) => {
@@ -58,7 +58,9 @@ t.test('serve: first start prints the admin token and a demo key once; graceful 
       if (m) (clearTimeout(timer), resolve(Number(m[1])));
     });
   });
-  t.match(out, /admin token: sluice-admin-/);
+  t.match(out, `Sluice listening on http://127.0.0.1:${port} (data in ${dataDir})`);
+  t.match(out, `console:     http://127.0.0.1:${port}/console`);
+  t.match(out, `admin token: sluice-admin-`);
   demoKey = /demo key[^:]*: (sk-\S+)/.exec(out)![1]!;
   t.equal(statSync(join(dataDir, 'admin-token')).mode & 0o777, 0o600, 'the admin token file is private');
 
@@ -83,13 +85,28 @@ t.test('serve: first start prints the admin token and a demo key once; graceful 
   t.match(usage.records[0], { model: 'sim-chat', completionTokens: 30, outcome: 'finished', streamed: true });
 });
 
-t.test('second start: no new secrets are printed', async (t) => {
-  const child = spawn(process.execPath, [main, 'serve'], { env: { ...env, SLUICE_PORT: '0', SLUICE_LOG_LEVEL: 'info' }, stdio: ['ignore', 'pipe', 'pipe'] });
+/** Starts `serve` with extra environment and returns what it printed up to listening. */
+async function startOutput(extraEnv: Record<string, string> = {}): Promise<string> {
+  const child = spawn(process.execPath, [main, 'serve'], { env: { ...env, SLUICE_PORT: '0', SLUICE_LOG_LEVEL: 'info', ...extraEnv }, stdio: ['ignore', 'pipe', 'pipe'] });
   let out = '';
   await new Promise<void>((resolve) => child.stdout.on('data', (d) => ((out += d), out.includes('sluice listening') && resolve())));
   child.kill('SIGINT');
   await new Promise((r) => child.once('exit', r));
-  t.notMatch(out, /demo key|admin token/);
+  return out;
+}
+
+t.test('later starts print where to go and where the admin token is, but no secret', async (t) => {
+  const adminToken = readFileSync(join(dataDir, 'admin-token'), 'utf8').trim();
+  const out = await startOutput();
+  t.match(out, /Sluice listening on http:\/\/127\.0\.0\.1:\d+ /);
+  t.match(out, /console: +http:\/\/127\.0\.0\.1:\d+\/console/);
+  t.match(out, `admin token: in ${join(dataDir, 'admin-token')}`);
+  t.notOk(out.includes(adminToken), 'the admin token itself is not printed');
+  t.notMatch(out, /demo key|sk-/);
+
+  const fromEnv = await startOutput({ SLUICE_ADMIN_TOKEN: 'an-admin-token-from-the-environment' });
+  t.match(fromEnv, 'admin token: from SLUICE_ADMIN_TOKEN');
+  t.notMatch(fromEnv, /an-admin-token-from-the-environment/);
 });
 
 t.test('CLI: groups and keys on the data dir', async (t) => {
@@ -110,4 +127,17 @@ t.test('CLI: groups and keys on the data dir', async (t) => {
   t.match(inUse.stderr, /still has keys/);
   t.match(await cli('keys', 'delete', key.id), { deleted: true });
   t.match(await cli('groups', 'delete', 'team-a'), { deleted: true });
+});
+
+t.test('`npx sluice` is the installed command, and its output is only its own', async (t) => {
+  const project = join(distRoot, '..');
+  const pkg = JSON.parse(readFileSync(join(project, 'package.json'), 'utf8'));
+  const bin = join(project, pkg.bin.sluice);
+  t.equal(bin, main, 'package.json bin points at the built CLI');
+  t.match(readFileSync(bin, 'utf8'), /^#!\/usr\/bin\/env node\n/, 'with a shebang');
+  t.ok(statSync(bin).mode & 0o111, 'executable');
+  const csv = (await run(process.execPath, [main, 'usage', '--csv'], { env })).stdout;
+  t.match(csv, /^[a-zA-Z]+(,[a-zA-Z]+)+\r\n.*sim-chat/s, 'a CSV header and the recorded request');
+  const viaNpx = await run('npx', ['--no-install', 'sluice', 'usage', '--csv'], { env, cwd: project });
+  t.equal(viaNpx.stdout, csv, 'npx prints exactly the CSV, without a banner');
 });

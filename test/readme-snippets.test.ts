@@ -1,0 +1,83 @@
+/**
+ * The README's snippets, run exactly as printed. A fenced block right after `<!-- test: node -->`
+ * or `<!-- test: sh -->` runs against a gateway on the embedded default (the in-process
+ * simulator) on a free port. Only two things are replaced: `http://127.0.0.1:8080` by that
+ * gateway's URL and the `sk-...` placeholder by its demo key, which every block also gets as
+ * SLUICE_KEY. Each block must exit 0 within a deadline and print no error.
+ */
+import { execFile, execFileSync } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { promisify } from 'node:util';
+import t from 'tap';
+import { loadConfig } from '../src/config.js';
+import { startGateway } from '../src/gateway.js';
+import { createLogger } from '../src/log.js';
+import { distRoot } from './helpers.js';
+
+const run = promisify(execFile);
+const readme = readFileSync(join(distRoot, '../README.md'), 'utf8');
+
+interface Snippet {
+  kind: 'node' | 'sh';
+  line: number;
+  code: string;
+}
+
+const snippets: Snippet[] = [...readme.matchAll(/<!-- test: (node|sh) -->\n```\w*\n([\s\S]*?)\n```/g)].map((m) => ({
+  kind: m[1] as Snippet['kind'],
+  line: readme.slice(0, m.index).split('\n').length + 2,
+  code: m[2]!,
+}));
+
+t.test('every JavaScript block is marked to run, and some shell blocks are', async (t) => {
+  const jsBlocks = [...readme.matchAll(/^```js$/gm)].length;
+  t.ok(jsBlocks > 0, 'the README has JavaScript blocks');
+  t.equal(snippets.filter((s) => s.kind === 'node').length, jsBlocks, 'each js block is preceded by <!-- test: node -->');
+  t.ok(snippets.some((s) => s.kind === 'sh'), 'curl examples are marked <!-- test: sh -->');
+});
+
+const hasCurl = (() => {
+  try {
+    execFileSync('sh', ['-c', 'command -v curl'], { stdio: 'ignore' });
+    return true;
+  } catch {
+    return false;
+  }
+})();
+
+t.test('the snippets run against a gateway on the embedded default', async (t) => {
+  const dataDir = mkdtempSync(join(tmpdir(), 'sluice-readme-'));
+  const config = loadConfig({ env: { SLUICE_PORT: '0', SLUICE_DATA_DIR: dataDir } });
+  const gateway = await startGateway(config, createLogger('silent'));
+  // Inside dist/, so that `openai`, `ws` and `@google/genai` resolve from the project's node_modules.
+  const workDir = mkdtempSync(join(distRoot, 'readme-snippets-'));
+  t.teardown(async () => {
+    await gateway.shutdown();
+    rmSync(dataDir, { recursive: true, force: true });
+    rmSync(workDir, { recursive: true, force: true });
+  });
+  const url = `http://127.0.0.1:${gateway.port}`;
+  const key = gateway.firstStart!.demoKey;
+
+  for (const snippet of snippets) {
+    const name = `README.md line ${snippet.line} (${snippet.kind})`;
+    t.test(name, { skip: snippet.kind === 'sh' && !hasCurl && 'curl is not installed' }, async (t) => {
+      const code = snippet.code.replaceAll('http://127.0.0.1:8080', url).replaceAll('sk-...', key);
+      t.not(code, snippet.code, 'the snippet addresses the gateway at its documented URL');
+      const file = join(workDir, `line-${snippet.line}.${snippet.kind === 'node' ? 'mjs' : 'sh'}`);
+      writeFileSync(file, code);
+      const [command, args] = snippet.kind === 'node' ? [process.execPath, [file]] : ['sh', ['-e', file]];
+      const result: { code?: number | null; signal?: string | null; stdout?: string; stderr?: string } = await run(command, args, {
+        cwd: workDir,
+        env: { ...process.env, SLUICE_KEY: key },
+        timeout: 30_000,
+        killSignal: 'SIGKILL',
+      }).catch((err) => err);
+      t.same({ code: result.code ?? 0, signal: result.signal ?? null }, { code: 0, signal: null }, `exits 0 in time${result.stderr ? `; stderr: ${result.stderr}` : ''}`);
+      t.ok(result.stdout?.trim(), 'prints an answer');
+      t.notMatch(result.stdout ?? '', /"error"\s*:\s*\{/, 'the answer is not an error body');
+    });
+  }
+});
