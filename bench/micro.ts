@@ -3,7 +3,8 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Bench } from 'tinybench';
-import type { Exchange } from '../src/exchange.js';
+import type { Exchange, StateKey } from '../src/exchange.js';
+import { replaceStringField } from '../src/json-splice.js';
 import { SseSplitter, frameData } from '../src/sse.js';
 import codecPlugin from '../plugins/codecs/chat/index.js';
 import type { Codec } from '../src/contracts.js';
@@ -32,7 +33,10 @@ export async function runMicro(): Promise<Record<string, string>[]> {
   // Upstream TCP reads rarely align with frames: split into 1400-byte pieces like real segments.
   const pieces: Buffer[] = [];
   for (let i = 0; i < stream.length; i += 1400) pieces.push(stream.subarray(i, i + 1400));
-  const fakeExchange = { get: () => true } as unknown as Exchange;
+  // Sluice asked for the usage chunk on the client's behalf, so the passthrough drops it.
+  const fakeExchange = { get: (key: StateKey<unknown>) => key.description === 'chat usage injected' } as unknown as Exchange;
+  const modelKey = Buffer.from('"model"');
+  const alias = Buffer.from('"team-chat"');
   let sink = 0;
 
   // Recording usage as the usage plugin does: the journal append, plus its share of the store's
@@ -46,7 +50,7 @@ export async function runMicro(): Promise<Record<string, string>[]> {
   const usage = (): UsageRecord => ({
     time: Date.now(), requestId: `bench-${++requestNo}`, keyId: 'key_0123456789abcdef', group: 'default', model: 'sim-chat',
     upstream: 'simulator', family: 'chat', status: 200, promptTokens: 12, completionTokens: 256, estimated: false,
-    latencyMs: 12.34, ttfbMs: 1.23, streamed: true, outcome: 'finished', error: null,
+    latencyMs: 12.34, ttfbMs: 1.23, streamed: true, outcome: 'finished', error: null, notes: null,
   });
   const recordBytes = JSON.stringify(usage()).length + 1;
 
@@ -61,6 +65,16 @@ export async function runMicro(): Promise<Record<string, string>[]> {
       const pass = codec!.passthroughStream(fakeExchange);
       for (const p of pieces) splitter.push(p, pass.frame, (b) => (sink += b.length));
       if (!pass.usage()) throw new Error('usage not found');
+    })
+    .add('model alias: split + splice the client\'s model name into every frame', () => {
+      // As the relay does when the alias differs from the upstream's name: renamed copies, one write per piece.
+      const splitter = new SseSplitter();
+      const renamed: Buffer[] = [];
+      for (const p of pieces) {
+        splitter.push(p, (frame) => (renamed.push(replaceStringField(frame, modelKey, alias)), false), (b) => (sink += b.length));
+        if (renamed.length) sink += Buffer.concat(renamed).length;
+        renamed.length = 0;
+      }
     })
     .add('frameData: parse one data frame', () => {
       sink += frameData(pieces[0]!)?.length ?? 0;

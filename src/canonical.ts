@@ -8,8 +8,8 @@ import { GatewayError } from './errors.js';
 
 export type Part =
   | { type: 'text'; text: string }
-  /** `url` may be a `data:` URL. */
-  | { type: 'image'; url: string; detail?: string; mimeType?: string }
+  /** `url` may be a `data:` URL; `where` is the client's parameter, for messages. */
+  | { type: 'image'; url: string; detail?: string; mimeType?: string; where?: string }
   | { type: 'file'; fileId?: string; url?: string; data?: string; filename?: string; mimeType?: string }
   | { type: 'audio'; data: string; format: string };
 
@@ -44,6 +44,19 @@ export type OutputFormat =
   | { type: 'json_object' }
   | { type: 'json_schema'; name: string; schema?: Record<string, unknown>; strict?: boolean; description?: string };
 
+/** A tool the upstream must run itself (a web search), as the client asked for it. */
+export interface ServerTool {
+  /** The client's name for the tool (`web_search`, `googleSearch`). */
+  type: string;
+  /** The client's parameter, for messages (`tools[2]`). */
+  param: string;
+}
+
+/** Canonical fields and extra parameters by the names the model rules and the config use. */
+export type ParamName = 'tools' | 'format' | 'reasoning' | 'maxOutputTokens' | SamplingParam;
+/** Canonical sampling fields, some of which an upstream dialect may have no way to send. */
+export type SamplingParam = 'temperature' | 'topP' | 'stop' | 'seed' | 'presencePenalty' | 'frequencyPenalty';
+
 export interface Request {
   /** The upstream's name for the model. */
   model: string;
@@ -63,6 +76,15 @@ export interface Request {
   metadata?: Record<string, string>;
   user?: string;
   stream: boolean;
+  /** Server-side tools the client asked for; only a native upstream that offers them can run them. */
+  serverTools?: ServerTool[];
+  /**
+   * Client parameters with no canonical field (e.g. `topK`), by their family-neutral name, with
+   * the client's parameter path: a native upstream takes them as sent; others cannot.
+   */
+  extra?: Record<string, string>;
+  /** The client's parameter path for canonical fields it set, where it differs from the field name. */
+  params?: Partial<Record<ParamName, string>>;
 }
 
 export type FinishReason = 'stop' | 'length' | 'tool_calls' | 'content_filter';

@@ -18,9 +18,26 @@ export interface ModelFeatures {
   reasoning: boolean;
   /** The upstream reports usage in streams when asked (`stream_options.include_usage`). */
   streamUsage: boolean;
-  /** Server-side tools the upstream runs itself (e.g. `web_search`); only native Responses upstreams can. */
+  /** Server-side tools the upstream runs itself (e.g. `web_search`); only a native upstream can. */
   serverTools: string[];
+  /** A server-side tool the upstream cannot run: refuse the request, or drop the tool (noted in usage). */
+  unsupportedTools: 'drop' | 'reject';
+  /** Parameters a translated upstream cannot express, by family-neutral name (`topK`, `seed`, `stop`). */
+  unsupportedParameters: ParameterPolicy;
 }
+
+/** Listed names follow their list; any other unexpressible parameter follows `policy`. */
+export interface ParameterPolicy {
+  policy: 'drop' | 'reject';
+  drop: string[];
+  reject: string[];
+}
+
+/**
+ * Dropped by default: sampling hints that change nothing essential (Gemini CLI always sends
+ * `topK`). What changes the meaning of an answer (`candidates`, `safetySettings`, `stop`) is refused.
+ */
+export const defaultDroppedParameters = ['topK', 'seed', 'presencePenalty', 'frequencyPenalty'];
 
 /** How a model serves a family: in the upstream's own wire format, or translated by Sluice. */
 export type FamilyMode = 'native' | 'bridge' | 'translated';
@@ -38,7 +55,7 @@ export interface ModelConfig {
   families: Record<string, FamilyMode>;
   /** Families the config restricts the model to; undefined offers every family Sluice speaks. */
   offeredFamilies?: string[];
-  /** Request parameters to drop, instead of refusing, when the upstream cannot honour them. */
+  /** Older spelling of `features.unsupportedParameters.drop`; merged into it. */
   ignoreParameters: string[];
   /** Context window in tokens, shown in model lists that carry it. */
   contextTokens: number;
@@ -62,6 +79,8 @@ export interface PluginEntry {
 }
 
 export interface WebSocketLimits {
+  /** False switches the channel off: upgrades get 426, so clients such as Codex use HTTP at once. */
+  enabled: boolean;
   /** Open sockets at once (they also count towards maxConnections). */
   maxSockets: number;
   /** Seconds without a frame (pings included) before a socket is closed; pings are sent automatically. */
@@ -130,14 +149,15 @@ const embeddedDefault: { upstreams: Record<string, UpstreamConfig>; models: NonN
     'simulator-gemini': { kind: 'simulator', family: 'gemini' },
   },
   models: [
-    { id: 'sim-chat', upstream: 'simulator', maxOutputTokens: { default: 1024, max: 8192 } },
+    // Bridged and translated models drop server-side tools (Codex always sends web_search).
+    { id: 'sim-chat', upstream: 'simulator', maxOutputTokens: { default: 1024, max: 8192 }, features: { unsupportedTools: 'drop' } },
     { id: 'sim-responses', upstream: 'simulator-responses', maxOutputTokens: { default: 1024, max: 8192 }, features: { serverTools: ['web_search'] } },
-    { id: 'sim-gemini', upstream: 'simulator-gemini', maxOutputTokens: { default: 1024, max: 8192 } },
+    { id: 'sim-gemini', upstream: 'simulator-gemini', maxOutputTokens: { default: 1024, max: 8192 }, features: { unsupportedTools: 'drop' } },
     {
       id: 'sim-chat-basic',
       upstream: 'simulator',
       maxOutputTokens: { default: 256, max: 1024 },
-      features: { tools: false, jsonSchema: false, vision: false, temperature: false, reasoning: false },
+      features: { tools: false, jsonSchema: false, vision: false, temperature: false, reasoning: false, unsupportedTools: 'drop' },
     },
   ],
 };
@@ -164,9 +184,10 @@ const schema = {
           type: 'object',
           additionalProperties: false,
           properties: {
+            enabled: { type: 'boolean' },
             maxSockets: { type: 'integer', minimum: 0 },
             idleTimeoutSeconds: { type: 'integer', minimum: 8, maximum: 960 },
-            maxLifetimeMinutes: { type: 'number', exclusiveMinimum: 0 },
+            maxLifetimeMinutes: { type: 'number', exclusiveMinimum: 0, maximum: 10080 },
           },
         },
         requestCaps: {
@@ -241,6 +262,16 @@ const schema = {
               reasoning: { type: 'boolean' },
               streamUsage: { type: 'boolean' },
               serverTools: { type: 'array', items: { type: 'string', minLength: 1 }, uniqueItems: true },
+              unsupportedTools: { enum: ['drop', 'reject'] },
+              unsupportedParameters: {
+                type: 'object',
+                additionalProperties: false,
+                properties: {
+                  policy: { enum: ['drop', 'reject'] },
+                  drop: { type: 'array', items: { type: 'string', minLength: 1 }, uniqueItems: true },
+                  reject: { type: 'array', items: { type: 'string', minLength: 1 }, uniqueItems: true },
+                },
+              },
             },
           },
           families: { type: 'array', minItems: 1, items: { type: 'string', minLength: 1 }, uniqueItems: true },
@@ -294,7 +325,7 @@ interface RawConfig {
   usage?: { journalFsync?: boolean };
   plugins?: (string | { name: string; options?: Record<string, unknown>; module?: string })[];
   upstreams?: Record<string, UpstreamConfig>;
-  models?: (Partial<Omit<ModelConfig, 'features' | 'families' | 'ignoreParameters'>> & { ignoreParameters?: string[]; id: string; upstream: string; features?: Partial<ModelFeatures>; families?: string[] })[];
+  models?: (Partial<Omit<ModelConfig, 'features' | 'families' | 'ignoreParameters'>> & { ignoreParameters?: string[]; id: string; upstream: string; features?: Partial<Omit<ModelFeatures, 'unsupportedParameters'>> & { unsupportedParameters?: Partial<ParameterPolicy> }; families?: string[] })[];
 }
 
 function resolve(raw: RawConfig, env: NodeJS.ProcessEnv, source: string, path?: string): Config {
@@ -317,7 +348,18 @@ function resolve(raw: RawConfig, env: NodeJS.ProcessEnv, source: string, path?: 
       upstream: m.upstream,
       upstreamModel: m.upstreamModel ?? m.id,
       maxOutputTokens: ceiling,
-      features: { tools: true, jsonSchema: true, vision: true, temperature: true, reasoning: true, streamUsage: true, serverTools: [], ...m.features },
+      features: {
+        tools: true,
+        jsonSchema: true,
+        vision: true,
+        temperature: true,
+        reasoning: true,
+        streamUsage: true,
+        serverTools: [],
+        unsupportedTools: 'reject',
+        ...m.features,
+        unsupportedParameters: parameterPolicy(m.features?.unsupportedParameters, m.ignoreParameters ?? []),
+      },
       families: {},
       offeredFamilies: m.families,
       ignoreParameters: m.ignoreParameters ?? [],
@@ -344,6 +386,7 @@ function resolve(raw: RawConfig, env: NodeJS.ProcessEnv, source: string, path?: 
       maxEventBytes: raw.server?.maxEventBytes ?? 16 * 1024 * 1024,
       writeStallMs: raw.server?.writeStallMs ?? 60_000,
       websocket: {
+        enabled: raw.server?.websocket?.enabled ?? true,
         maxSockets: raw.server?.websocket?.maxSockets ?? Math.floor(maxConnections / 2),
         idleTimeoutSeconds: raw.server?.websocket?.idleTimeoutSeconds ?? 120,
         maxLifetimeMinutes: raw.server?.websocket?.maxLifetimeMinutes ?? 60,
@@ -363,6 +406,13 @@ function resolve(raw: RawConfig, env: NodeJS.ProcessEnv, source: string, path?: 
     upstreams,
     models,
   };
+}
+
+/** The defaults, then the model's own lists: a name it refuses is no longer dropped. */
+function parameterPolicy(own: Partial<ParameterPolicy> = {}, ignored: string[]): ParameterPolicy {
+  const reject = own.reject ?? [];
+  const drop = [...new Set([...defaultDroppedParameters, ...(own.drop ?? []), ...ignored])].filter((n) => !reject.includes(n));
+  return { policy: own.policy ?? 'reject', drop, reject };
 }
 
 /**

@@ -4,10 +4,11 @@
  */
 import type { Logger } from 'pino';
 import type { GatewayError } from './errors.js';
-import type { Exchange } from './exchange.js';
+import { StateKey, type Exchange } from './exchange.js';
 import type { Config, FamilyMode, ModelConfig } from './config.js';
 import type { Store } from './store/store.js';
 import type * as canonical from './canonical.js';
+import type { RuleOutcome } from './model-rules.js';
 
 /** Token usage in family-neutral terms. Output tokens include reasoning tokens. */
 export interface Usage {
@@ -107,18 +108,33 @@ export interface ClientStream {
 
 /**
  * A family's WebSocket protocol. Each client message becomes the body of one streamed exchange on
- * the family's generate endpoint; each stream event goes back as one text message. `S` is the
- * connection's own state (e.g. the last response, for chaining).
+ * the family's generate endpoint; each stream event goes back as one text message. A message may
+ * name a lane: turns on one lane run in order, lanes run side by side. `S` is one lane's state.
  */
 export interface SocketProtocol<S = unknown> {
-  open(): S;
-  /** The exchange body for one client message. Throws GatewayError for a bad message. */
-  request(message: string, state: S): Buffer;
-  /** Called with every event sent to the client. */
-  sent(event: string, state: S): void;
-  /** An error in the protocol's message shape. */
-  error(err: GatewayError): string;
+  /** The state of one lane (e.g. its last response, for chaining); `lane` is echoed on its events. */
+  open(lane: string | undefined): S;
+  /** Reads one client message: the lane it runs on and the message itself. Throws GatewayError. */
+  read(message: string): { lane?: string; message: unknown };
+  /**
+   * One turn from a read message, on its lane's state: the exchange body, or with `answer` the
+   * events of a complete local answer that needs no upstream call (a warm-up). Throws GatewayError.
+   */
+  request(message: unknown, state: S): { body: Buffer; answer?: string[] };
+  /** Every event of a turn passes here on its way to the client: returns the text to send. */
+  sent(event: string, state: S): string;
+  /** An error in the protocol's message shape, on a lane when known. */
+  error(err: GatewayError, lane?: string): string;
 }
+
+/** Which socket, turn and lane a WebSocket turn's exchange is, for the logs. */
+export interface SocketTurnInfo {
+  socket: string;
+  /** 1 for the first message on the socket. */
+  turn: number;
+  lane?: string;
+}
+export const socketTurn = new StateKey<SocketTurnInfo>('socket turn');
 
 /**
  * A wire family: how its clients authenticate, what they send and what they expect back, and how
@@ -127,6 +143,11 @@ export interface SocketProtocol<S = unknown> {
 export interface Codec {
   readonly family: string;
   readonly endpoints: Endpoint[];
+  /**
+   * The JSON key that names the model in this family's answers and stream events (`"model"`,
+   * quotes included). A passthrough answer gets the client's name for the model spliced in there.
+   */
+  readonly modelKey?: string;
   /** Content type of a stream answer (most families: `text/event-stream`). */
   streamContentType(ex: Exchange): string;
   /** The family's WebSocket protocol, for codecs with a `socket` endpoint. */
@@ -145,8 +166,8 @@ export interface Codec {
   promptText(ex: Exchange): string;
 
   // Same-family passthrough.
-  /** Apply the model's rules, then build the upstream request from the client's bytes. */
-  prepare(ex: Exchange, upstream: Upstream): UpstreamRequest;
+  /** The upstream request from the client's bytes, with what the model rules dropped or added. */
+  prepare(ex: Exchange, upstream: Upstream, rules: RuleOutcome): UpstreamRequest;
   passthroughStream(ex: Exchange): ClientStream;
   /** Usage from a complete upstream body of this family. */
   bodyUsage(body: Buffer): Usage | undefined;
@@ -154,12 +175,17 @@ export interface Codec {
   deliveredText(frames: Buffer[]): string;
 
   // Client side of a translation.
-  /** Apply the model's rules and express the client's request canonically. Throws GatewayError. */
+  /**
+   * The client's request canonically, for the model rules and, when translating, the upstream.
+   * For its own family's upstream it refuses nothing that upstream could take. Throws GatewayError.
+   */
   toCanonical(ex: Exchange, upstreamFamily: string): canonical.Request;
   writeResponse(res: canonical.Response, ex: Exchange): string;
   streamWriter(ex: Exchange): canonical.StreamWriter;
 
   // Upstream side of a translation.
+  /** Canonical fields this dialect cannot send; the model rules drop or refuse them. */
+  readonly unsendable?: readonly canonical.SamplingParam[];
   fromCanonical(req: canonical.Request, ex: Exchange): UpstreamRequest;
   readResponse(body: Buffer, ex: Exchange): canonical.Response;
   streamReader(ex: Exchange): canonical.StreamReader;

@@ -11,8 +11,11 @@ import type { Event, Response } from './canonical.js';
 import type { ClientStream, Codec, Plugin, PhaseResult, ResponseSink, Upstream, UpstreamCall, UpstreamRequest, Usage } from './contracts.js';
 import { GatewayError, asGatewayError } from './errors.js';
 import { StateKey, type Exchange, type Outcome } from './exchange.js';
+import { applyModelRules } from './model-rules.js';
 import { echoed } from './request-caps.js';
-import { SseSplitter, frameData } from './sse.js';
+import { replaceStringField } from './json-splice.js';
+import { SseSplitter, frameData, sniffEventStream } from './sse.js';
+import { estimateTokens } from './tokens.js';
 
 /** What the pipeline needs from the client's side of the connection to answer one exchange. */
 export interface ClientResponse {
@@ -104,7 +107,7 @@ export class Pipeline {
   /** Answers with an error before the exchange could start (a bad header, overload, shutdown), then done. */
   reject(ex: Exchange, res: ClientResponse, err: GatewayError): void {
     this.inFlight.set(ex, res);
-    this.stop(ex, res, err);
+    this.attempt(ex, res, () => this.stop(ex, res, err));
   }
 
   /**
@@ -240,16 +243,12 @@ export class Pipeline {
     if (!ex.model!.families[ex.family]) {
       throw new GatewayError('unsupported_parameter', `Model \`${ex.modelId}\` is not offered on the ${ex.family} endpoints.`, 'model');
     }
-    let upstreamCodec = ex.codec;
-    let req: UpstreamRequest;
-    if (upstream.family === ex.family) {
-      req = ex.codec.prepare(ex, upstream);
-    } else {
-      const codec = this.codecs.get(upstream.family);
-      if (!codec) throw new GatewayError('upstream_unavailable', `No codec is loaded for the ${upstream.family} family of upstream \`${upstream.name}\`.`);
-      upstreamCodec = codec;
-      req = codec.fromCanonical(ex.codec.toCanonical(ex, upstream.family), ex);
-    }
+    const upstreamCodec = upstream.family === ex.family ? ex.codec : this.codecs.get(upstream.family);
+    if (!upstreamCodec) throw new GatewayError('upstream_unavailable', `No codec is loaded for the ${upstream.family} family of upstream \`${upstream.name}\`.`);
+    // One model-rules step for every family, on the canonical request; passthrough keeps the client's bytes.
+    const canonical = ex.codec.toCanonical(ex, upstream.family);
+    const rules = applyModelRules(ex, canonical, upstreamCodec);
+    const req: UpstreamRequest = upstreamCodec === ex.codec ? ex.codec.prepare(ex, upstream, rules) : upstreamCodec.fromCanonical(canonical, ex);
     const relay = new Relay(this, ex, res, upstream, upstreamCodec, this.framePlugins);
     ex.set(activeRelay, relay);
     ex.stage = 'upstream';
@@ -314,6 +313,12 @@ class Relay implements ResponseSink {
   private collectedBytes = 0;
   private readonly splitter: SseSplitter;
   private writable = true;
+  /** A stream was asked for and the answer is not labelled as one: its first bytes decide. */
+  private sniffing = false;
+  /** Splices the client's name for the model into a passthrough answer, when it differs from the upstream's. */
+  private readonly rename: ((json: Buffer) => Buffer) | undefined;
+  /** Renamed frames of the current chunk, written together after it. */
+  private readonly renamed: Buffer[] = [];
 
   constructor(
     private readonly pipeline: Pipeline,
@@ -324,6 +329,12 @@ class Relay implements ResponseSink {
     private readonly framePlugins: Plugin[],
   ) {
     this.splitter = new SseSplitter(pipeline.maxEventBytes);
+    const key = ex.codec.modelKey;
+    if (upstreamCodec === ex.codec && key && ex.modelId !== ex.model!.upstreamModel) {
+      const quotedKey = Buffer.from(key);
+      const name = Buffer.from(JSON.stringify(ex.modelId));
+      this.rename = (json) => replaceStringField(json, quotedKey, name);
+    }
   }
 
   private readonly resume = () => this.call?.resume();
@@ -338,17 +349,29 @@ class Relay implements ResponseSink {
     return this.stream!.frame(frame);
   };
 
+  /** Visits the renamed copy of a frame, kept to be written after the chunk (so frames stay in order). */
+  private readonly visitRenamed = (frame: Buffer): boolean => {
+    const renamed = this.rename!(frame);
+    if (this.visit(renamed)) this.renamed.push(renamed);
+    return false;
+  };
+
   start(status: number, headers: Record<string, string | string[] | undefined>): void {
     const { ex, res } = this;
     this.pipeline.attempt(ex, res, () => {
       this.status = status;
-      const isEventStream = String(headers['content-type'] ?? '').includes('text/event-stream');
-      if (!ex.stream || status >= 300 || !isEventStream) return;
-      this.stream = this.upstreamCodec === ex.codec ? recording(ex, ex.codec.passthroughStream(ex)) : translating(ex, this.upstreamCodec);
-      ex.status = 200;
-      ex.stage = 'streaming';
-      res.startStream(200, { 'content-type': ex.codec.streamContentType(ex), 'cache-control': 'no-cache', 'x-accel-buffering': 'no' });
+      if (!ex.stream || status < 200 || status >= 300) return;
+      if (String(headers['content-type'] ?? '').includes('text/event-stream')) this.startStream();
+      else this.sniffing = true;
     });
+  }
+
+  private startStream(): void {
+    const { ex, res } = this;
+    this.stream = this.upstreamCodec === ex.codec ? recording(ex, ex.codec.passthroughStream(ex)) : translating(ex, this.upstreamCodec);
+    ex.status = 200;
+    ex.stage = 'streaming';
+    res.startStream(200, { 'content-type': ex.codec.streamContentType(ex), 'cache-control': 'no-cache', 'x-accel-buffering': 'no' });
   }
 
   data(chunk: Buffer): boolean {
@@ -361,11 +384,21 @@ class Relay implements ResponseSink {
           throw new GatewayError('upstream_error', `Upstream \`${this.upstream.name}\` sent an answer larger than ${this.pipeline.maxUpstreamBodyBytes} bytes.`);
         }
         this.collected.push(chunk);
-        return true;
+        if (!this.sniffing) return true;
+        const head = this.collected.length === 1 ? chunk : Buffer.concat(this.collected, this.collectedBytes);
+        const isEventStream = sniffEventStream(head);
+        if (isEventStream === undefined) return true;
+        this.sniffing = false;
+        if (!isEventStream) return true;
+        this.collected.length = 0;
+        this.collectedBytes = 0;
+        this.startStream();
+        chunk = head;
       }
       this.writable = true;
-      this.splitter.push(chunk, this.visit, this.write);
-      const own = this.stream.take?.();
+      this.splitter.push(chunk, this.rename ? this.visitRenamed : this.visit, this.write);
+      this.writeRenamed();
+      const own = this.stream!.take?.();
       if (own) this.write(own);
       if (!this.writable) res.onWritable(this.resume);
       return this.writable;
@@ -380,8 +413,11 @@ class Relay implements ResponseSink {
     this.pipeline.attempt(ex, res, () => {
       const stream = this.stream;
       if (stream) {
+        // An unterminated last event is terminated, so the client's parser sees it (and nothing joins it).
         const rest = this.splitter.flush();
-        if (rest && this.visit(rest)) this.write(rest);
+        if (rest && this.rename) this.visitRenamed(Buffer.concat([rest, this.splitter.delimiterOrDefault()]));
+        else if (rest && this.visit(rest)) this.write(Buffer.concat([rest, this.splitter.delimiterOrDefault()]));
+        this.writeRenamed();
         res.end((stream.take?.() ?? '') + stream.end());
         ex.usage ??= stream.usage();
       } else {
@@ -397,6 +433,12 @@ class Relay implements ResponseSink {
       this.failed(err);
       this.pipeline.finish(ex, res);
     });
+  }
+
+  private writeRenamed(): void {
+    if (this.renamed.length === 0) return;
+    this.write(this.renamed.length === 1 ? this.renamed[0]! : Buffer.concat(this.renamed));
+    this.renamed.length = 0;
   }
 
   /** The exchange failed midway: a stream ends with its family's failure event, anything else with an error reply. */
@@ -424,11 +466,12 @@ class Relay implements ResponseSink {
       ex.ttfbMs ??= ex.elapsedMs();
       if (sameFamily) {
         ex.usage = ex.codec.bodyUsage(body);
-        res.reply(status, { 'content-type': 'application/json' }, body);
+        res.reply(status, { 'content-type': 'application/json' }, this.rename ? this.rename(body) : body);
         return;
       }
       // A 200 can still be a refusal (a blocked prompt) or an unreadable body: readResponse throws.
       const answer: Response = upstreamCodec.readResponse(body, ex);
+      answer.usage ??= estimateUsage(ex, answerText(answer));
       ex.usage = answer.usage;
       res.reply(status, { 'content-type': 'application/json' }, ex.codec.writeResponse(answer, ex));
       return;
@@ -518,7 +561,9 @@ function translating(ex: Exchange, upstreamCodec: Codec): ClientStream {
       return out;
     },
     end: () => {
-      const out = emit(reader.end());
+      let out = emit(reader.end());
+      // Every client gets usage: counted locally when the upstream reported none.
+      if (!failed && !usage) out += emit([{ type: 'usage', usage: estimateUsage(ex) }]);
       return failed ? out : out + writer.end();
     },
     fail: (err) => (failed ? '' : ((failed = true), writer.fail(err))),
@@ -530,3 +575,18 @@ function translating(ex: Exchange, upstreamCodec: Codec): ClientStream {
 export const deliveredOutput = new StateKey<() => string>('delivered output');
 /** How many times larger the whole delivered output was than its sample (1 when it was all kept). */
 export const deliveredScale = new StateKey<() => number>('delivered output scale');
+
+/**
+ * Usage counted locally (and marked estimated) for an answer whose upstream reported none: the
+ * prompt, and the output delivered (by default the stream's bounded sample, scaled up).
+ */
+export function estimateUsage(ex: Exchange, output = ex.get(deliveredOutput)?.() ?? '', scale = ex.get(deliveredScale)?.() ?? 1): Usage {
+  return { inputTokens: estimateTokens(ex.codec.promptText(ex)), outputTokens: Math.round(estimateTokens(output) * scale), estimated: true };
+}
+
+/** The output text of a complete answer, for an estimate. */
+function answerText(answer: Response): string {
+  let text = (answer.reasoning ?? '') + answer.text;
+  for (const call of answer.toolCalls) text += call.name + call.arguments;
+  return text;
+}

@@ -1,14 +1,17 @@
 /**
  * WebSocket channels for families that have one (the Responses WebSocket mode). The upgrade is
- * authenticated like any request; then each client message runs, one at a time and in order, as
- * a streamed exchange on the family's generate endpoint, owned by the pipeline like any other,
- * and each event of its stream goes back as one text message. Closing the socket aborts the
- * exchange in flight. Sockets are capped in number, idle time (with pings) and lifetime.
+ * authenticated like any request; then each client message is a turn: a streamed exchange on the
+ * family's generate endpoint, owned by the pipeline like any other, and each event of its stream
+ * goes back as one text message. A message may name a lane: turns on one lane run in order, lanes
+ * run side by side (a socket without lanes runs its turns one at a time). A message refused before
+ * it could run is a turn too, so every turn gets its done and its access line. Closing the socket
+ * interrupts every running turn. Sockets are capped in number, idle time (with pings), lifetime,
+ * lanes and waiting messages.
  */
 import { STATUS_CODES } from 'node:http';
 import uWS, { type HttpRequest, type HttpResponse, type TemplatedApp, type WebSocket } from './uws.js';
 import type { WebSocketLimits } from './config.js';
-import type { Codec, SocketProtocol } from './contracts.js';
+import { socketTurn, type Codec, type SocketProtocol } from './contracts.js';
 import { GatewayError, asGatewayError, type ErrorCode } from './errors.js';
 import { Exchange } from './exchange.js';
 import type { ClientResponse, Pipeline } from './pipeline.js';
@@ -18,29 +21,49 @@ import { SseSplitter, frameData } from './sse.js';
 const BACKPRESSURE_BYTES = 64 * 1024;
 /** uWS drops a message beyond this much queued; the pause above keeps far below it. */
 const MAX_BACKPRESSURE_BYTES = 16 * 1024 * 1024;
-/** Messages a socket may have waiting behind the one running, and their bytes. */
+/** Messages a socket may have waiting behind the running ones (all lanes), and their bytes. */
 const MAX_QUEUED = 16;
 const MAX_QUEUED_BYTES = 4 * 1024 * 1024;
+/** Lanes one socket may open; each keeps its own chain. */
+const MAX_LANES = 8;
 /** A client with this much unread is not reading at all: it gets no more answers, it is closed. */
 const MAX_UNREAD_BYTES = 1024 * 1024;
+/** The warm-up's usage: it produced nothing. */
+const NO_USAGE = { inputTokens: 0, outputTokens: 0 };
 
 /** The open sockets of a server, for the connection cap and for closing them at shutdown. */
 export type OpenSockets = Set<{ close(code: number, reason: string): void }>;
 
+interface Waiting {
+  message: unknown;
+  bytes: number;
+  turn: number;
+}
+
+interface Lane {
+  id?: string;
+  state: unknown;
+  queue: Waiting[];
+  current?: { ex: Exchange; res: ClientResponse };
+}
+
 interface Connection {
+  /** The upgrade's request id, which names the socket in the logs. */
+  id: string;
   headers: Record<string, string>;
   handle: { close(code: number, reason: string): void };
-  state: unknown;
-  queue: string[];
+  /** Lanes by name; '' is the lane of messages that name none. */
+  lanes: Map<string, Lane>;
+  turns: number;
+  running: number;
+  queued: number;
   queuedBytes: number;
-  busy: boolean;
   closed: boolean;
-  /** The lifetime is over: close once the exchange in flight is done. */
+  /** The lifetime is over: close once the turns running are done. */
   expiring: boolean;
   lifetime?: NodeJS.Timeout;
-  current?: { ex: Exchange; res: ClientResponse };
-  /** Resumes the upstream once the client's queue drains. */
-  resume?: () => void;
+  /** Resume the upstreams paused on this socket once the client's queue drains. */
+  resumes: (() => void)[];
   /** Since when the client has not taken what is queued, and how much that was. */
   blockedSince: number;
   blockedBytes: number;
@@ -62,10 +85,20 @@ export function addSocketRoutes(app: TemplatedApp, codec: Codec, pipeline: Pipel
   if (!protocol || !generate) return;
   const { limits, sockets } = options;
   const blocked = new Set<WebSocket<Connection>>();
+  const turnContext: TurnContext = { protocol, pipeline, blocked };
   const stallCheck = setInterval(() => {
     const now = Date.now();
     for (const ws of blocked) checkStall(ws, now);
   }, Math.max(50, Math.min(1000, Math.floor(options.writeStallMs / 8)))).unref();
+
+  const running = (connection: Connection) => [...connection.lanes.values()].flatMap((lane) => (lane.current ? [lane.current] : []));
+
+  /** Closed first, so the interrupted turns' ends do not start queued ones. */
+  const closeConnection = (connection: Connection, outcome: 'aborted' | 'client_stalled') => {
+    connection.closed = true;
+    for (const lane of connection.lanes.values()) lane.queue.length = 0;
+    for (const { ex, res } of running(connection)) pipeline.interrupt(ex, res, outcome);
+  };
 
   const checkStall = (ws: WebSocket<Connection>, now: number) => {
     const connection = ws.getUserData();
@@ -78,10 +111,7 @@ export function addSocketRoutes(app: TemplatedApp, codec: Codec, pipeline: Pipel
     if (queued < BACKPRESSURE_BYTES) return void blocked.delete(ws);
     if (now - connection.blockedSince < options.writeStallMs) return;
     blocked.delete(ws);
-    // Closed first, so the interrupted turn's end does not start the next queued one.
-    connection.closed = true;
-    connection.queue.length = 0;
-    if (connection.current) pipeline.interrupt(connection.current.ex, connection.current.res, 'client_stalled');
+    closeConnection(connection, 'client_stalled');
     ws.close();
   };
 
@@ -94,34 +124,59 @@ export function addSocketRoutes(app: TemplatedApp, codec: Codec, pipeline: Pipel
       400,
       'websocket_connection_limit_reached',
     );
+    pipeline.log.warn({ socket: connection.id, status: err.status, code: err.upstreamCode, message: err.message }, 'websocket error');
     send(ws, protocol.error(err));
     connection.closed = true;
     ws.end(1000, 'connection limit reached');
   };
 
-  /** Runs the next queued message, if none is running. */
-  const pump = (ws: WebSocket<Connection>): void => {
+  /** One turn's exchange, named for the logs. */
+  const turnExchange = (connection: Connection, turn: number, lane: string | undefined) => {
+    const ex = new Exchange(codec, generate, 'WS', generate.path, '', connection.headers, []);
+    ex.set(socketTurn, { socket: connection.id, turn, lane });
+    return ex;
+  };
+
+  /** A message that cannot run, answered with an error event as a turn of its own. */
+  const refuse = (ws: WebSocket<Connection>, err: GatewayError, lane?: string) => {
     const connection = ws.getUserData();
-    if (connection.busy || connection.closed) return;
-    if (connection.expiring) return expire(ws);
-    const message = connection.queue.shift();
-    if (message === undefined) return;
-    connection.queuedBytes -= message.length;
-    const ex = new Exchange(codec, generate, 'POST', generate.path, '', connection.headers, []);
-    try {
-      ex.body = protocol.request(message, connection.state);
-    } catch (err) {
-      send(ws, protocol.error(asGatewayError(err)));
-      return pump(ws);
-    }
-    connection.busy = true;
-    const res = socketResponse(ws, protocol, blocked, () => {
-      connection.busy = false;
-      connection.current = undefined;
-      pump(ws);
+    const ex = turnExchange(connection, ++connection.turns, lane);
+    pipeline.reject(ex, socketResponse(ws, turnContext, { id: lane, state: undefined }, () => {}), err);
+  };
+
+  /** Runs the lane's next message, if it has none running. */
+  const pump = (ws: WebSocket<Connection>, lane: Lane): void => {
+    const connection = ws.getUserData();
+    if (lane.current || connection.closed) return;
+    if (connection.expiring) return void (connection.running === 0 && expire(ws));
+    const next = lane.queue.shift();
+    if (next === undefined) return;
+    connection.queued--;
+    connection.queuedBytes -= next.bytes;
+    const ex = turnExchange(connection, next.turn, lane.id);
+    const res = socketResponse(ws, turnContext, lane, () => {
+      connection.running--;
+      lane.current = undefined;
+      pump(ws, lane);
     });
-    connection.current = { ex, res };
-    pipeline.accept(ex, res);
+    lane.current = { ex, res };
+    connection.running++;
+    let turn: { body: Buffer; answer?: string[] };
+    try {
+      turn = protocol.request(next.message, lane.state);
+    } catch (err) {
+      return pipeline.reject(ex, res, asGatewayError(err));
+    }
+    ex.body = turn.body;
+    const answer = turn.answer;
+    if (!answer) return pipeline.accept(ex, res);
+    // A local answer: the caller is checked (request phase) and the request validated, no upstream call.
+    pipeline.connect(ex, res, () => {
+      codec.decode(ex);
+      ex.status = 200;
+      ex.usage = NO_USAGE;
+      for (const event of answer) res.event(event);
+    });
   };
 
   for (const endpoint of codec.endpoints.filter((e) => e.kind === 'socket')) {
@@ -142,22 +197,22 @@ export function addSocketRoutes(app: TemplatedApp, codec: Codec, pipeline: Pipel
           aborted = true;
           pipeline.interrupt(ex, refusal, 'aborted');
         });
-        const refused = options.refuse() ?? (sockets.size >= limits.maxSockets ? 'overloaded' : undefined);
-        if (refused) {
-          const message = refused === 'shutting_down' ? 'The gateway is shutting down.' : 'The gateway has as many WebSockets open as it allows; try again shortly.';
-          return pipeline.reject(ex, refusal, new GatewayError(refused, message, null, undefined, undefined, refused === 'shutting_down' ? 5 : 1));
-        }
+        const refusing = upgradeRefusal(limits, options.refuse() ?? (sockets.size >= limits.maxSockets ? 'overloaded' : undefined));
+        if (refusing) return pipeline.reject(ex, refusal, refusing);
         pipeline.connect(ex, refusal, () => {
           if (aborted) return;
           const connection: Connection = {
+            id: ex.id,
             headers,
             handle: { close() {} },
-            state: protocol.open(),
-            queue: [],
+            lanes: new Map(),
+            turns: 0,
+            running: 0,
+            queued: 0,
             queuedBytes: 0,
-            busy: false,
             closed: false,
             expiring: false,
+            resumes: [],
             blockedSince: 0,
             blockedBytes: 0,
           };
@@ -170,28 +225,43 @@ export function addSocketRoutes(app: TemplatedApp, codec: Codec, pipeline: Pipel
         sockets.add(connection.handle);
         connection.lifetime = setTimeout(() => {
           connection.expiring = true;
-          if (!connection.busy && !connection.closed) expire(ws);
+          if (connection.running === 0 && !connection.closed) expire(ws);
         }, limits.maxLifetimeMinutes * 60_000).unref();
       },
       message(ws, message, isBinary) {
         const connection = ws.getUserData();
         if (ws.getBufferedAmount() > MAX_UNREAD_BYTES) return void ws.end(1008, 'the client is not reading');
-        if (isBinary) return void send(ws, protocol.error(new GatewayError('invalid_request', 'Send JSON text frames, not binary ones.')));
-        if (connection.queue.length >= MAX_QUEUED || (connection.queue.length > 0 && connection.queuedBytes + message.byteLength > MAX_QUEUED_BYTES)) {
-          return void send(ws, protocol.error(new GatewayError('rate_limit_exceeded', `Too many messages are waiting on this socket (at most ${MAX_QUEUED}, ${MAX_QUEUED_BYTES} bytes); wait for a response to finish.`)));
-        }
+        if (isBinary) return refuse(ws, new GatewayError('invalid_request', 'Send JSON text frames, not binary ones.'));
         const text = Buffer.from(message).toString('utf8');
+        let read: { lane?: string; message: unknown };
+        try {
+          read = protocol.read(text);
+        } catch (err) {
+          return refuse(ws, asGatewayError(err));
+        }
+        if (connection.queued >= MAX_QUEUED || (connection.queued > 0 && connection.queuedBytes + text.length > MAX_QUEUED_BYTES)) {
+          const err = new GatewayError('rate_limit_exceeded', `Too many messages are waiting on this socket (at most ${MAX_QUEUED}, ${MAX_QUEUED_BYTES} bytes); wait for a response to finish.`);
+          return refuse(ws, err, read.lane);
+        }
+        let lane = connection.lanes.get(read.lane ?? '');
+        if (!lane) {
+          if (connection.lanes.size >= MAX_LANES) {
+            const err = new GatewayError('rate_limit_exceeded', `This socket already has ${MAX_LANES} lanes (stream_id); open another socket for more.`, 'stream_id');
+            return refuse(ws, err, read.lane);
+          }
+          lane = { id: read.lane, state: protocol.open(read.lane), queue: [] };
+          connection.lanes.set(read.lane ?? '', lane);
+        }
+        connection.queued++;
         connection.queuedBytes += text.length;
-        connection.queue.push(text);
-        pump(ws);
+        lane.queue.push({ message: read.message, bytes: text.length, turn: ++connection.turns });
+        pump(ws, lane);
       },
       drain(ws) {
         const connection = ws.getUserData();
-        if (ws.getBufferedAmount() < BACKPRESSURE_BYTES && connection.resume) {
+        if (ws.getBufferedAmount() < BACKPRESSURE_BYTES && connection.resumes.length > 0) {
           blocked.delete(ws);
-          const resume = connection.resume;
-          connection.resume = undefined;
-          resume();
+          for (const resume of connection.resumes.splice(0)) resume();
         }
       },
       close(ws) {
@@ -199,12 +269,18 @@ export function addSocketRoutes(app: TemplatedApp, codec: Codec, pipeline: Pipel
         sockets.delete(connection.handle);
         blocked.delete(ws);
         clearTimeout(connection.lifetime);
-        connection.closed = true;
-        connection.queue.length = 0;
-        if (connection.current) pipeline.interrupt(connection.current.ex, connection.current.res, 'aborted');
+        closeConnection(connection, 'aborted');
       },
     });
   }
+}
+
+/** Why an upgrade is refused, if it is: 426 tells a client to use HTTP instead, at once. */
+function upgradeRefusal(limits: WebSocketLimits, refused: ErrorCode | undefined): GatewayError | undefined {
+  if (!limits.enabled) return new GatewayError('invalid_request', 'WebSockets are switched off on this gateway; use HTTP.', null, 426, 'websocket_disabled');
+  if (refused === 'shutting_down') return new GatewayError(refused, 'The gateway is shutting down.', null, undefined, undefined, 5);
+  if (refused) return new GatewayError(refused, 'The gateway has as many WebSockets open as it allows; try again shortly.', null, undefined, undefined, 1);
+  return undefined;
 }
 
 function send(ws: WebSocket<Connection>, text: string): boolean {
@@ -214,20 +290,28 @@ function send(ws: WebSocket<Connection>, text: string): boolean {
   return status === 1 && ws.getBufferedAmount() < BACKPRESSURE_BYTES;
 }
 
-/** The pipeline's view of one exchange on a socket: stream frames become messages. */
-function socketResponse(ws: WebSocket<Connection>, protocol: SocketProtocol, blocked: Set<WebSocket<Connection>>, finished: () => void): ClientResponse {
+interface TurnContext {
+  protocol: SocketProtocol;
+  pipeline: Pipeline;
+  blocked: Set<WebSocket<Connection>>;
+}
+
+/**
+ * The pipeline's view of one turn on a socket: stream frames become messages (passing through the
+ * lane's protocol state), and a turn that ended in an error event gets a log line.
+ */
+function socketResponse(ws: WebSocket<Connection>, turn: TurnContext, lane: Pick<Lane, 'id' | 'state'>, finished: () => void): ClientResponse & { event(data: string): boolean } {
+  const { protocol, pipeline, blocked } = turn;
   const connection = ws.getUserData();
   const splitter = new SseSplitter();
+  const event = (data: string) => send(ws, protocol.sent(data, lane.state));
   const sendEvents = (bytes: string | Buffer) => {
     let ok = true;
     splitter.push(
       typeof bytes === 'string' ? Buffer.from(bytes) : bytes,
       (frame) => {
         const data = frameData(frame);
-        if (data && data !== '[DONE]') {
-          ok = send(ws, data) && ok;
-          protocol.sent(data, connection.state);
-        }
+        if (data && data !== '[DONE]') ok = event(data) && ok;
         return false;
       },
       () => {},
@@ -240,6 +324,7 @@ function socketResponse(ws: WebSocket<Connection>, protocol: SocketProtocol, blo
     return ok;
   };
   return {
+    event,
     reply(status, _headers, body) {
       if (status < 400) return void send(ws, body.toString());
       // An error before the stream began, already in the family's body shape.
@@ -250,17 +335,24 @@ function socketResponse(ws: WebSocket<Connection>, protocol: SocketProtocol, blo
       } catch {
         error = new GatewayError('internal_error', body.toString().slice(0, 300));
       }
-      send(ws, protocol.error(error));
+      send(ws, protocol.error(error, lane.id));
     },
     startStream() {},
     write: sendEvents,
     onWritable(resume) {
-      connection.resume = resume;
+      connection.resumes.push(resume);
     },
     end(bytes) {
       if (bytes) sendEvents(bytes);
     },
-    finished,
+    finished(ex) {
+      const err = ex.error;
+      if (err && !ex.aborted) {
+        const { socket, turn: number } = ex.get(socketTurn)!;
+        pipeline.log.warn({ req: ex.id, socket, turn: number, lane: lane.id, status: err.status, code: err.upstreamCode ?? err.code, message: err.message }, 'websocket error');
+      }
+      finished();
+    },
   };
 }
 

@@ -98,6 +98,7 @@ const record = (i: number): UsageRecord => ({
   streamed: i % 2 === 0,
   outcome: 'finished',
   error: null,
+  notes: null,
 });
 
 function captureLog() {

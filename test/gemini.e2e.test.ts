@@ -121,7 +121,7 @@ t.test('translation details on a chat upstream', async (t) => {
     .generateContent({ model: 'gem-on-chat', contents: 'hi', config: { safetySettings: [{ category: 'HARM_CATEGORY_HARASSMENT' as any, threshold: 'BLOCK_NONE' as any }] } })
     .catch((e) => e);
   t.equal(strict.status, 400);
-  t.match(strict.message, /safety settings/);
+  t.match(strict.message, /'safetySettings'.*unsupportedParameters\.drop: \[safetySettings\]/);
   const lenient = await ai.models.generateContent({
     model: 'lenient-on-chat',
     contents: 'hi [[sim tokens=2]]',

@@ -177,7 +177,7 @@ t.test('bridge limits', async (t) => {
   const err = (p: Promise<unknown>): Promise<any> => p.catch((e) => e);
   const search = await err(openai.responses.create({ model: 'sim-chat', input: 'search the web', tools: [{ type: 'web_search' }] }));
   t.type(search, OpenAI.BadRequestError);
-  t.match(search.message, /speaks chat completions.*server-side tool 'web_search'/);
+  t.match(search.message, /'tools\[0\]'.*speaks chat, which cannot run the server-side tool 'web_search'.*unsupportedTools: drop/);
 
   const custom = await openai.responses.create({
     model: 'sim-chat',

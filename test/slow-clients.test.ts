@@ -121,9 +121,11 @@ t.test('what the gateway holds per stream stays small while clients read nothing
   gc();
   const held = process.memoryUsage().arrayBuffers - before;
   t.comment(`buffers held for 30 stalled streams: ${(held / 1024 / 1024).toFixed(1)} MB (${Math.round(held / 30 / 1024)} KB each)`);
-  // What counts: the test client's own paused socket buffer, the upstream chunk waiting for the
-  // client (the upstream is paused), a 16 KB usage sample. Before the bound it was megabytes each.
-  t.ok(held < 30 * 384 * 1024, `under 384 KB per stream, all counted (${Math.round(held / 30 / 1024)} KB)`);
+  // What counts: the test client's own paused socket buffers, what undici had read when the
+  // upstream was paused, the rest of the chunk waiting for the client, a 16 KB usage sample; how
+  // much of the first two there is depends on timing (55–480 KB seen). Before the bound each
+  // stream kept every frame it delivered: megabytes.
+  t.ok(held < 30 * 640 * 1024, `under 640 KB per stream, all counted (${Math.round(held / 30 / 1024)} KB)`);
   for (const s of streams) s.socket.destroy();
 });
 

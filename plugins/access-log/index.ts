@@ -1,14 +1,21 @@
-/** One access line per request. Never a credential: the key appears only as its id. */
-import { definePlugin } from '../../src/contracts.js';
+/**
+ * One access line per request, and per WebSocket turn (method `WS`, with its socket, turn number
+ * and lane). Never a credential: the key appears only as its id.
+ */
+import { definePlugin, socketTurn } from '../../src/contracts.js';
 
 export default definePlugin(({ log }) => ({
   name: 'access-log',
   done(ex) {
+    const turn = ex.get(socketTurn);
     log.info(
       {
         req: ex.id,
         method: ex.method,
         path: ex.path,
+        socket: turn?.socket,
+        turn: turn?.turn,
+        lane: turn?.lane,
         family: ex.family,
         keyId: ex.principal?.keyId,
         model: ex.modelId || undefined,

@@ -4,22 +4,9 @@
  * with the o200k tokenizer (in bounded time, see src/tokens.ts) from the prompt and the output
  * actually delivered, and marked estimated.
  */
-import type { Usage } from '../../src/contracts.js';
 import { definePlugin } from '../../src/contracts.js';
-import type { Exchange } from '../../src/exchange.js';
-import { deliveredOutput, deliveredScale } from '../../src/pipeline.js';
-import { estimateTokens } from '../../src/tokens.js';
-
-export function estimateUsage(ex: Exchange): Usage {
-  // Streams keep only a sample of what they delivered, and how much more there was.
-  const delivered = ex.get(deliveredOutput)?.() ?? '';
-  const scale = ex.get(deliveredScale)?.() ?? 1;
-  return {
-    inputTokens: estimateTokens(ex.codec.promptText(ex)),
-    outputTokens: Math.round(estimateTokens(delivered) * scale),
-    estimated: true,
-  };
-}
+import { modelRuleNotes } from '../../src/model-rules.js';
+import { estimateUsage } from '../../src/pipeline.js';
 
 export default definePlugin(({ store }) => ({
   name: 'usage',
@@ -44,6 +31,7 @@ export default definePlugin(({ store }) => ({
       streamed: ex.stream,
       outcome: ex.outcome,
       error: ex.error ? `${ex.error.upstreamCode ?? ex.error.code}: ${ex.error.message}`.slice(0, 500) : null,
+      notes: ex.get(modelRuleNotes) ?? null,
     });
   },
   close() {

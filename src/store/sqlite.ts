@@ -51,6 +51,8 @@ const migrations: string[] = [
   `UPDATE usage SET request_id = request_id || '#' || id
      WHERE id NOT IN (SELECT MIN(id) FROM usage GROUP BY request_id);
    CREATE UNIQUE INDEX usage_request_id ON usage(request_id);`,
+  // What the model rules dropped from a request (`dropped tools: web_search`).
+  `ALTER TABLE usage ADD COLUMN notes TEXT;`,
 ];
 
 /** Changes made by another process (the CLI) reach a running gateway within this time. */
@@ -79,7 +81,7 @@ function usageFilter(query: UsageQuery): { filter: string; args: Record<string, 
  */
 const absentUsage: Record<keyof UsageRecord, null> = {
   time: null, requestId: null, keyId: null, group: null, model: null, upstream: null, family: null, status: null, promptTokens: null,
-  completionTokens: null, estimated: null, latencyMs: null, ttfbMs: null, streamed: null, outcome: null, error: null,
+  completionTokens: null, estimated: null, latencyMs: null, ttfbMs: null, streamed: null, outcome: null, error: null, notes: null,
 };
 
 export function hashSecret(secret: string): string {
@@ -120,6 +122,7 @@ interface UsageRow {
   streamed: number;
   outcome: UsageRecord['outcome'];
   error: string | null;
+  notes: string | null;
 }
 
 const toGroup = (r: GroupRow): Group => ({
@@ -156,6 +159,7 @@ const toUsage = (r: UsageRow): UsageRecord => ({
   streamed: r.streamed === 1,
   outcome: r.outcome,
   error: r.error,
+  notes: r.notes,
 });
 
 export interface SqliteOptions {
@@ -185,9 +189,9 @@ export class SqliteStore implements StoreBackend {
       group: this.db.prepare<[string], GroupRow>('SELECT * FROM groups WHERE name = ?'),
       insertUsage: this.db.prepare(
         `INSERT OR IGNORE INTO usage (time, request_id, key_id, group_name, model, upstream, family, status,
-           prompt_tokens, completion_tokens, estimated, latency_ms, ttfb_ms, streamed, outcome, error)
+           prompt_tokens, completion_tokens, estimated, latency_ms, ttfb_ms, streamed, outcome, error, notes)
          VALUES (@time, @requestId, @keyId, @group, @model, @upstream, @family, @status,
-           @promptTokens, @completionTokens, @estimated, @latencyMs, @ttfbMs, @streamed, @outcome, @error)`,
+           @promptTokens, @completionTokens, @estimated, @latencyMs, @ttfbMs, @streamed, @outcome, @error, @notes)`,
       ),
       touchKey: this.db.prepare('UPDATE keys SET last_used_at = MAX(COALESCE(last_used_at, 0), ?) WHERE id = ?'),
     };

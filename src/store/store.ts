@@ -42,6 +42,8 @@ export interface UsageRecord {
   outcome: 'finished' | 'aborted' | 'error' | 'client_stalled' | 'shutdown';
   /** `code: message` of the failure, when there was one. */
   error: string | null;
+  /** What the model rules dropped from the request, when they dropped anything. */
+  notes: string | null;
 }
 
 /** One time bucket of usage. */

@@ -39,71 +39,92 @@ const finishReasons: Record<string, C.FinishReason> = {
 
 export const readFinishReason = (reason: unknown): C.FinishReason => finishReasons[String(reason)] ?? 'stop';
 
-function partsOf(content: unknown, where: string): C.Part[] {
+function partsOf(content: unknown, where: string, native: boolean): C.Part[] {
   if (typeof content === 'string') return content ? [{ type: 'text', text: content }] : [];
   if (!Array.isArray(content)) return [];
-  return content.map((p: Json, i): C.Part => {
-    switch (p.type) {
-      case 'text':
-        return { type: 'text', text: p.text };
-      case 'refusal':
-        return { type: 'text', text: p.refusal };
-      case 'image_url':
-        return { type: 'image', url: p.image_url.url, ...(p.image_url.detail && { detail: p.image_url.detail }) };
-      case 'file':
-        return { type: 'file', fileId: p.file.file_id, data: p.file.file_data, filename: p.file.filename };
-      case 'input_audio':
-        return { type: 'audio', data: p.input_audio.data, format: p.input_audio.format };
-      default:
-        throw new GatewayError('invalid_request', `Unsupported content part type '${p.type}'.`, `${where}[${i}].type`);
-    }
+  const parts: C.Part[] = [];
+  content.forEach((p: Json, i) => {
+    const part = partOf(p, `${where}[${i}]`);
+    // A part only the upstream of this family knows: it takes it as sent.
+    if (part) parts.push(part);
+    else if (!native) throw new GatewayError('invalid_request', `Unsupported content part type '${p.type}'.`, `${where}[${i}].type`);
   });
+  return parts;
 }
 
-/** The client's chat request, canonically. Model rules were applied by the caller. */
-export function chatToCanonical(req: Json, model: ModelConfig, maxOutputTokens: number | undefined): C.Request {
-  const unsupported = (param: string, what: string) =>
-    new GatewayError('unsupported_parameter', `Unsupported parameter: '${param}': ${what} is not available for model \`${model.id}\`, whose upstream speaks another API.`, param);
-  if ((req.n ?? 1) > 1) throw unsupported('n', 'more than one choice');
+function partOf(p: Json, where: string): C.Part | undefined {
+  switch (p.type) {
+    case 'text':
+      return { type: 'text', text: p.text };
+    case 'refusal':
+      return { type: 'text', text: p.refusal };
+    case 'image_url':
+      return { type: 'image', url: p.image_url.url, where, ...(p.image_url.detail && { detail: p.image_url.detail }) };
+    case 'file':
+      return { type: 'file', fileId: p.file.file_id, data: p.file.file_data, filename: p.file.filename };
+    case 'input_audio':
+      return { type: 'audio', data: p.input_audio.data, format: p.input_audio.format };
+    default:
+      return undefined;
+  }
+}
+
+/**
+ * The client's chat request, canonically. For a chat upstream (`native`) nothing is refused: what
+ * has no canonical form is left out, as the upstream gets the client's own bytes.
+ */
+export function chatToCanonical(req: Json, model: ModelConfig, native: boolean): C.Request {
+  // Throws only when translating; a native upstream takes what is left out.
+  const refuse = (param: string, what: string) => {
+    if (!native) throw new GatewayError('unsupported_parameter', `Unsupported parameter: '${param}': ${what} is not available for model \`${model.id}\`, whose upstream speaks another API.`, param);
+  };
   const toolNames = new Map<string, string>();
-  const messages = (req.messages as Json[]).map((m, i): C.Message => {
+  const messages: C.Message[] = [];
+  (req.messages as Json[]).forEach((m, i) => {
     const where = `messages[${i}].content`;
     switch (m.role) {
       case 'system':
       case 'developer':
-        return { role: 'system', content: partsOf(m.content, where) };
+        return messages.push({ role: 'system', content: partsOf(m.content, where, native) });
       case 'user':
-        return { role: 'user', content: partsOf(m.content, where) };
+        return messages.push({ role: 'user', content: partsOf(m.content, where, native) });
       case 'assistant': {
-        const toolCalls = (m.tool_calls ?? []).map((c: Json, j: number): C.ToolCall => {
-          if (c.type !== 'function') throw unsupported(`messages[${i}].tool_calls[${j}]`, 'a custom tool call');
+        const toolCalls: C.ToolCall[] = [];
+        (m.tool_calls ?? []).forEach((c: Json, j: number) => {
+          if (c.type !== 'function') return refuse(`messages[${i}].tool_calls[${j}]`, 'a custom tool call');
           toolNames.set(c.id, c.function.name);
-          return { id: c.id, name: c.function.name, arguments: c.function.arguments };
+          toolCalls.push({ id: c.id, name: c.function.name, arguments: c.function.arguments });
         });
-        return { role: 'assistant', content: partsOf(m.content, where), toolCalls };
+        return messages.push({ role: 'assistant', content: partsOf(m.content, where, native), toolCalls });
       }
       case 'tool':
-        return { role: 'tool', toolCallId: m.tool_call_id, name: toolNames.get(m.tool_call_id), content: partsOf(m.content, where) };
+        return messages.push({ role: 'tool', toolCallId: m.tool_call_id, name: toolNames.get(m.tool_call_id), content: partsOf(m.content, where, native) });
       default:
-        throw unsupported(`messages[${i}].role`, `the '${m.role}' role`);
+        return refuse(`messages[${i}].role`, `the '${m.role}' role`);
     }
   });
-  const tools = (req.tools ?? []).map((t: Json, i: number): C.Tool => {
-    if (t.type !== 'function') throw unsupported(`tools[${i}]`, 'a custom tool');
+  const tools: C.Tool[] = [];
+  (req.tools ?? []).forEach((t: Json, i: number) => {
+    if (t.type !== 'function') return refuse(`tools[${i}]`, 'a custom tool');
     const f = t.function;
-    return { name: f.name, description: f.description, parameters: f.parameters, strict: f.strict ?? undefined };
+    tools.push({ name: f.name, description: f.description, parameters: f.parameters, strict: f.strict ?? undefined });
   });
   let toolChoice: C.ToolChoice | undefined;
   const choice = req.tool_choice;
   if (typeof choice === 'string') toolChoice = choice as C.ToolChoice;
   else if (choice?.type === 'function') toolChoice = { name: choice.function.name };
   else if (choice?.type === 'allowed_tools') {
-    const allowed = (choice.allowed_tools.tools as Json[]).map((t, j) => {
-      if (t.type !== 'function') throw unsupported(`tool_choice.allowed_tools.tools[${j}]`, 'a custom tool');
-      return t.function.name as string;
+    const allowed: string[] = [];
+    (choice.allowed_tools.tools as Json[]).forEach((t, j) => {
+      if (t.type !== 'function') return refuse(`tool_choice.allowed_tools.tools[${j}]`, 'a custom tool');
+      allowed.push(t.function.name);
     });
     toolChoice = { mode: choice.allowed_tools.mode, allowed };
-  } else if (choice) throw unsupported('tool_choice', `tool_choice '${choice.type}'`);
+  } else if (choice) {
+    refuse('tool_choice', `tool_choice '${choice.type}'`);
+    toolChoice = 'auto';
+  }
+  const maxField = req.max_completion_tokens != null ? 'max_completion_tokens' : req.max_tokens != null ? 'max_tokens' : undefined;
 
   const rf = req.response_format;
   const format: C.OutputFormat | undefined =
@@ -119,7 +140,7 @@ export function chatToCanonical(req: Json, model: ModelConfig, maxOutputTokens: 
     toolChoice,
     parallelToolCalls: req.parallel_tool_calls,
     format,
-    maxOutputTokens,
+    maxOutputTokens: maxField && req[maxField],
     temperature: req.temperature ?? undefined,
     topP: req.top_p ?? undefined,
     stop: typeof req.stop === 'string' ? [req.stop] : (req.stop ?? undefined),
@@ -130,6 +151,12 @@ export function chatToCanonical(req: Json, model: ModelConfig, maxOutputTokens: 
     metadata: req.metadata ?? undefined,
     user: req.user,
     stream: req.stream === true,
+    serverTools: req.web_search_options != null ? [{ type: 'web_search', param: 'web_search_options' }] : undefined,
+    extra: {
+      ...((req.n ?? 1) > 1 && { candidates: 'n' }),
+      ...(req.logprobs === true && { logprobs: 'logprobs' }),
+    },
+    params: { format: 'response_format', reasoning: 'reasoning_effort', ...(maxField && { maxOutputTokens: maxField }) },
   };
 }
 

@@ -3,7 +3,6 @@
  * Same-family requests go upstream as the client's own bytes, with a minimal splice when Sluice
  * must add something (the upstream model name, a default output ceiling, a usage request).
  */
-import type { ModelConfig } from '../../../src/config.js';
 import { definePlugin, type Codec } from '../../../src/contracts.js';
 import { GatewayError } from '../../../src/errors.js';
 import { bearerCredential, openAiErrorBody, readOpenAiError } from '../openai-common.js';
@@ -31,6 +30,8 @@ const shape: RequestShape = {
 
 /** Set when Sluice asked the upstream for stream usage that the client did not ask for. */
 const usageInjected = new StateKey<boolean>('chat usage injected');
+/** Set when the client asked for stream usage that the upstream cannot send. */
+const usageOwed = new StateKey<boolean>('chat usage owed');
 
 
 function textOf(content: unknown): string {
@@ -39,43 +40,9 @@ function textOf(content: unknown): string {
   return content.map((p) => (typeof p?.text === 'string' ? p.text : typeof p?.refusal === 'string' ? p.refusal : '')).join('');
 }
 
-/** Refuses what the model's config says it cannot do, and applies its output ceiling. */
-function applyModelRules(req: Record<string, any>, model: ModelConfig): Record<string, unknown> {
-  const unsupported = (param: string, what: string) =>
-    new GatewayError('unsupported_parameter', `Unsupported parameter: '${param}': model \`${model.id}\` does not support ${what}.`, param);
-  const { features, maxOutputTokens } = model;
-  if (!features.tools && (req.tools?.length || req.tool_choice)) throw unsupported('tools', 'tool calling');
-  if (!features.jsonSchema && req.response_format?.type === 'json_schema') {
-    throw unsupported('response_format', 'json_schema structured output');
-  }
-  if (!features.temperature && req.temperature != null) throw unsupported('temperature', 'a sampling temperature');
-  if (!features.vision) {
-    req.messages.forEach((m: any, i: number) => {
-      if (!Array.isArray(m.content)) return;
-      const j = m.content.findIndex((p: any) => p?.type === 'image_url');
-      if (j >= 0) throw unsupported(`messages[${i}].content[${j}]`, 'image input');
-    });
-  }
-  if (req.stream && req.stream_options?.include_usage && !features.streamUsage) {
-    throw unsupported('stream_options.include_usage', 'usage in streams');
-  }
-
-  const fields: Record<string, unknown> = {};
-  const field = req.max_completion_tokens != null ? 'max_completion_tokens' : req.max_tokens != null ? 'max_tokens' : undefined;
-  if (field && maxOutputTokens.max && req[field] > maxOutputTokens.max) {
-    throw new GatewayError(
-      'invalid_value',
-      `${field} is too large: ${req[field]}. Model \`${model.id}\` supports at most ${maxOutputTokens.max} completion tokens.`,
-      field,
-    );
-  }
-  if (!field && maxOutputTokens.default) fields.max_completion_tokens = maxOutputTokens.default;
-  if (model.upstreamModel !== req.model) fields.model = model.upstreamModel;
-  return fields;
-}
-
 const codec: Omit<Codec, 'decode'> = {
   family: 'chat',
+  modelKey: '"model"',
   endpoints: [
     { method: 'post', path: '/v1/chat/completions', kind: 'generate' },
     // One model list serves both OpenAI families: entries say which families each model serves.
@@ -85,13 +52,21 @@ const codec: Omit<Codec, 'decode'> = {
 
   credential: bearerCredential,
 
-  prepare(ex) {
+  prepare(ex, _upstream, rules) {
     const req = ex.request;
     const model = ex.model!;
-    const fields = applyModelRules(req, model);
+    const fields: Record<string, unknown> = {};
+    if (rules.defaultOutputTokens !== undefined) fields.max_completion_tokens = rules.defaultOutputTokens;
+    if (model.upstreamModel !== req.model) fields.model = model.upstreamModel;
+    // The only server-side tool a chat client can ask for.
+    if (rules.droppedTools.length) fields.web_search_options = undefined;
     if (ex.stream && !req.stream_options?.include_usage && model.features.streamUsage) {
       fields.stream_options = { ...req.stream_options, include_usage: true };
       ex.set(usageInjected, true);
+    } else if (ex.stream && req.stream_options?.include_usage && !model.features.streamUsage) {
+      // An upstream that cannot send usage is not asked for it; the gateway sends an estimate instead.
+      fields.stream_options = undefined;
+      ex.set(usageOwed, true);
     }
     return {
       method: 'POST',
@@ -102,7 +77,7 @@ const codec: Omit<Codec, 'decode'> = {
   },
 
   passthroughStream(ex) {
-    return chatPassthrough(ex.get(usageInjected) === true, codec.errorBody);
+    return chatPassthrough(ex, { dropUsageChunk: ex.get(usageInjected) === true, owesUsage: ex.get(usageOwed) === true }, codec.errorBody);
   },
 
   bodyUsage: (body) => readChatUsage(jsonOrUndefined(body)?.usage),
@@ -139,11 +114,9 @@ const codec: Omit<Codec, 'decode'> = {
 
   errorBody: openAiErrorBody,
 
-  toCanonical(ex) {
+  toCanonical(ex, upstreamFamily) {
     const req = ex.request;
-    const fields = applyModelRules(req, ex.model!);
-    const maxOutputTokens = req.max_completion_tokens ?? req.max_tokens ?? (fields.max_completion_tokens as number | undefined);
-    return chatToCanonical(req, ex.model!, maxOutputTokens);
+    return chatToCanonical(req, ex.model!, upstreamFamily === 'chat');
   },
 
   writeResponse: (res, ex) => JSON.stringify(canonicalToChatResponse(res, ex)),

@@ -7,28 +7,51 @@ import { GatewayError } from '../../../src/errors.js';
 import { readOpenAiError } from '../openai-common.js';
 import type { Exchange } from '../../../src/exchange.js';
 import { newId, unixNow } from '../../../src/ids.js';
+import { estimateUsage } from '../../../src/pipeline.js';
 import { dataFrame, frameData, hasObjectField } from '../../../src/sse.js';
 import { chatFinishReason, readChatUsage, readFinishReason, writeChatUsage } from './canonical.js';
 
 const USAGE_KEY = Buffer.from('"usage"');
+const DONE = 'data: [DONE]\n\n';
 
 export const chatErrorFrame = (body: string) => dataFrame(body);
 
 /**
  * Relays a same-family stream. Only a frame that carries a usage object is parsed; the usage-only
- * chunk Sluice asked for on the client's behalf is kept from the client.
+ * chunk Sluice asked for on the client's behalf is kept from the client. When the client asked for
+ * usage that the upstream cannot send, `[DONE]` is held back so an estimated usage chunk goes first.
  */
-export function chatPassthrough(dropUsageChunk: boolean, errorBody: (err: GatewayError) => string): ClientStream {
+export function chatPassthrough(
+  ex: Exchange,
+  { dropUsageChunk, owesUsage }: { dropUsageChunk: boolean; owesUsage: boolean },
+  errorBody: (err: GatewayError) => string,
+): ClientStream {
   let usage: Usage | undefined;
+  let first: Record<string, any> | undefined;
+  let heldDone = false;
   return {
     frame(frame) {
+      if (owesUsage) {
+        const data = frameData(frame);
+        if (data?.trim() === '[DONE]') return !(heldDone = true);
+        first ??= jsonOrUndefined(data);
+      }
       if (!hasObjectField(frame, USAGE_KEY)) return true;
       const chunk = jsonOrUndefined(frameData(frame));
       if (!chunk) return true;
       usage = readChatUsage(chunk.usage) ?? usage;
       return !(dropUsageChunk && Array.isArray(chunk.choices) && chunk.choices.length === 0);
     },
-    end: () => '',
+    end() {
+      if (!owesUsage) return '';
+      let out = '';
+      if (!usage) {
+        usage = estimateUsage(ex);
+        const head = { id: first?.id ?? newId('chatcmpl-', 12), object: 'chat.completion.chunk', created: first?.created ?? unixNow(), model: ex.modelId };
+        out = dataFrame(JSON.stringify({ ...head, choices: [], usage: writeChatUsage(usage) }));
+      }
+      return heldDone ? out + DONE : out;
+    },
     fail: (err) => chatErrorFrame(errorBody(err)),
     usage: () => usage,
   };
@@ -115,7 +138,7 @@ export function chatStreamWriter(ex: Exchange, errorBody: (err: GatewayError) =>
       let out = opening();
       if (!finished) out += chunk({}, chatFinishReason('stop', toolCalls));
       if (includeUsage && usage) out += dataFrame(JSON.stringify({ ...head, choices: [], usage: writeChatUsage(usage) }));
-      return out + 'data: [DONE]\n\n';
+      return out + DONE;
     },
     fail: (err) => chatErrorFrame(errorBody(err)),
   };

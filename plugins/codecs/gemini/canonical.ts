@@ -54,17 +54,18 @@ export function blockedPrompt(body: Json): GatewayError | undefined {
   return new GatewayError('prompt_blocked', `The upstream blocked the prompt (${reason}).`, null, 400, 'prompt_blocked');
 }
 
-function partsOf(parts: Json[]): C.Part[] {
+/** `where` names the content, for the vision rule. */
+function partsOf(parts: Json[], where: string): C.Part[] {
   const out: C.Part[] = [];
-  for (const p of parts) {
+  for (const [j, p] of parts.entries()) {
     if (typeof p.text === 'string' && !p.thought) {
       if (p.text) out.push({ type: 'text', text: p.text });
     } else if (p.inlineData) {
       const { mimeType, data } = p.inlineData;
-      out.push(mimeType.startsWith('image/') ? { type: 'image', url: `data:${mimeType};base64,${data}`, mimeType } : { type: 'file', data, mimeType });
+      out.push(mimeType.startsWith('image/') ? { type: 'image', url: `data:${mimeType};base64,${data}`, mimeType, where: `${where}[${j}]` } : { type: 'file', data, mimeType });
     } else if (p.fileData) {
       const { mimeType = '', fileUri } = p.fileData;
-      out.push(mimeType.startsWith('image/') ? { type: 'image', url: fileUri, mimeType } : { type: 'file', url: fileUri, mimeType });
+      out.push(mimeType.startsWith('image/') ? { type: 'image', url: fileUri, mimeType, where: `${where}[${j}]` } : { type: 'file', url: fileUri, mimeType });
     }
   }
   return out;
@@ -81,17 +82,20 @@ function effortFromThinking(config: Json | undefined): C.Request['reasoning'] {
   return { ...(effort && { effort }), ...(includeThoughts && { summary: 'auto' }) };
 }
 
-/** A generateContent request for an upstream of another family. Model rules were applied. */
-export function geminiToCanonical(req: Json, model: ModelConfig, stream: boolean, maxOutputTokens: number | undefined): C.Request {
-  const refuse = (param: string, what: string) =>
-    new GatewayError('unsupported_parameter', `Model \`${model.id}\` is served through an upstream of another API, which cannot take ${what}. ${model.ignoreParameters.length ? '' : 'The model config can list it under ignoreParameters to drop it instead.'}`.trim(), param);
-  const ignored = (name: string) => model.ignoreParameters.includes(name);
+/**
+ * A generateContent request, canonically. Parameters with no canonical field and server-side tools
+ * are listed for the model rules (a Gemini upstream takes them as sent); for a Gemini upstream
+ * (`native`) nothing is refused here.
+ */
+export function geminiToCanonical(req: Json, model: ModelConfig, stream: boolean, native: boolean): C.Request {
   const gen: Json = req.generationConfig ?? {};
-
-  if (req.safetySettings?.length && !ignored('safetySettings')) throw refuse('safetySettings', 'safety settings');
-  if (gen.topK !== undefined && !ignored('topK')) throw refuse('generationConfig.topK', 'topK');
-  if ((gen.candidateCount ?? 1) > 1) throw refuse('generationConfig.candidateCount', 'more than one candidate');
-  if (req.cachedContent) throw refuse('cachedContent', 'cached content');
+  const extra: Record<string, string> = {};
+  if (req.safetySettings?.length) extra.safetySettings = 'safetySettings';
+  if (gen.topK !== undefined) extra.topK = 'generationConfig.topK';
+  if ((gen.candidateCount ?? 1) > 1) extra.candidates = 'generationConfig.candidateCount';
+  if (req.cachedContent) extra.cachedContent = 'cachedContent';
+  if (gen.responseLogprobs) extra.logprobs = 'generationConfig.responseLogprobs';
+  if (gen.responseMimeType && gen.responseMimeType !== 'text/plain' && gen.responseMimeType !== 'application/json') extra.responseMimeType = 'generationConfig.responseMimeType';
 
   const messages: C.Message[] = [];
   const system = (req.systemInstruction?.parts ?? []).map((p: Json) => p.text ?? '').join('');
@@ -111,14 +115,15 @@ export function geminiToCanonical(req: Json, model: ModelConfig, stream: boolean
         else pending.set(p.functionCall.name, [id]);
         toolCalls.push({ id, name: p.functionCall.name, arguments: JSON.stringify(p.functionCall.args ?? {}), ...(p.thoughtSignature && { signature: p.thoughtSignature }) });
       });
-      messages.push({ role: 'assistant', content: partsOf(parts), toolCalls });
+      messages.push({ role: 'assistant', content: partsOf(parts, `contents[${i}].parts`), toolCalls });
       return;
     }
-    const content_ = partsOf(parts);
+    const content_ = partsOf(parts, `contents[${i}].parts`);
     parts.forEach((p, j) => {
       if (!p.functionResponse) return;
       const { name, response, id } = p.functionResponse;
       const toolCallId = id ?? pending.get(name)?.shift();
+      if (!toolCallId && native) return;
       if (!toolCallId) throw new GatewayError('invalid_request', `contents[${i}].parts[${j}].functionResponse answers no earlier call to '${name}'.`, `contents[${i}].parts[${j}].functionResponse`);
       messages.push({ role: 'tool', toolCallId, name, content: [{ type: 'text', text: JSON.stringify(response) }] });
     });
@@ -126,9 +131,10 @@ export function geminiToCanonical(req: Json, model: ModelConfig, stream: boolean
   });
 
   const tools: C.Tool[] = [];
+  const serverTools: C.ServerTool[] = [];
   (req.tools ?? []).forEach((t: Json, i: number) => {
-    const other = Object.keys(t).find((k) => k !== 'functionDeclarations');
-    if (other) throw refuse(`tools[${i}].${other}`, `the server-side tool '${other}' (it would have to run it)`);
+    // Every other key of a tool (googleSearch, codeExecution) is a tool the upstream runs itself.
+    for (const key of Object.keys(t)) if (key !== 'functionDeclarations') serverTools.push({ type: key, param: `tools[${i}].${key}` });
     for (const f of t.functionDeclarations ?? []) {
       const parameters = f.parametersJsonSchema ?? (f.parameters ? geminiSchemaToJsonSchema(f.parameters) : undefined);
       tools.push({ name: f.name, description: f.description, parameters });
@@ -148,8 +154,6 @@ export function geminiToCanonical(req: Json, model: ModelConfig, stream: boolean
   if (gen.responseMimeType === 'application/json') {
     const schema = gen.responseJsonSchema ?? (gen.responseSchema ? geminiSchemaToJsonSchema(gen.responseSchema) : undefined);
     format = schema ? { type: 'json_schema', name: 'response', schema } : { type: 'json_object' };
-  } else if (gen.responseMimeType && gen.responseMimeType !== 'text/plain') {
-    throw refuse('generationConfig.responseMimeType', `responseMimeType '${gen.responseMimeType}'`);
   }
 
   return {
@@ -158,7 +162,7 @@ export function geminiToCanonical(req: Json, model: ModelConfig, stream: boolean
     tools,
     toolChoice,
     format,
-    maxOutputTokens,
+    maxOutputTokens: gen.maxOutputTokens,
     temperature: gen.temperature,
     topP: gen.topP,
     stop: gen.stopSequences,
@@ -167,6 +171,19 @@ export function geminiToCanonical(req: Json, model: ModelConfig, stream: boolean
     frequencyPenalty: gen.frequencyPenalty,
     reasoning: effortFromThinking(gen.thinkingConfig),
     stream,
+    serverTools,
+    extra,
+    params: {
+      format: 'generationConfig.responseSchema',
+      reasoning: 'generationConfig.thinkingConfig',
+      maxOutputTokens: 'generationConfig.maxOutputTokens',
+      temperature: 'generationConfig.temperature',
+      topP: 'generationConfig.topP',
+      stop: 'generationConfig.stopSequences',
+      seed: 'generationConfig.seed',
+      presencePenalty: 'generationConfig.presencePenalty',
+      frequencyPenalty: 'generationConfig.frequencyPenalty',
+    },
   };
 }
 

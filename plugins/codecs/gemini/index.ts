@@ -58,28 +58,6 @@ function parseTarget(target: string): { model: string; method?: string } {
   return colon < 0 ? { model: decoded } : { model: decoded.slice(0, colon), method: decoded.slice(colon + 1) };
 }
 
-function applyModelRules(req: Json, model: ModelConfig): { maxOutputTokens?: number; addDefault: boolean } {
-  const unsupported = (param: string, what: string) =>
-    new GatewayError('unsupported_parameter', `Unsupported parameter: '${param}': model \`${model.id}\` does not support ${what}.`, param);
-  const { features, maxOutputTokens } = model;
-  const gen: Json = req.generationConfig ?? {};
-  if (!features.tools && (req.tools?.length || req.toolConfig)) throw unsupported('tools', 'tool calling');
-  if (!features.jsonSchema && (gen.responseSchema || gen.responseJsonSchema)) throw unsupported('generationConfig.responseSchema', 'structured output');
-  if (!features.temperature && gen.temperature !== undefined) throw unsupported('generationConfig.temperature', 'a sampling temperature');
-  if (!features.reasoning && gen.thinkingConfig) throw unsupported('generationConfig.thinkingConfig', 'thinking controls');
-  if (!features.vision) {
-    req.contents.forEach((c: Json, i: number) => {
-      const j = (c.parts ?? []).findIndex((p: Json) => (p.inlineData ?? p.fileData)?.mimeType?.startsWith('image/'));
-      if (j >= 0) throw unsupported(`contents[${i}].parts[${j}]`, 'image input');
-    });
-  }
-  const asked: number | undefined = gen.maxOutputTokens;
-  if (asked !== undefined && maxOutputTokens.max && asked > maxOutputTokens.max) {
-    throw new GatewayError('invalid_value', `maxOutputTokens is too large: ${asked}. Model \`${model.id}\` supports at most ${maxOutputTokens.max} output tokens.`, 'generationConfig.maxOutputTokens');
-  }
-  return { maxOutputTokens: asked ?? maxOutputTokens.default, addDefault: asked === undefined && maxOutputTokens.default !== undefined };
-}
-
 function errorBody(err: GatewayError): string {
   return JSON.stringify({ error: { code: err.status, message: err.message, status: statusNames[err.status] ?? (err.status >= 500 ? 'INTERNAL' : 'INVALID_ARGUMENT') } });
 }
@@ -100,6 +78,7 @@ const upstreamPath = (model: string, stream: boolean) => `/models/${encodeURICom
 
 const codec: Omit<Codec, 'decode'> = {
   family: 'gemini',
+  modelKey: '"modelVersion"',
   endpoints: [
     { method: 'post', path: '/v1beta/models/:target', kind: 'generate' },
     { method: 'get', path: '/v1beta/models', kind: 'models' },
@@ -136,11 +115,18 @@ const codec: Omit<Codec, 'decode'> = {
     return texts.join('\n');
   },
 
-  prepare(ex) {
+  prepare(ex, _upstream, rules) {
     const req = ex.request;
     const model = ex.model!;
-    const { maxOutputTokens, addDefault } = applyModelRules(req, model);
-    const body = addDefault ? withFields(ex.body, req, { generationConfig: { ...req.generationConfig, maxOutputTokens } }) : ex.body;
+    const fields: Json = {};
+    if (rules.defaultOutputTokens !== undefined) fields.generationConfig = { ...req.generationConfig, maxOutputTokens: rules.defaultOutputTokens };
+    if (rules.droppedTools.length) {
+      const dropped = new Set(rules.droppedTools.map((t) => t.param));
+      fields.tools = (req.tools as Json[])
+        .map((t, i) => Object.fromEntries(Object.entries(t).filter(([key]) => !dropped.has(`tools[${i}].${key}`))))
+        .filter((t) => Object.keys(t).length);
+    }
+    const body = withFields(ex.body, req, fields);
     return {
       method: 'POST',
       path: upstreamPath(model.upstreamModel, ex.stream),
@@ -164,10 +150,7 @@ const codec: Omit<Codec, 'decode'> = {
     return text;
   },
 
-  toCanonical(ex) {
-    const { maxOutputTokens } = applyModelRules(ex.request, ex.model!);
-    return geminiToCanonical(ex.request, ex.model!, ex.stream, maxOutputTokens);
-  },
+  toCanonical: (ex, upstreamFamily) => geminiToCanonical(ex.request, ex.model!, ex.stream, upstreamFamily === 'gemini'),
 
   writeResponse: (res, ex) => JSON.stringify(canonicalToGeminiBody(res, ex)),
 

@@ -9,6 +9,7 @@ import type { ClientStream, Usage } from '../../../src/contracts.js';
 import { GatewayError } from '../../../src/errors.js';
 import { StateKey, type Exchange } from '../../../src/exchange.js';
 import { newId } from '../../../src/ids.js';
+import { estimateUsage } from '../../../src/pipeline.js';
 import { dataFrame, frameData, hasObjectField } from '../../../src/sse.js';
 import { blockedPrompt, readFinishReason, readGeminiUsage, readParts, writeAnswerParts, writeFinishReason, writeGeminiUsage } from './canonical.js';
 
@@ -38,13 +39,15 @@ export class GeminiFraming {
 
 /**
  * Relays a Gemini upstream stream. SSE clients get the bytes as they are; array clients get each
- * event's JSON. Usage totals are cumulative, so only the last frame that carries them is parsed.
+ * event's JSON. Usage totals are cumulative, so only the last frame that carries them is parsed;
+ * when none did, a last event carries an estimate, so the client always gets usage.
  */
 export function geminiPassthrough(ex: Exchange, errorBody: (err: GatewayError) => string): ClientStream {
   const sse = ex.get(sseMode) === true;
   const framing = new GeminiFraming(sse);
   let lastUsageFrame: Buffer | undefined;
   let pending = '';
+  let estimate: Usage | undefined;
   return {
     frame(frame) {
       if (hasObjectField(frame, USAGE_KEY)) lastUsageFrame = frame;
@@ -58,9 +61,13 @@ export function geminiPassthrough(ex: Exchange, errorBody: (err: GatewayError) =
       pending = '';
       return out;
     },
-    end: () => framing.close(),
+    end() {
+      if (lastUsageFrame) return framing.close();
+      estimate = estimateUsage(ex);
+      return framing.event(JSON.stringify({ usageMetadata: writeGeminiUsage(estimate), modelVersion: ex.modelId })) + framing.close();
+    },
     fail: (err) => framing.event(errorBody(err)) + framing.close(),
-    usage: () => lastUsageFrame && readGeminiUsage(jsonOrUndefined(frameData(lastUsageFrame))?.usageMetadata),
+    usage: () => estimate ?? (lastUsageFrame && readGeminiUsage(jsonOrUndefined(frameData(lastUsageFrame))?.usageMetadata)),
   };
 }
 

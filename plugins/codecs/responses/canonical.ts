@@ -47,34 +47,51 @@ export function writeResponsesUsage(u: Usage): Json {
 
 const familyNames: Record<string, string> = { chat: 'chat completions', gemini: 'content generation' };
 
-function partsOf(content: unknown, where: string, bridgeRefusal: (param: string, what: string) => GatewayError): C.Part[] {
+/** Refuses what the upstream cannot take when translating; a native upstream takes it as sent. */
+type Refuse = (param: string, what: string) => undefined;
+
+function partsOf(content: unknown, where: string, refuse: Refuse): C.Part[] {
   if (typeof content === 'string') return content ? [{ type: 'text', text: content }] : [];
-  return (content as Json[]).map((p, i): C.Part => {
-    switch (p.type) {
-      case 'input_text':
-      case 'output_text':
-        return { type: 'text', text: p.text };
-      case 'refusal':
-        return { type: 'text', text: p.refusal };
-      case 'input_image':
-        if (!p.image_url) throw bridgeRefusal(`${where}[${i}].file_id`, 'images by file id');
-        return { type: 'image', url: p.image_url, ...(p.detail && { detail: p.detail }) };
-      case 'input_file':
-        return { type: 'file', fileId: p.file_id, url: p.file_url, data: p.file_data, filename: p.filename };
-      default:
-        throw bridgeRefusal(`${where}[${i}].type`, `'${p.type}' content`);
-    }
+  const parts: C.Part[] = [];
+  (content as Json[]).forEach((p, i) => {
+    const part = partOf(p, `${where}[${i}]`, refuse);
+    if (part) parts.push(part);
   });
+  return parts;
+}
+
+function partOf(p: Json, where: string, refuse: Refuse): C.Part | undefined {
+  switch (p.type) {
+    case 'input_text':
+    case 'output_text':
+      return { type: 'text', text: p.text };
+    case 'refusal':
+      return { type: 'text', text: p.refusal };
+    case 'input_image':
+      // An image by file id still counts for the vision rule; only a translation needs its URL.
+      if (!p.image_url) refuse(`${where}.file_id`, 'images by file id');
+      return { type: 'image', url: p.image_url ?? '', where, ...(p.detail && { detail: p.detail }) };
+    case 'input_file':
+      return { type: 'file', fileId: p.file_id, url: p.file_url, data: p.file_data, filename: p.filename };
+    default:
+      return refuse(`${where}.type`, `'${p.type}' content`);
+  }
 }
 
 
 /**
- * A Responses request for an upstream of another family. Model rules were applied by the caller.
+ * A Responses request, canonically. For a Responses upstream nothing is refused (it gets the
+ * client's own bytes); for another family, what it cannot take is refused here, except server-side
+ * tools, which the model rules drop or refuse.
  */
-export function responsesToCanonical(req: Json, model: ModelConfig, upstreamFamily: string, maxOutputTokens: number | undefined): { request: C.Request; mapping: ToolMapping } {
+export function responsesToCanonical(req: Json, model: ModelConfig, upstreamFamily: string): { request: C.Request; mapping: ToolMapping } {
   const upstreamName = familyNames[upstreamFamily] ?? upstreamFamily;
-  const refuse = (param: string, what: string) =>
-    new GatewayError('unsupported_parameter', `Model \`${model.id}\` is served through an upstream that speaks ${upstreamName}, which cannot take ${what}.`, param);
+  const native = upstreamFamily === 'responses';
+  const refuse: Refuse = (param, what) => {
+    if (!native) throw new GatewayError('unsupported_parameter', `Model \`${model.id}\` is served through an upstream that speaks ${upstreamName}, which cannot take ${what}.`, param);
+    return undefined;
+  };
+  const serverTools: C.ServerTool[] = [];
 
   // Tools: functions as they are; custom tools as one-string functions; namespaces flattened.
   const mapping: ToolMapping = { custom: new Set(), namespaced: new Map() };
@@ -85,7 +102,7 @@ export function responsesToCanonical(req: Json, model: ModelConfig, upstreamFami
     if (seen.has(name)) {
       throw new GatewayError('invalid_request', `Tools ${seen.get(name)} and ${where} both become '${name}' for the upstream; rename one.`, where);
     }
-    if (namespace && !/^[A-Za-z0-9_-]{1,64}$/.test(name)) throw refuse(where, `the tool name '${name}' (namespace and name flattened)`);
+    if (namespace && !/^[A-Za-z0-9_-]{1,64}$/.test(name)) refuse(where, `the tool name '${name}' (namespace and name flattened)`);
     seen.set(name, where);
     if (namespace) mapping.namespaced.set(name, { namespace, name: t.name });
     if (t.type === 'custom') {
@@ -98,7 +115,7 @@ export function responsesToCanonical(req: Json, model: ModelConfig, upstreamFami
     } else if (t.type === 'function') {
       tools.push({ name, description: t.description ?? undefined, parameters: t.parameters ?? undefined, strict: t.strict ?? undefined });
     } else {
-      throw refuse(where, `the server-side tool '${t.type}' (it would have to run it)`);
+      serverTools.push({ type: t.type, param: where });
     }
   };
   (req.tools ?? []).forEach((t: Json, i: number) => {
@@ -123,7 +140,7 @@ export function responsesToCanonical(req: Json, model: ModelConfig, upstreamFami
     const where = `input[${i}]`;
     switch (itemType(item)) {
       case 'message': {
-        const content = partsOf(item.content, `${where}.content`, refuse);
+        const content = partsOf(item.content ?? [], `${where}.content`, refuse);
         if (item.role === 'assistant') {
           // A loop, not push(...content): spreading a huge array overflows the call stack.
           const turn = assistantTurn().content;
@@ -149,9 +166,10 @@ export function responsesToCanonical(req: Json, model: ModelConfig, upstreamFami
         // Reasoning items only mean something to the model that wrote them.
         break;
       case 'item_reference':
-        throw refuse(`${where}.id`, 'item references (send the items themselves)');
+        refuse(`${where}.id`, 'item references (send the items themselves)');
+        break;
       default:
-        throw refuse(`${where}.type`, `'${item.type}' items`);
+        refuse(`${where}.type`, `'${item.type}' items`);
     }
   });
 
@@ -160,13 +178,13 @@ export function responsesToCanonical(req: Json, model: ModelConfig, upstreamFami
   if (typeof choice === 'string') toolChoice = choice as C.ToolChoice;
   else if (choice?.type === 'function' || choice?.type === 'custom') toolChoice = { name: flatName(choice.name, choice.namespace) };
   else if (choice?.type === 'allowed_tools') {
-    const allowed = (choice.tools as Json[]).map((t, j) => {
-      if (t.type !== 'function' && t.type !== 'custom') throw refuse(`tool_choice.tools[${j}]`, `the server-side tool '${t.type}' in allowed_tools`);
-      return flatName(t.name, t.namespace);
+    const allowed: string[] = [];
+    (choice.tools as Json[]).forEach((t, j) => {
+      if (t.type === 'function' || t.type === 'custom') allowed.push(flatName(t.name, t.namespace));
+      else refuse(`tool_choice.tools[${j}]`, `the server-side tool '${t.type}' in allowed_tools`);
     });
     toolChoice = { mode: choice.mode, allowed };
-  }
-  else if (choice) throw refuse('tool_choice', `tool_choice '${choice.type}'`);
+  } else if (choice) refuse('tool_choice', `tool_choice '${choice.type}'`);
 
   const f = req.text?.format;
   const format: C.OutputFormat | undefined =
@@ -185,13 +203,16 @@ export function responsesToCanonical(req: Json, model: ModelConfig, upstreamFami
       toolChoice,
       parallelToolCalls: req.parallel_tool_calls ?? undefined,
       format,
-      maxOutputTokens,
+      maxOutputTokens: req.max_output_tokens ?? undefined,
       temperature: req.temperature ?? undefined,
       topP: req.top_p ?? undefined,
       reasoning: req.reasoning ? { effort: req.reasoning.effort ?? undefined, summary: req.reasoning.summary ?? undefined } : undefined,
       metadata: req.metadata ?? undefined,
       user: req.user,
       stream: req.stream === true,
+      serverTools,
+      extra: req.top_logprobs ? { logprobs: 'top_logprobs' } : undefined,
+      params: { format: 'text.format', maxOutputTokens: 'max_output_tokens', topP: 'top_p' },
     },
   };
 }
@@ -213,9 +234,6 @@ function writeParts(parts: C.Part[], role: 'user' | 'assistant'): Json[] {
 
 /** A canonical request as a Responses body for an upstream (7.2). */
 export function canonicalToResponses(req: C.Request): Json {
-  const unsupported = (param: string, what: string) =>
-    new GatewayError('unsupported_parameter', `Unsupported parameter: '${param}': the model's upstream speaks Responses, which has no ${what}.`, param);
-  if (req.stop?.length) throw unsupported('stop', 'stop sequences');
   const instructions = req.messages
     .filter((m) => m.role === 'system')
     .map((m) => m.content.map((p) => (p.type === 'text' ? p.text : '')).join(''))

@@ -2,7 +2,6 @@
  * The Responses family (`POST /v1/responses`, OpenAI shape). Native upstreams get the client's
  * bytes; a chat-only upstream is served through the bridge (canonical pivot, see canonical.ts).
  */
-import type { ModelConfig } from '../../../src/config.js';
 import { definePlugin, type Codec } from '../../../src/contracts.js';
 import { GatewayError } from '../../../src/errors.js';
 import { bearerCredential, openAiErrorBody, readOpenAiError } from '../openai-common.js';
@@ -30,35 +29,6 @@ const shape: RequestShape = {
   },
 };
 
-const ownTools = new Set(['function', 'custom', 'namespace']);
-
-/** Refuses what the model's config says it cannot do; returns the output ceiling to apply. */
-function applyModelRules(req: Json, model: ModelConfig): { maxOutputTokens?: number; addDefault: boolean } {
-  const unsupported = (param: string, what: string) =>
-    new GatewayError('unsupported_parameter', `Unsupported parameter: '${param}': model \`${model.id}\` does not support ${what}.`, param);
-  const { features, maxOutputTokens } = model;
-  const tools: Json[] = req.tools ?? [];
-  if (!features.tools && (tools.some((t) => ownTools.has(t.type)) || (req.tool_choice && req.tool_choice !== 'none'))) {
-    throw unsupported('tools', 'tool calling');
-  }
-  if (!features.jsonSchema && req.text?.format?.type === 'json_schema') throw unsupported('text.format', 'json_schema structured output');
-  if (!features.temperature && req.temperature != null) throw unsupported('temperature', 'a sampling temperature');
-  if (!features.reasoning && req.reasoning && (req.reasoning.effort != null || req.reasoning.summary != null)) {
-    throw unsupported('reasoning', 'reasoning controls');
-  }
-  if (!features.vision && Array.isArray(req.input)) {
-    req.input.forEach((item: Json, i: number) => {
-      const j = Array.isArray(item.content) ? item.content.findIndex((p: Json) => p?.type === 'input_image') : -1;
-      if (j >= 0) throw unsupported(`input[${i}].content[${j}]`, 'image input');
-    });
-  }
-  const asked = req.max_output_tokens ?? undefined;
-  if (asked !== undefined && maxOutputTokens.max && asked > maxOutputTokens.max) {
-    throw new GatewayError('invalid_value', `max_output_tokens is too large: ${asked}. Model \`${model.id}\` supports at most ${maxOutputTokens.max} output tokens.`, 'max_output_tokens');
-  }
-  return { maxOutputTokens: asked ?? maxOutputTokens.default, addDefault: asked === undefined && maxOutputTokens.default !== undefined };
-}
-
 function textOf(content: unknown): string {
   if (typeof content === 'string') return content;
   if (!Array.isArray(content)) return '';
@@ -67,6 +37,7 @@ function textOf(content: unknown): string {
 
 const codec: Omit<Codec, 'decode' | 'socket'> = {
   family: 'responses',
+  modelKey: '"model"',
   endpoints: [
     { method: 'post', path: '/v1/responses', kind: 'generate' },
     { method: 'get', path: '/v1/responses', kind: 'socket' },
@@ -94,17 +65,16 @@ const codec: Omit<Codec, 'decode' | 'socket'> = {
     return parts.join('\n');
   },
 
-  prepare(ex) {
+  prepare(ex, _upstream, rules) {
     const req = ex.request;
     const model = ex.model!;
-    const serverTool = (req.tools ?? []).find((t: Json) => !ownTools.has(t.type) && !model.features.serverTools.includes(t.type));
-    if (serverTool) {
-      throw new GatewayError('unsupported_parameter', `Unsupported parameter: 'tools': model \`${model.id}\` does not offer the server-side tool '${serverTool.type}'.`, 'tools');
-    }
-    const { maxOutputTokens, addDefault } = applyModelRules(req, model);
     const fields: Json = {};
-    if (addDefault) fields.max_output_tokens = maxOutputTokens;
+    if (rules.defaultOutputTokens !== undefined) fields.max_output_tokens = rules.defaultOutputTokens;
     if (model.upstreamModel !== req.model) fields.model = model.upstreamModel;
+    if (rules.droppedTools.length) {
+      const dropped = new Set(rules.droppedTools.map((t) => t.param));
+      fields.tools = (req.tools as Json[]).filter((_, i) => !dropped.has(`tools[${i}]`));
+    }
     return {
       method: 'POST',
       path: '/responses',
@@ -124,8 +94,7 @@ const codec: Omit<Codec, 'decode' | 'socket'> = {
   },
 
   toCanonical(ex, upstreamFamily) {
-    const { maxOutputTokens } = applyModelRules(ex.request, ex.model!);
-    const { request, mapping } = responsesToCanonical(ex.request, ex.model!, upstreamFamily, maxOutputTokens);
+    const { request, mapping } = responsesToCanonical(ex.request, ex.model!, upstreamFamily);
     ex.set(toolMapping, mapping);
     return request;
   },
@@ -133,6 +102,8 @@ const codec: Omit<Codec, 'decode' | 'socket'> = {
   writeResponse: (res, ex) => JSON.stringify(canonicalToResponsesBody(res, ex)),
 
   streamWriter: (ex) => responsesStreamWriter(ex),
+
+  unsendable: ['stop', 'seed', 'presencePenalty', 'frequencyPenalty'],
 
   fromCanonical(req) {
     return {

@@ -1,8 +1,11 @@
 /**
  * The Responses WebSocket mode (protocols.md 3): `response.create` messages, events back as JSON
- * text messages, and chaining with `previous_response_id` against the connection's most recent
- * response, which Sluice remembers per connection (nothing is stored server-side).
+ * text messages, and chaining with `previous_response_id` against the lane's most recent response,
+ * which Sluice remembers per lane of a connection (nothing is stored server-side). `stream_id`
+ * names the lane and is echoed on every event of its turns; `generate: false` is a warm-up,
+ * answered here with no model output and no upstream call, that the next turn can chain from.
  */
+import { randomBytes } from 'node:crypto';
 import type { SocketProtocol } from '../../../src/contracts.js';
 import { GatewayError } from '../../../src/errors.js';
 import { checkDepth, type RequestCaps } from '../../../src/request-caps.js';
@@ -10,22 +13,51 @@ import { openAiErrorBody } from '../openai-common.js';
 
 type Json = Record<string, any>;
 
-interface Chain {
+interface Lane {
+  lane?: string;
   /** The input items of the response in flight, history included. */
   pendingInput?: Json[];
   /** The most recent completed response: its id and the whole conversation up to it. */
   last?: { id: string; items: Json[] };
 }
 
+/** A lane name longer than this is refused: it is echoed on every event. */
+const MAX_LANE_CHARS = 128;
+
 const asItems = (input: unknown): Json[] => (typeof input === 'string' ? [{ role: 'user', content: input }] : Array.isArray(input) ? input : []);
 
 /** Terminal events name themselves near the start; only those are parsed. */
 const TERMINAL = /"type":"(response\.completed|response\.incomplete|response\.failed|error)"/;
 
-export const responsesSocket = (caps: RequestCaps): SocketProtocol<Chain> => ({
-  open: () => ({}),
+/** The event with the lane's `stream_id` added as its last field (events are JSON objects). */
+const onLane = (event: string, lane: string | undefined): string => {
+  if (lane === undefined) return event;
+  const end = event.lastIndexOf('}');
+  return end < 0 ? event : `${event.slice(0, end)},"stream_id":${JSON.stringify(lane)}}`;
+};
 
-  request(message, chain) {
+/** A warm-up's events: created, then completed with no output and zero usage. */
+function warmUp(body: Json): string[] {
+  const response = {
+    id: `resp_${randomBytes(12).toString('hex')}`,
+    object: 'response',
+    created_at: Math.floor(Date.now() / 1000),
+    status: 'in_progress',
+    model: body.model,
+    output: [],
+    usage: null,
+  };
+  const usage = { input_tokens: 0, input_tokens_details: { cached_tokens: 0 }, output_tokens: 0, output_tokens_details: { reasoning_tokens: 0 }, total_tokens: 0 };
+  return [
+    JSON.stringify({ type: 'response.created', sequence_number: 0, response }),
+    JSON.stringify({ type: 'response.completed', sequence_number: 1, response: { ...response, status: 'completed', usage } }),
+  ];
+}
+
+export const responsesSocket = (caps: RequestCaps): SocketProtocol<Lane> => ({
+  open: (lane) => ({ lane }),
+
+  read(message) {
     checkDepth(Buffer.from(message), caps);
     let event: Json;
     try {
@@ -36,8 +68,15 @@ export const responsesSocket = (caps: RequestCaps): SocketProtocol<Chain> => ({
     if (!event || typeof event !== 'object' || event.type !== 'response.create') {
       throw new GatewayError('invalid_request', `Unsupported event type '${event?.type}': send 'response.create'.`, 'type');
     }
-    const { type: _type, stream: _stream, previous_response_id: previous, ...body } = event;
-    if (body.generate === false) throw new GatewayError('unsupported_parameter', "Warm-up requests ('generate': false) are not supported.", 'generate');
+    const lane = event.stream_id;
+    if (lane !== undefined && (typeof lane !== 'string' || lane.length === 0 || lane.length > MAX_LANE_CHARS)) {
+      throw new GatewayError('invalid_value', `'stream_id' must be a string of 1 to ${MAX_LANE_CHARS} characters.`, 'stream_id');
+    }
+    return { lane, message: event };
+  },
+
+  request(message, chain) {
+    const { type: _type, stream: _stream, stream_id: _lane, generate, previous_response_id: previous, ...body } = message as Json;
     let history: Json[] = [];
     if (previous != null) {
       const last = chain.last;
@@ -47,25 +86,28 @@ export const responsesSocket = (caps: RequestCaps): SocketProtocol<Chain> => ({
       history = last.items;
     }
     chain.pendingInput = [...history, ...asItems(body.input)];
-    return Buffer.from(JSON.stringify({ ...body, input: chain.pendingInput, stream: true }));
+    const request = Buffer.from(JSON.stringify({ ...body, input: chain.pendingInput, stream: true }));
+    return generate === false ? { body: request, answer: warmUp(body) } : { body: request };
   },
 
   sent(event, chain) {
-    if (!TERMINAL.test(event.slice(0, 160))) return;
-    // A completed (or cut-short) response can be chained from; a failure ends the chain.
-    try {
-      const { type, response } = JSON.parse(event);
-      chain.last =
-        type === 'response.completed' || type === 'response.incomplete'
-          ? { id: response.id, items: [...(chain.pendingInput ?? []), ...(response.output ?? [])] }
-          : undefined;
-    } catch {
-      chain.last = undefined;
+    if (TERMINAL.test(event.slice(0, 160))) {
+      // A completed (or cut-short) response can be chained from; a failure ends the chain.
+      try {
+        const { type, response } = JSON.parse(event);
+        chain.last =
+          type === 'response.completed' || type === 'response.incomplete'
+            ? { id: response.id, items: [...(chain.pendingInput ?? []), ...(response.output ?? [])] }
+            : undefined;
+      } catch {
+        chain.last = undefined;
+      }
     }
+    return onLane(event, chain.lane);
   },
 
-  error(err) {
+  error(err, lane) {
     const { error } = JSON.parse(openAiErrorBody(err));
-    return JSON.stringify({ type: 'error', status: err.status, error });
+    return onLane(JSON.stringify({ type: 'error', status: err.status, error }), lane);
   },
 });

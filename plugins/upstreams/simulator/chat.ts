@@ -32,6 +32,7 @@ import {
   positiveInteger,
   randomId,
   tokenIntervalMs,
+  withWireQuirks,
   type SimReply,
 } from './reply.js';
 
@@ -78,7 +79,8 @@ export function chatCompletion(body: Buffer | string | undefined): SimReply {
   if ('reply' in json) return json.reply;
   const request = parseOr400(() => parseChatRequest(json.value));
   if ('reply' in request) return request.reply;
-  return renderChat(request.value, plan(request.value.input));
+  const p = plan(request.value.input);
+  return withWireQuirks(renderChat(request.value, p), p);
 }
 
 export function renderChat(request: ChatRequest, p: Plan): SimReply {
@@ -112,7 +114,7 @@ function completionReply(request: ChatRequest, p: Plan, id: string, created: num
     created,
     model: request.model,
     choices,
-    usage: usage(p),
+    ...(!p.wire.noUsage && { usage: usage(p) }),
     service_tier: 'default',
     system_fingerprint: FINGERPRINT,
   };
@@ -154,7 +156,7 @@ function streamReply(request: ChatRequest, p: Plan, id: string, created: number)
   if (cutAfter !== undefined) return script.sse(true);
 
   p.choices.forEach((choice, index) => script.push(chunk({ index, delta: {}, logprobs: null, finish_reason: choice.finishReason })));
-  if (request.includeUsage) script.push(dataFrame(`${head}],"usage":${JSON.stringify(usage(p))}}`));
+  if (request.includeUsage && !p.wire.noUsage) script.push(dataFrame(`${head}],"usage":${JSON.stringify(usage(p))}}`));
   script.push(dataFrame('[DONE]'));
   return script.sse(false);
 }

@@ -64,6 +64,8 @@ export interface Plan {
   timing: { ttftMs: number; tokensPerSecond: number };
   /** `blocked`: the prompt is refused by a (simulated) safety filter; families that have no such answer ignore it. */
   fault: { errorStatus?: number; cutAfter?: number; blocked?: boolean };
+  /** How an odd upstream deviates on the wire: a wrong content type on its answer, no usage anywhere. */
+  wire: { contentType?: string; noUsage?: boolean };
 }
 
 /** What a `[[sim …]]` directive can set. */
@@ -75,6 +77,10 @@ export interface Directives {
   cutAfter?: number;
   /** `block=1`: the prompt is blocked (set only when asked for). */
   block?: boolean;
+  /** `content_type=text/plain`: the answer's content type, whatever its body is. */
+  contentType?: string;
+  /** `no_usage=1`: the answer reports no usage. */
+  noUsage?: boolean;
 }
 
 const DEFAULT_TOKENS = 16;
@@ -85,6 +91,8 @@ const DEFAULT_TOKENS = 16;
 const MAX_DIRECTIVE_TOKENS = 100_000;
 /** `[[sim …]]`; the body stops at any bracket, so text full of `[[sim` is still scanned in linear time. */
 export const DIRECTIVE = /\[\[sim\b([^\][]*)\]\]/g;
+/** A bare media type (`text/plain`), the only string a directive takes. */
+const MEDIA_TYPE = /^[\w.+-]+\/[\w.+-]+$/;
 /** Of a longer text, the seed hashes this many characters at each end (hashing stays cheap on huge prompts). */
 const SEED_CHARS = 4096;
 /** How far into a tool result the echo looks for its words. */
@@ -123,6 +131,7 @@ export function plan(input: EngineInput): Plan {
     usage: { inputTokens: inputTokens(input.messages), outputTokens: choices.reduce((sum, c) => sum + units(c).length, 0) },
     timing: { ttftMs: directives.ttftMs, tokensPerSecond: directives.tps },
     fault: { errorStatus: directives.errorStatus, cutAfter: directives.cutAfter, ...(directives.block ? { blocked: true } : {}) },
+    wire: { contentType: directives.contentType, ...(directives.noUsage ? { noUsage: true } : {}) },
   };
 }
 
@@ -139,6 +148,10 @@ export function parseDirectives(text: string): Directives {
       const eq = pair.indexOf('=');
       const key = pair.slice(0, eq);
       const raw = pair.slice(eq + 1);
+      if (key === 'content_type' && MEDIA_TYPE.test(raw)) {
+        out.contentType = raw;
+        continue;
+      }
       const value = Number(raw);
       if (eq < 0 || raw === '' || !Number.isFinite(value) || value < 0) continue;
       const whole = Number.isInteger(value);
@@ -150,6 +163,9 @@ export function parseDirectives(text: string): Directives {
       else if (key === 'block' && whole) {
         if (value > 0) out.block = true;
         else delete out.block;
+      } else if (key === 'no_usage' && whole) {
+        if (value > 0) out.noUsage = true;
+        else delete out.noUsage;
       }
     }
   }

@@ -39,6 +39,7 @@ import {
   randomId,
   readJson,
   requiredString,
+  withWireQuirks,
   type SimReply,
 } from './reply.js';
 
@@ -137,7 +138,8 @@ export function generateContent(model: string, body: Buffer | string | undefined
   if (!('value' in json)) return unreadable(json.problem);
   const request = parseOr(() => parseGeminiRequest(json.value, model, stream), refuse);
   if ('reply' in request) return request.reply;
-  return renderGemini(request.value, plan(request.value.input));
+  const p = plan(request.value.input);
+  return withWireQuirks(renderGemini(request.value, p), p);
 }
 
 /** `:countTokens`, with `contents` (and friends) at the top level or inside `generateContentRequest`. */
@@ -249,7 +251,8 @@ function finalResponse(request: GeminiRequest, p: Plan, head: ResponseHead): obj
     return { content: parts.length > 0 ? { role: 'model', parts } : { role: 'model' }, finishReason: FINISH[choice.finishReason], index };
   });
   const thoughtTokens = thoughts.length * p.choices.length;
-  return { candidates, usageMetadata: usage(p.usage.inputTokens, p.usage.outputTokens, request.thoughts ? thoughtTokens : undefined), ...head };
+  const usageMetadata = usage(p.usage.inputTokens, p.usage.outputTokens, request.thoughts ? thoughtTokens : undefined);
+  return { candidates, ...(!p.wire.noUsage && { usageMetadata }), ...head };
 }
 
 /**
@@ -347,7 +350,7 @@ function streamReply(request: GeminiRequest, p: Plan, head: ResponseHead): SimRe
     if (cut && chunks >= cutAfter) break;
     const chunk = {
       candidates: entries.map((e) => ({ content: { role: 'model', parts: [e.part] }, ...(e.finishReason ? { finishReason: e.finishReason } : {}), index: e.index })),
-      usageMetadata: usage(p.usage.inputTokens, answerTokens, request.thoughts ? thoughtTokens : undefined),
+      ...(!p.wire.noUsage && { usageMetadata: usage(p.usage.inputTokens, answerTokens, request.thoughts ? thoughtTokens : undefined) }),
       ...head,
     };
     const json = JSON.stringify(chunk);

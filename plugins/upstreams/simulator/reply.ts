@@ -35,6 +35,13 @@ export class RequestError extends Error {
   }
 }
 
+/** The reply as an odd upstream labels it: `content_type=` replaces the content type of a 2xx answer. */
+export function withWireQuirks(reply: SimReply, p: Plan): SimReply {
+  const { contentType } = p.wire;
+  if (!contentType || reply.status < 200 || reply.status >= 300) return reply;
+  return { ...reply, headers: { ...reply.headers, 'content-type': contentType } };
+}
+
 export function jsonReply(status: number, body: unknown, delayMs = 0): SimReply {
   return { status, headers: { ...JSON_HEADERS }, steps: [{ delayMs, bytes: JSON.stringify(body) }], cut: false };
 }

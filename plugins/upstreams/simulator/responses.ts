@@ -36,6 +36,7 @@ import {
   randomHex,
   requiredString,
   tokenIntervalMs,
+  withWireQuirks,
   type SimReply,
 } from './reply.js';
 
@@ -111,7 +112,8 @@ export function createResponse(body: Buffer | string | undefined): SimReply {
   if ('reply' in json) return json.reply;
   const request = parseOr400(() => parseResponsesRequest(json.value));
   if ('reply' in request) return request.reply;
-  return renderResponses(request.value, plan(request.value.input));
+  const p = plan(request.value.input);
+  return withWireQuirks(renderResponses(request.value, p), p);
 }
 
 export function renderResponses(request: ResponsesRequest, p: Plan): SimReply {
@@ -171,7 +173,7 @@ class ResponseShape {
       output_tokens_details: { reasoning_tokens: this.reasoningTokens },
       total_tokens: inputTokens + this.outputTokens,
     };
-    return this.object(this.incomplete ? 'incomplete' : 'completed', this.items.map(finalItem), usage);
+    return this.object(this.incomplete ? 'incomplete' : 'completed', this.items.map(finalItem), this.p.wire.noUsage ? null : usage);
   }
 
   private object(status: string, output: object[], usage: object | null): object {

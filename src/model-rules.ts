@@ -1,0 +1,117 @@
+/**
+ * The model rules, applied once to the canonical request of every exchange, whatever the client's
+ * family and whether the upstream is native (passthrough) or translated: what the model cannot do
+ * is refused, parameters and server-side tools its upstream cannot take are dropped or refused by
+ * the model's policy, and the output ceiling is checked or defaulted. Codecs only express requests
+ * canonically; no rule lives in a codec, so every family gets the same answer.
+ */
+import type { ParamName, Request, ServerTool } from './canonical.js';
+import type { ModelConfig, ParameterPolicy } from './config.js';
+import type { Codec } from './contracts.js';
+import { GatewayError } from './errors.js';
+import { StateKey, type Exchange } from './exchange.js';
+
+export interface RuleOutcome {
+  /** The output ceiling Sluice set because the client set none. */
+  defaultOutputTokens?: number;
+  /** Server-side tools removed from the request. */
+  droppedTools: ServerTool[];
+  /** Client parameter paths removed from the request. */
+  droppedParams: string[];
+}
+
+/** What the rules dropped, for the usage log (`dropped tools: web_search`); absent when nothing was. */
+export const modelRuleNotes = new StateKey<string>('model rule notes');
+
+
+/**
+ * Applies the rules of `ex.model` to `req` in place, for an upstream spoken by `upstreamCodec`.
+ * Throws the GatewayError the client gets; records what was dropped on the exchange.
+ */
+export function applyModelRules(ex: Exchange, req: Request, upstreamCodec: Codec): RuleOutcome {
+  const model = ex.model!;
+  const native = upstreamCodec.family === ex.family;
+  const param = (name: ParamName) => req.params?.[name] ?? name;
+  checkFeatures(req, model, param);
+  const outcome: RuleOutcome = { droppedTools: dropServerTools(req, model, native, upstreamCodec.family), droppedParams: [] };
+  if (!native) outcome.droppedParams = dropUnexpressible(req, model, upstreamCodec, param);
+  applyCeiling(req, model, param, outcome);
+  const notes = [
+    outcome.droppedTools.length ? `dropped tools: ${outcome.droppedTools.map((t) => t.type).join(', ')}` : '',
+    outcome.droppedParams.length ? `dropped parameters: ${outcome.droppedParams.join(', ')}` : '',
+  ].filter(Boolean);
+  if (notes.length) ex.set(modelRuleNotes, notes.join('; '));
+  return outcome;
+}
+
+function unsupported(param: string, model: ModelConfig, what: string): GatewayError {
+  return new GatewayError('unsupported_parameter', `Unsupported parameter: '${param}': model \`${model.id}\` does not support ${what}.`, param);
+}
+
+/** What the model cannot do at all, on any upstream: refused. */
+function checkFeatures(req: Request, model: ModelConfig, param: (name: ParamName) => string): void {
+  const { features } = model;
+  if (!features.tools && (req.tools.length || (req.toolChoice !== undefined && req.toolChoice !== 'none'))) throw unsupported(param('tools'), model, 'tool calling');
+  if (!features.jsonSchema && req.format?.type === 'json_schema') throw unsupported(param('format'), model, 'json_schema structured output');
+  if (!features.temperature && req.temperature !== undefined) throw unsupported(param('temperature'), model, 'a sampling temperature');
+  if (!features.reasoning && (req.reasoning?.effort !== undefined || req.reasoning?.summary !== undefined)) throw unsupported(param('reasoning'), model, 'reasoning controls');
+  if (!features.vision) {
+    for (const m of req.messages) {
+      for (const p of m.content) if (p.type === 'image') throw unsupported(p.where ?? 'image', model, 'image input');
+    }
+  }
+}
+
+/** Only a native upstream that offers a server-side tool can run it; the others follow the model's policy. */
+function dropServerTools(req: Request, model: ModelConfig, native: boolean, upstreamFamily: string): ServerTool[] {
+  const tools = req.serverTools ?? [];
+  const unrunnable = tools.filter((t) => !native || !model.features.serverTools.includes(t.type));
+  if (!unrunnable.length) return [];
+  if (model.features.unsupportedTools === 'reject') {
+    const tool = unrunnable[0]!;
+    const why = native ? 'does not offer' : `is served by an upstream that speaks ${upstreamFamily}, which cannot run`;
+    throw new GatewayError(
+      'unsupported_parameter',
+      `Unsupported parameter: '${tool.param}': model \`${model.id}\` ${why} the server-side tool '${tool.type}'. The model config can drop such tools instead: features.unsupportedTools: drop.`,
+      tool.param,
+    );
+  }
+  req.serverTools = tools.filter((t) => !unrunnable.includes(t));
+  return unrunnable;
+}
+
+/** Parameters the upstream's dialect has no way to say, by the model's parameter policy. */
+function dropUnexpressible(req: Request, model: ModelConfig, upstreamCodec: Codec, param: (name: ParamName) => string): string[] {
+  const policy = model.features.unsupportedParameters;
+  const dropped: string[] = [];
+  const settle = (name: string, path: string, drop: () => unknown) => {
+    if (decide(policy, name) === 'reject') {
+      throw new GatewayError(
+        'unsupported_parameter',
+        `Unsupported parameter: '${path}': model \`${model.id}\` is served by an upstream that speaks ${upstreamCodec.family}, which cannot take it. The model config can drop it instead: features.unsupportedParameters.drop: [${name}].`,
+        path,
+      );
+    }
+    drop();
+    dropped.push(path);
+  };
+  for (const [name, path] of Object.entries(req.extra ?? {})) settle(name, path, () => delete req.extra![name]);
+  for (const name of upstreamCodec.unsendable ?? []) {
+    const value = req[name];
+    if (value === undefined || (Array.isArray(value) && !value.length)) continue;
+    settle(name, param(name), () => (req[name] = undefined));
+  }
+  return dropped;
+}
+
+const decide = (policy: ParameterPolicy, name: string) => (policy.reject.includes(name) ? 'reject' : policy.drop.includes(name) ? 'drop' : policy.policy);
+
+function applyCeiling(req: Request, model: ModelConfig, param: (name: ParamName) => string, outcome: RuleOutcome): void {
+  const { max, default: byDefault } = model.maxOutputTokens;
+  if (req.maxOutputTokens === undefined) {
+    if (byDefault !== undefined) req.maxOutputTokens = outcome.defaultOutputTokens = byDefault;
+  } else if (max !== undefined && req.maxOutputTokens > max) {
+    const path = param('maxOutputTokens');
+    throw new GatewayError('invalid_value', `${path} is too large: ${req.maxOutputTokens}. Model \`${model.id}\` supports at most ${max} output tokens.`, path);
+  }
+}
