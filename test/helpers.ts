@@ -205,6 +205,15 @@ export async function startStack(routing: (simulatorUrl: string) => string, serv
   return { sim, gw };
 }
 
+/** The YAML `upstreams` of a simulator process reached in each of its three wire families: `chat`, `responses`, `gemini`. */
+export function simulatorUpstreams(simUrl: string): string {
+  return `upstreams:
+  chat: { kind: openai-chat, baseUrl: "${simUrl}/v1" }
+  responses: { kind: openai-responses, baseUrl: "${simUrl}/v1" }
+  gemini: { kind: gemini, baseUrl: "${simUrl}/v1beta", apiKey: gemini-upstream-key }
+`;
+}
+
 /** The error a promise rejects with; undefined when it resolves (so matching on it fails). */
 export async function rejection(promise: Promise<unknown>): Promise<unknown> {
   try {

@@ -7,15 +7,11 @@ import { GoogleGenAI, type Content, type FunctionCall, type Part } from '@google
 import { Ajv } from 'ajv';
 import OpenAI from 'openai';
 import t from 'tap';
-import { eventually, startStack } from './helpers.js';
+import { eventually, simulatorUpstreams, startStack } from './helpers.js';
 
 const { gw } = await startStack(
   (simUrl) => `
-upstreams:
-  chat: { kind: openai-chat, baseUrl: "${simUrl}/v1" }
-  responses: { kind: openai-responses, baseUrl: "${simUrl}/v1" }
-  gemini: { kind: gemini, baseUrl: "${simUrl}/v1beta", apiKey: gemini-upstream-key }
-models:
+${simulatorUpstreams(simUrl)}models:
   - { id: up-chat, upstream: chat, upstreamModel: sim-chat }
   - { id: up-responses, upstream: responses, upstreamModel: sim-responses }
   - { id: up-gemini, upstream: gemini, upstreamModel: sim-gemini }

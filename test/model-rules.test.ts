@@ -5,7 +5,7 @@
  * (the simulator process) received.
  */
 import tap, { type Test } from 'tap';
-import { startStack } from './helpers.js';
+import { simulatorUpstreams, startStack } from './helpers.js';
 
 const families = ['chat', 'responses', 'gemini'] as const;
 type Family = (typeof families)[number];
@@ -13,11 +13,7 @@ type Family = (typeof families)[number];
 // Per upstream family: a strict model (features off, refuse) and a lenient one (drop).
 const { sim, gw } = await startStack(
   (simUrl) => `
-upstreams:
-  chat: { kind: openai-chat, baseUrl: "${simUrl}/v1" }
-  responses: { kind: openai-responses, baseUrl: "${simUrl}/v1" }
-  gemini: { kind: gemini, baseUrl: "${simUrl}/v1beta", apiKey: gemini-upstream-key }
-models:
+${simulatorUpstreams(simUrl)}models:
 ${families
   .map(
     (f) => `  - id: ${f}-strict

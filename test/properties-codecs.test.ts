@@ -7,15 +7,11 @@
  */
 import fc from 'fast-check';
 import t, { type Test } from 'tap';
-import { startStack } from './helpers.js';
+import { simulatorUpstreams, startStack } from './helpers.js';
 
 const { sim, gw } = await startStack(
   (simUrl) => `
-upstreams:
-  chat: { kind: openai-chat, baseUrl: "${simUrl}/v1" }
-  responses: { kind: openai-responses, baseUrl: "${simUrl}/v1" }
-  gemini: { kind: gemini, baseUrl: "${simUrl}/v1beta", apiKey: gemini-upstream-key }
-models:
+${simulatorUpstreams(simUrl)}models:
   - { id: up-chat, upstream: chat, upstreamModel: sim-chat }
   - { id: up-responses, upstream: responses, upstreamModel: sim-responses }
   - { id: up-gemini, upstream: gemini, upstreamModel: sim-gemini }

@@ -9,15 +9,11 @@ import OpenAI from 'openai';
 import t from 'tap';
 import { replaceStringField } from '../src/json-splice.js';
 import { sniffEventStream } from '../src/sse.js';
-import { eventually, startStack } from './helpers.js';
+import { eventually, simulatorUpstreams, startStack } from './helpers.js';
 
 const { gw } = await startStack(
   (simUrl) => `
-upstreams:
-  chat: { kind: openai-chat, baseUrl: "${simUrl}/v1" }
-  responses: { kind: openai-responses, baseUrl: "${simUrl}/v1" }
-  gemini: { kind: gemini, baseUrl: "${simUrl}/v1beta", apiKey: gemini-upstream-key }
-models:
+${simulatorUpstreams(simUrl)}models:
   - { id: sim-chat, upstream: chat }
   - { id: quiet-chat, upstream: chat, upstreamModel: sim-chat, features: { streamUsage: false } }
   - { id: team-chat, upstream: chat, upstreamModel: sim-chat }
