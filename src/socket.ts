@@ -9,7 +9,7 @@
  * lanes and waiting messages.
  */
 import { STATUS_CODES } from 'node:http';
-import uWS, { type HttpRequest, type HttpResponse, type TemplatedApp, type WebSocket } from './uws.js';
+import type { HttpRequest, HttpResponse, TemplatedApp, WebSocket } from './uws.js';
 import type { WebSocketLimits } from './config.js';
 import { socketTurn, type Codec, type SocketProtocol } from './contracts.js';
 import { GatewayError, asGatewayError, type ErrorCode } from './errors.js';
@@ -86,7 +86,7 @@ export function addSocketRoutes(app: TemplatedApp, codec: Codec, pipeline: Pipel
   const { limits, sockets } = options;
   const blocked = new Set<WebSocket<Connection>>();
   const turnContext: TurnContext = { protocol, pipeline, blocked };
-  const stallCheck = setInterval(() => {
+  setInterval(() => {
     const now = Date.now();
     for (const ws of blocked) checkStall(ws, now);
   }, Math.max(50, Math.min(1000, Math.floor(options.writeStallMs / 8)))).unref();

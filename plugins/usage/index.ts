@@ -6,7 +6,7 @@
  */
 import { definePlugin } from '../../src/contracts.js';
 import { modelRuleNotes } from '../../src/model-rules.js';
-import { estimateUsage } from '../../src/pipeline.js';
+import { estimateUsage } from '../../src/usage-estimate.js';
 
 export default definePlugin(({ store }) => ({
   name: 'usage',

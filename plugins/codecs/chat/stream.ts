@@ -7,7 +7,7 @@ import { GatewayError } from '../../../src/errors.js';
 import { readOpenAiError } from '../openai-common.js';
 import type { Exchange } from '../../../src/exchange.js';
 import { newId, unixNow } from '../../../src/ids.js';
-import { estimateUsage } from '../../../src/pipeline.js';
+import { estimateUsage } from '../../../src/usage-estimate.js';
 import { dataFrame, frameData, hasObjectField } from '../../../src/sse.js';
 import { chatFinishReason, readChatUsage, readFinishReason, writeChatUsage } from './canonical.js';
 

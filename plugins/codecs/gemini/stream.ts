@@ -9,7 +9,7 @@ import type { ClientStream, Usage } from '../../../src/contracts.js';
 import { GatewayError } from '../../../src/errors.js';
 import { StateKey, type Exchange } from '../../../src/exchange.js';
 import { newId } from '../../../src/ids.js';
-import { estimateUsage } from '../../../src/pipeline.js';
+import { estimateUsage } from '../../../src/usage-estimate.js';
 import { dataFrame, frameData, hasObjectField } from '../../../src/sse.js';
 import { blockedPrompt, readFinishReason, readGeminiUsage, readParts, writeAnswerParts, writeFinishReason, writeGeminiUsage } from './canonical.js';
 

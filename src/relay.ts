@@ -1,0 +1,289 @@
+/**
+ * The relay: one upstream answer on its way to the client, as the upstream's own bytes (same
+ * family) or translated through canonical events. Every callback is guarded so an exception ends
+ * the exchange in the family's terms; the pipeline owns the exchange's end.
+ */
+import type { Event, Response } from './canonical.js';
+import type { ClientStream, Codec, Plugin, ResponseSink, Upstream, UpstreamCall, Usage } from './contracts.js';
+import { GatewayError } from './errors.js';
+import { StateKey, type Exchange, type Outcome } from './exchange.js';
+import { replaceStringField } from './json-splice.js';
+import type { ClientResponse, Pipeline } from './pipeline.js';
+import { SseSplitter, frameData, sniffEventStream } from './sse.js';
+import { SAMPLE_BYTES, answerText, deliveredOutput, deliveredScale, estimateUsage } from './usage-estimate.js';
+
+/** The exchange's relay while an upstream call is under way. */
+export const activeRelay = new StateKey<Relay>('active relay');
+
+/**
+ * Relays one upstream answer to the client. A same-family stream is forwarded as the upstream's
+ * own bytes (frames are only looked at); otherwise the upstream codec reads it into canonical
+ * events and the client codec writes them. Every callback is guarded: an exception ends the
+ * exchange in the family's terms instead of reaching the upstream's transport.
+ */
+export class Relay implements ResponseSink {
+  call: UpstreamCall | undefined;
+  private status = 0;
+  private stream: ClientStream | undefined;
+  private readonly collected: Buffer[] = [];
+  private collectedBytes = 0;
+  private readonly splitter: SseSplitter;
+  private writable = true;
+  /** A stream was asked for and the answer is not labelled as one: its first bytes decide. */
+  private sniffing = false;
+  /** Splices the client's name for the model into a passthrough answer, when it differs from the upstream's. */
+  private readonly rename: ((json: Buffer) => Buffer) | undefined;
+  /** Renamed frames of the current chunk, written together after it. */
+  private readonly renamed: Buffer[] = [];
+
+  constructor(
+    private readonly pipeline: Pipeline,
+    private readonly ex: Exchange,
+    private readonly res: ClientResponse,
+    private readonly upstream: Upstream,
+    private readonly upstreamCodec: Codec,
+    private readonly framePlugins: Plugin[],
+  ) {
+    this.splitter = new SseSplitter(pipeline.maxEventBytes);
+    const key = ex.codec.modelKey;
+    if (upstreamCodec === ex.codec && key && ex.modelId !== ex.model!.upstreamModel) {
+      const quotedKey = Buffer.from(key);
+      const name = Buffer.from(JSON.stringify(ex.modelId));
+      this.rename = (json) => replaceStringField(json, quotedKey, name);
+    }
+  }
+
+  private readonly resume = () => this.call?.resume();
+
+  private readonly write = (bytes: Buffer | string) => {
+    this.ex.ttfbMs ??= this.ex.elapsedMs();
+    if (!this.res.write(bytes)) this.writable = false;
+  };
+
+  private readonly visit = (frame: Buffer): boolean => {
+    for (const plugin of this.framePlugins) plugin.frame!(this.ex, frame);
+    return this.stream!.frame(frame);
+  };
+
+  /** Visits the renamed copy of a frame, kept to be written after the chunk (so frames stay in order). */
+  private readonly visitRenamed = (frame: Buffer): boolean => {
+    const renamed = this.rename!(frame);
+    if (this.visit(renamed)) this.renamed.push(renamed);
+    return false;
+  };
+
+  start(status: number, headers: Record<string, string | string[] | undefined>): void {
+    const { ex, res } = this;
+    this.pipeline.attempt(ex, res, () => {
+      this.status = status;
+      if (!ex.stream || status < 200 || status >= 300) return;
+      if (String(headers['content-type'] ?? '').includes('text/event-stream')) this.startStream();
+      else this.sniffing = true;
+    });
+  }
+
+  private startStream(): void {
+    const { ex, res } = this;
+    this.stream = this.upstreamCodec === ex.codec ? recording(ex, ex.codec.passthroughStream(ex)) : translating(ex, this.upstreamCodec);
+    ex.status = 200;
+    ex.stage = 'streaming';
+    res.startStream(200, { 'content-type': ex.codec.streamContentType(ex), 'cache-control': 'no-cache', 'x-accel-buffering': 'no' });
+  }
+
+  data(chunk: Buffer): boolean {
+    const { ex, res } = this;
+    if (ex.over) return false;
+    try {
+      if (!this.stream) {
+        this.collectedBytes += chunk.length;
+        if (this.collectedBytes > this.pipeline.maxUpstreamBodyBytes) {
+          throw new GatewayError('upstream_error', `Upstream \`${this.upstream.name}\` sent an answer larger than ${this.pipeline.maxUpstreamBodyBytes} bytes.`);
+        }
+        this.collected.push(chunk);
+        if (!this.sniffing) return true;
+        const head = this.collected.length === 1 ? chunk : Buffer.concat(this.collected, this.collectedBytes);
+        const isEventStream = sniffEventStream(head);
+        if (isEventStream === undefined) return true;
+        this.sniffing = false;
+        if (!isEventStream) return true;
+        this.collected.length = 0;
+        this.collectedBytes = 0;
+        this.startStream();
+        chunk = head;
+      }
+      this.writable = true;
+      this.splitter.push(chunk, this.rename ? this.visitRenamed : this.visit, this.write);
+      this.writeRenamed();
+      const own = this.stream!.take?.();
+      if (own) this.write(own);
+      if (!this.writable) res.onWritable(this.resume);
+      return this.writable;
+    } catch (err) {
+      this.pipeline.crash(ex, res, err);
+      return false;
+    }
+  }
+
+  end(): void {
+    const { ex, res } = this;
+    this.pipeline.attempt(ex, res, () => {
+      const stream = this.stream;
+      if (stream) {
+        // An unterminated last event is terminated, so the client's parser sees it (and nothing joins it).
+        const rest = this.splitter.flush();
+        if (rest && this.rename) this.visitRenamed(Buffer.concat([rest, this.splitter.delimiterOrDefault()]));
+        else if (rest && this.visit(rest)) this.write(Buffer.concat([rest, this.splitter.delimiterOrDefault()]));
+        this.writeRenamed();
+        res.end((stream.take?.() ?? '') + stream.end());
+        ex.usage ??= stream.usage();
+      } else {
+        this.finishCollected(Buffer.concat(this.collected, this.collectedBytes));
+      }
+      this.pipeline.finish(ex, res);
+    });
+  }
+
+  error(err: GatewayError): void {
+    const { ex, res } = this;
+    this.pipeline.attempt(ex, res, () => {
+      this.failed(err);
+      this.pipeline.finish(ex, res);
+    });
+  }
+
+  private writeRenamed(): void {
+    if (this.renamed.length === 0) return;
+    this.write(this.renamed.length === 1 ? this.renamed[0]! : Buffer.concat(this.renamed));
+    this.renamed.length = 0;
+  }
+
+  /** The exchange failed midway: a stream ends with its family's failure event, anything else with an error reply. */
+  failed(err: GatewayError): void {
+    const { ex, res, stream } = this;
+    ex.error = err;
+    if (ex.outcome === 'finished') ex.outcome = 'error';
+    ex.usage ??= stream?.usage();
+    if (!stream) return this.pipeline.fail(ex, res, err);
+    if (!ex.aborted) res.end(stream.fail(err));
+  }
+
+  /** The pipeline cut the exchange short (the upstream call is already aborted). */
+  interrupted(outcome: Outcome): void {
+    this.ex.usage ??= this.stream?.usage();
+    if (outcome === 'shutdown') this.failed(new GatewayError('shutting_down', 'The gateway shut down before the answer was complete.'));
+  }
+
+  /** A complete upstream body: the answer in the client's family, or a failure in its terms. */
+  private finishCollected(body: Buffer): void {
+    const { ex, res, upstream, upstreamCodec, status } = this;
+    const sameFamily = upstreamCodec === ex.codec;
+    if (status >= 200 && status < 300) {
+      ex.status = status;
+      ex.ttfbMs ??= ex.elapsedMs();
+      if (sameFamily) {
+        ex.usage = ex.codec.bodyUsage(body);
+        res.reply(status, { 'content-type': 'application/json' }, this.rename ? this.rename(body) : body);
+        return;
+      }
+      // A 200 can still be a refusal (a blocked prompt) or an unreadable body: readResponse throws.
+      const answer: Response = upstreamCodec.readResponse(body, ex);
+      answer.usage ??= estimateUsage(ex, answerText(answer));
+      ex.usage = answer.usage;
+      res.reply(status, { 'content-type': 'application/json' }, ex.codec.writeResponse(answer, ex));
+      return;
+    }
+    const err = upstreamCodec.readError(status, body);
+    if (err.status === 401 || err.status === 403) {
+      this.pipeline.fail(ex, res, new GatewayError('upstream_error', `Upstream \`${upstream.name}\` rejected the gateway's credentials (${status}).`));
+    } else if (status >= 400 && status < 500) {
+      // The client's own mistake as the upstream saw it: same status; the same body when the family matches.
+      ex.error = err;
+      ex.outcome = 'error';
+      ex.status = status;
+      res.reply(status, { 'content-type': 'application/json' }, sameFamily ? body : ex.codec.errorBody(err));
+    } else {
+      const message = `Upstream \`${upstream.name}\` answered ${status}: ${err.message}`;
+      this.pipeline.fail(ex, res, new GatewayError(status === 503 ? 'upstream_unavailable' : status === 504 ? 'upstream_timeout' : 'upstream_error', message));
+    }
+  }
+}
+
+/**
+ * Looks at a passthrough stream's frames, keeping a bounded sample of what was delivered for a
+ * usage estimate in case the upstream never reports usage.
+ */
+function recording(ex: Exchange, stream: ClientStream): ClientStream {
+  const frames: Buffer[] = [];
+  let sampled = 0;
+  let delivered = 0;
+  ex.set(deliveredOutput, () => (frames.length ? ex.codec.deliveredText(frames) : ''));
+  ex.set(deliveredScale, () => (sampled ? delivered / sampled : 1));
+  return {
+    ...stream,
+    frame(frame) {
+      const keep = stream.frame(frame);
+      if (keep) {
+        delivered += frame.length;
+        if (sampled < SAMPLE_BYTES) {
+          // A view would pin the whole upstream chunk; the sample is small, so copy it.
+          frames.push(Buffer.from(frame));
+          sampled += frame.length;
+        }
+      }
+      return keep;
+    },
+  };
+}
+
+/** Reads upstream frames into canonical events and writes them as client frames, one write per chunk. */
+function translating(ex: Exchange, upstreamCodec: Codec): ClientStream {
+  const reader = upstreamCodec.streamReader(ex);
+  const writer = ex.codec.streamWriter(ex);
+  let usage: Usage | undefined;
+  let sample = '';
+  let delivered = 0;
+  let failed = false;
+  let pending = '';
+  ex.set(deliveredOutput, () => sample);
+  ex.set(deliveredScale, () => (sample.length ? delivered / sample.length : 1));
+  const emit = (events: Event[]): string => {
+    let out = '';
+    for (const e of events) {
+      if (failed) break;
+      if (e.type === 'usage') usage = e.usage;
+      else if (e.type === 'text' || e.type === 'reasoning' || e.type === 'tool_arguments') {
+        delivered += e.delta.length;
+        if (sample.length < SAMPLE_BYTES) sample += e.delta;
+      } else if (e.type === 'error') {
+        failed = true;
+        ex.error = e.error;
+        ex.outcome = 'error';
+        out += writer.fail(e.error);
+        break;
+      }
+      out += writer.event(e);
+    }
+    return out;
+  };
+  return {
+    frame(frame) {
+      const data = frameData(frame);
+      if (data !== null) pending += emit(reader.frame(data));
+      return false;
+    },
+    take() {
+      const out = pending;
+      pending = '';
+      return out;
+    },
+    end: () => {
+      let out = emit(reader.end());
+      // Every client gets usage: counted locally when the upstream reported none.
+      if (!failed && !usage) out += emit([{ type: 'usage', usage: estimateUsage(ex) }]);
+      return failed ? out : out + writer.end();
+    },
+    fail: (err) => (failed ? '' : ((failed = true), writer.fail(err))),
+    usage: () => usage,
+  };
+}
+
