@@ -31,6 +31,7 @@ export const catalog = {
   missing_api_key: { status: 401, kind: 'authentication' },
   invalid_api_key: { status: 401, kind: 'authentication' },
   key_disabled: { status: 401, kind: 'authentication' },
+  key_expired: { status: 401, kind: 'authentication' },
   model_not_permitted: { status: 403, kind: 'permission' },
   family_not_permitted: { status: 403, kind: 'permission' },
   not_found: { status: 404, kind: 'not_found' },

@@ -3,6 +3,7 @@
  * The command line: `serve` runs the gateway; `groups`, `keys` and `usage` manage the data
  * directory directly, with the same rules as the admin API.
  */
+import { userInfo } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { AdminError } from './admin/service.js';
@@ -18,12 +19,15 @@ const usage = `Usage: sluice <command> [options]
   groups update NAME [--rename NEW] [--models ...] [--families ...]
   groups delete NAME
   keys list
-  keys create --group NAME [--name LABEL]  prints the secret once
+  keys create --group NAME [--name LABEL] [--expires ISO-TIME]  prints the secret once
+  keys update ID [--name LABEL] [--group NAME] [--expires ISO-TIME|none]
   keys disable ID | keys enable ID | keys delete ID
   keys move ID --group NAME
   models list                             models, how they serve each family, channel health
   usage [--key ID] [--group NAME] [--model ID] [--since DATE] [--until DATE] [--limit N] [--csv]
   usage series [--bucket MS] [same filters]  usage over time
+  requests [--status 4xx|503] [same filters]  the latest exchanges, with their errors
+  audit [--action ACTION] [--since DATE] [--until DATE] [--limit N]  who changed what
 
 Options: --config PATH (or SLUICE_CONFIG); SLUICE_DATA_DIR, SLUICE_HOST, SLUICE_PORT,
 SLUICE_ADMIN_TOKEN and SLUICE_LOG_LEVEL override the config file.`;
@@ -44,6 +48,9 @@ const { values, positionals } = parseArgs({
     limit: { type: 'string' },
     bucket: { type: 'string' },
     csv: { type: 'boolean' },
+    expires: { type: 'string' },
+    status: { type: 'string' },
+    action: { type: 'string' },
     help: { type: 'boolean', short: 'h' },
   },
 });
@@ -101,6 +108,8 @@ async function manage(config: Config, [resource, action, target]: string[]): Pro
   try {
     const admin = adminService(store, config, await loadPlugins(config, store, log));
     const filters = { key: values.key, group: values.group, model: values.model, since: values.since, until: values.until, limit: values.limit };
+    const actor = `cli:${userInfo().username}`;
+    const expires = values.expires === undefined ? {} : { expiresAt: values.expires === 'none' ? null : values.expires };
     const need = (what: string) => {
       if (!target) throw new AdminError(400, 'usage', `${resource} ${action} needs ${what}`);
       return target;
@@ -109,27 +118,37 @@ async function manage(config: Config, [resource, action, target]: string[]): Pro
       case 'groups list':
         return admin.listGroups();
       case 'groups create':
-        return admin.createGroup({ name: need('a NAME'), models: list(values.models) ?? [], families: list(values.families) ?? [] });
+        return admin.createGroup({ name: need('a NAME'), models: list(values.models) ?? [], families: list(values.families) ?? [] }, actor);
       case 'groups update':
-        return admin.updateGroup(need('a NAME'), {
-          ...(values.rename && { name: values.rename }),
-          ...(values.models && { models: list(values.models) }),
-          ...(values.families && { families: list(values.families) }),
-        });
+        return admin.updateGroup(
+          need('a NAME'),
+          {
+            ...(values.rename && { name: values.rename }),
+            ...(values.models && { models: list(values.models) }),
+            ...(values.families && { families: list(values.families) }),
+          },
+          actor,
+        );
       case 'groups delete':
-        admin.deleteGroup(need('a NAME'));
+        admin.deleteGroup(need('a NAME'), actor);
         return { deleted: true, name: target };
       case 'keys list':
         return admin.listKeys();
       case 'keys create':
-        return admin.createKey({ group: values.group ?? 'default', ...(values.name && { name: values.name }) });
+        return admin.createKey({ group: values.group ?? 'default', ...(values.name && { name: values.name }), ...expires }, actor);
+      case 'keys update':
+        return admin.updateKey(
+          need('an ID'),
+          { ...(values.name !== undefined && { name: values.name }), ...(values.group && { group: values.group }), ...expires },
+          actor,
+        );
       case 'keys disable':
       case 'keys enable':
-        return admin.updateKey(need('an ID'), { disabled: action === 'disable' });
+        return admin.updateKey(need('an ID'), { disabled: action === 'disable' }, actor);
       case 'keys move':
-        return admin.updateKey(need('an ID'), { group: values.group });
+        return admin.updateKey(need('an ID'), { group: values.group }, actor);
       case 'keys delete':
-        admin.deleteKey(need('an ID'));
+        admin.deleteKey(need('an ID'), actor);
         return { deleted: true, id: target };
       case 'models list':
         return admin.listModels();
@@ -137,6 +156,10 @@ async function manage(config: Config, [resource, action, target]: string[]): Pro
         return values.csv ? new Csv(admin.usageCsv(filters)) : admin.usage(filters);
       case 'usage series':
         return admin.usageSeries({ ...filters, bucket: values.bucket });
+      case 'requests list':
+        return admin.requests({ ...filters, status: values.status }).data;
+      case 'audit list':
+        return admin.auditLog({ action: values.action, since: values.since, until: values.until, limit: values.limit }).data;
       default:
         throw new AdminError(400, 'usage', `unknown command "${[resource, action].filter(Boolean).join(' ')}"\n\n${usage}`);
     }

@@ -1,11 +1,16 @@
 /**
  * The admin surface: bearer tokens and console sessions (cookie + CSRF, expiry), models with
- * channel health, usage series and CSV, and the console's files. Throttling, Origin checks and
- * trusted proxies are in admin-security.test.ts.
+ * channel health, usage series and CSV, the request log, key expiry, the audit log (from the API,
+ * a console session and the CLI), and the console's files. Throttling, Origin checks and trusted
+ * proxies are in admin-security.test.ts.
  */
+import { execFile } from 'node:child_process';
+import { userInfo } from 'node:os';
+import { join } from 'node:path';
+import { promisify } from 'node:util';
 import t from 'tap';
 import { Sessions } from '../src/admin/sessions.js';
-import { startTestGateway } from './helpers.js';
+import { distRoot, startTestGateway } from './helpers.js';
 
 const gw = await startTestGateway(
   (dataDir) => `
@@ -115,4 +120,123 @@ t.test('the console page: gzip, ETag, a strict CSP', async (t) => {
   t.equal((await fetch(`${gw.url}/console/app/main.js`)).status, 200);
   t.equal((await fetch(`${gw.url}/console/vendor/uPlot.esm.js`)).status, 200);
   t.equal((await fetch(`${gw.url}/console/nope.js`)).status, 404);
+});
+
+const bearer = { authorization: `Bearer ${gw.adminToken}` };
+const get = async (path: string) => (await (await call('GET', path, { headers: bearer })).json()) as any;
+
+t.test('the request log: newest first, with errors, filtered like usage', async (t) => {
+  t.equal((await chat('sim-chat', 'logged [[sim tokens=3]]')).status, 200);
+  t.equal((await chat('sim-broken', 'logged')).status, 503);
+  const all = await get('/admin/requests');
+  t.ok(all.data.length >= 2);
+  t.ok(all.data.every((r: any, i: number) => i === 0 || all.data[i - 1].time >= r.time), 'newest first');
+  t.match(all.data[0], { model: 'sim-broken', status: 503, outcome: 'error', error: /upstream_unavailable/, family: 'chat', group: 'default' });
+  t.match(all.data[1], { model: 'sim-chat', status: 200, completionTokens: 3, error: null, notes: null });
+  t.type(all.data[1].ttfbMs, 'number');
+
+  const failed = await get('/admin/requests?status=5xx');
+  t.ok(failed.data.length >= 1 && failed.data.every((r: any) => r.status >= 500 && r.status < 600), 'status class');
+  t.ok((await get('/admin/requests?status=503')).data.every((r: any) => r.status === 503), 'exact status');
+  t.ok((await get('/admin/requests?status=2xx&model=sim-chat')).data.every((r: any) => r.status === 200 && r.model === 'sim-chat'));
+  t.equal((await get('/admin/requests?limit=1')).data.length, 1);
+  t.equal((await get(`/admin/requests?since=${Date.now() + 60_000}`)).data.length, 0, 'since');
+  t.equal((await get(`/admin/requests?key=key_nobody`)).data.length, 0, 'key');
+  t.equal((await call('GET', '/admin/requests?limit=1001', { headers: bearer })).status, 400, 'limit has a maximum');
+  t.equal((await call('GET', '/admin/requests?status=6xx', { headers: bearer })).status, 400);
+});
+
+t.test('key expiry: set, shown, changed, and refused in every family once past', async (t) => {
+  const bad = await call('POST', '/admin/keys', { headers: bearer, body: { group: 'default', expiresAt: 'next tuesday' } });
+  t.equal(bad.status, 400);
+  t.match(await bad.json(), { error: { message: /expiresAt must be an ISO 8601/ } });
+
+  const past = await call('POST', '/admin/keys', { headers: bearer, body: { group: 'default', name: 'old', expiresAt: '2020-01-01T00:00:00Z' } });
+  t.equal(past.status, 201);
+  const expired = (await past.json()) as any;
+  t.equal(expired.expiresAt, '2020-01-01T00:00:00.000Z');
+  const post = (path: string, headers: Record<string, string>, body: unknown) =>
+    fetch(gw.url + path, { method: 'POST', headers: { 'content-type': 'application/json', ...headers }, body: JSON.stringify(body) });
+
+  const chatRes = await post('/v1/chat/completions', { authorization: `Bearer ${expired.key}` }, { model: 'sim-chat', messages: [{ role: 'user', content: 'hi' }] });
+  t.equal(chatRes.status, 401);
+  t.match(await chatRes.json(), { error: { code: 'key_expired', message: /expired at 2020-01-01T00:00:00.000Z/ } });
+  const responsesRes = await post('/v1/responses', { authorization: `Bearer ${expired.key}` }, { model: 'sim-chat', input: 'hi' });
+  t.equal(responsesRes.status, 401);
+  t.match(await responsesRes.json(), { error: { code: 'key_expired' } });
+  const geminiRes = await post('/v1beta/models/sim-chat:generateContent', { 'x-goog-api-key': expired.key }, { contents: [{ role: 'user', parts: [{ text: 'hi' }] }] });
+  t.equal(geminiRes.status, 401);
+  t.match(await geminiRes.json(), { error: { code: 401, status: 'UNAUTHENTICATED', message: /expired/ } });
+
+  const revived = await call('PATCH', `/admin/keys/${expired.id}`, { headers: bearer, body: { expiresAt: null } });
+  t.match(await revived.json(), { expiresAt: null });
+  t.equal((await post('/v1/chat/completions', { authorization: `Bearer ${expired.key}` }, { model: 'sim-chat', messages: [{ role: 'user', content: 'hi' }] })).status, 200, 'no expiry: works again');
+
+  // A key that expires while its lookup is cached (2 s) is refused all the same.
+  const soon = Date.now() + 1000;
+  const patched = await call('PATCH', `/admin/keys/${expired.id}`, { headers: bearer, body: { expiresAt: new Date(soon).toISOString() } });
+  t.equal(((await patched.json()) as any).expiresAt, new Date(soon).toISOString());
+  t.equal((await post('/v1/chat/completions', { authorization: `Bearer ${expired.key}` }, { model: 'sim-chat', messages: [{ role: 'user', content: 'hi' }] })).status, 200, 'before its expiry');
+  await new Promise((r) => setTimeout(r, Math.max(0, soon - Date.now()) + 50));
+  const late = await post('/v1/chat/completions', { authorization: `Bearer ${expired.key}` }, { model: 'sim-chat', messages: [{ role: 'user', content: 'hi' }] });
+  t.equal(late.status, 401, 'after it, even from the cache');
+  t.match(await late.json(), { error: { code: 'key_expired' } });
+
+  const listed = (await get('/admin/keys')).data.find((k: any) => k.id === expired.id);
+  t.equal(listed.expiresAt, new Date(soon).toISOString(), 'listed with its expiry');
+});
+
+t.test('the audit log: every change, by the admin token, a console session and the CLI', async (t) => {
+  const made = await call('POST', '/admin/groups', { headers: bearer, body: { name: 'audited', models: ['*'], families: ['chat'] } });
+  t.equal(made.status, 201);
+  await call('PATCH', '/admin/groups/audited', { headers: bearer, body: { families: ['chat', 'gemini'] } });
+  const key = (await (await call('POST', '/admin/keys', { headers: bearer, body: { group: 'audited', expiresAt: '2030-01-01' } })).json()) as any;
+  await call('PATCH', `/admin/keys/${key.id}`, { headers: bearer, body: { disabled: true } });
+  await call('DELETE', `/admin/keys/${key.id}`, { headers: bearer });
+  await call('DELETE', '/admin/groups/audited', { headers: bearer });
+  t.equal((await call('POST', '/admin/groups', { headers: bearer, body: { name: 'audited', models: ['nope'], families: [] } })).status, 400);
+
+  t.equal((await call('POST', '/admin/session', { body: { token: 'wrong-token' } })).status, 401);
+  const login = await call('POST', '/admin/session', { body: { token: gw.adminToken } });
+  const cookie = login.headers.get('set-cookie')!.split(';')[0]!;
+  const { csrfToken } = (await login.json()) as { csrfToken: string };
+  await call('POST', '/admin/groups', { headers: { cookie, 'x-csrf-token': csrfToken }, body: { name: 'from-console', models: ['*'], families: ['chat'] } });
+  await call('DELETE', '/admin/session', { headers: { cookie, 'x-csrf-token': csrfToken } });
+
+  const run = promisify(execFile);
+  const cli = (...args: string[]) => run(process.execPath, [join(distRoot, 'src/main.js'), ...args, '--config', join(gw.dataDir, 'sluice.yaml')]);
+  const cliKey = JSON.parse((await cli('keys', 'create', '--group', 'default', '--expires', '2031-06-01T00:00:00Z')).stdout);
+  t.equal(cliKey.expiresAt, '2031-06-01T00:00:00.000Z', 'the CLI sets an expiry');
+  t.match(JSON.parse((await cli('keys', 'update', cliKey.id, '--expires', 'none')).stdout), { expiresAt: null }, 'and clears it');
+
+  const { data } = await get('/admin/audit?limit=1000');
+  const entries = data.map((e: any) => `${e.action} ${e.target ?? '-'} ${e.actor}`);
+  const client = '127.0.0.1';
+  const session = data.find((e: any) => e.action === 'session.sign_in').actor as string;
+  t.match(session, new RegExp(`^console:[\\w-]{8}@${client}$`), 'a console actor names its session');
+  const expected = [
+    `group.create audited admin-token@${client}`,
+    `group.update audited admin-token@${client}`,
+    `key.create ${key.id} admin-token@${client}`,
+    `key.update ${key.id} admin-token@${client}`,
+    `key.delete ${key.id} admin-token@${client}`,
+    `group.delete audited admin-token@${client}`,
+    `session.sign_in_failed - console@${client}`,
+    `session.sign_in - ${session}`,
+    `group.create from-console ${session}`,
+    `session.sign_out - ${session}`,
+    `key.create ${cliKey.id} cli:${userInfo().username}`,
+    `key.update ${cliKey.id} cli:${userInfo().username}`,
+  ];
+  const chronological = entries.slice().reverse();
+  const at = expected.map((e) => chronological.lastIndexOf(e));
+  t.same(at.filter((i) => i < 0), [], `every action is there: ${JSON.stringify(expected.filter((_, i) => at[i]! < 0))}`);
+  t.same(at, at.slice().sort((a, b) => a - b), 'in the order they happened');
+  t.notOk(entries.some((e: string) => e.startsWith('group.create audited') && entries.filter((x: string) => x === e).length > 1), 'a refused change is not logged');
+  t.match(data.find((e: any) => e.action === 'key.create' && e.target === key.id).detail, /group audited; expires 2030-01-01/);
+  t.match(data.find((e: any) => e.action === 'key.update' && e.target === key.id).detail, '{"disabled":true}');
+
+  const onlyFailed = await get('/admin/audit?action=session.sign_in_failed');
+  t.ok(onlyFailed.data.length >= 1 && onlyFailed.data.every((e: any) => e.action === 'session.sign_in_failed'), 'filtered by action');
+  t.equal((await call('GET', '/admin/audit?limit=0', { headers: bearer })).status, 400);
 });

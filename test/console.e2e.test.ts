@@ -214,6 +214,76 @@ t.test('models and upstream channels', async (t) => {
   await screenshot(page, 'models');
 });
 
+t.test('a key created with an expiry shows it; the API has it', async (t) => {
+  await open(page, 'Keys');
+  await page.getByRole('button', { name: 'New key' }).click();
+  await page.getByLabel('Name', { exact: true }).fill('expiring');
+  await page.getByLabel('Expires', { exact: true }).fill('2031-03-15');
+  await page.getByRole('button', { name: 'Create key' }).click();
+  await page.getByLabel('New key secret').waitFor();
+  await page.getByRole('button', { name: /saved it/ }).click();
+  const expiry = page.getByLabel('Expiry of key expiring');
+  await expiry.waitFor();
+  t.equal(await expiry.inputValue(), '2031-03-15', 'shown in the list');
+  const { body } = await gw.admin('GET', '/admin/keys');
+  const key = body.data.find((k: { name: string }) => k.name === 'expiring');
+  t.equal(key.expiresAt, '2031-03-15T00:00:00.000Z');
+
+  await expiry.fill('2020-01-02');
+  await page.getByRole('row', { name: /expiring/ }).getByText('Expired').waitFor();
+  t.equal((await gw.admin('GET', `/admin/keys/${key.id}`)).body.expiresAt, '2020-01-02T00:00:00.000Z', 'edited in place');
+});
+
+t.test('the request log shows a failed call with its error', async (t) => {
+  await open(page, 'Requests');
+  const failed = page.locator('tr[data-request]', { hasText: 'sim-unreachable' }).first();
+  await failed.waitFor();
+  t.match(await failed.textContent(), /503.*upstream_unavailable: Upstream `unreachable` is unreachable/);
+  await page.getByLabel('Status').selectOption('2xx');
+  await page.locator(`tr[data-request="${requestId}"]`).waitFor();
+  t.equal(await page.locator('tr[data-request]', { hasText: 'sim-unreachable' }).count(), 0, 'the status filter hides it');
+  await screenshot(page, 'requests');
+});
+
+t.test('the audit page lists the actions just done, by this console session', async (t) => {
+  await open(page, 'Audit');
+  const rows = page.locator('tr[data-action]');
+  await rows.first().waitFor();
+  const text = (await rows.allTextContents()).join('\n');
+  for (const action of ['session.sign_in_failed', 'session.sign_in', 'group.create', 'key.create', 'key.update']) t.match(text, action);
+  t.match(text, /team-a/);
+  t.match(await rows.filter({ hasText: 'group.create' }).first().textContent(), /console:[\w-]{8}@127\.0\.0\.1/);
+  await screenshot(page, 'audit');
+});
+
+t.test('latencies under a millisecond read "< 1 ms"; usage defaults to the last 7 days', async (t) => {
+  await open(page, 'Usage');
+  t.equal(await page.getByRole('button', { name: '7 days' }).getAttribute('aria-pressed'), 'true');
+  const { body } = await gw.admin('GET', '/admin/requests?status=4xx');
+  t.ok(body.data.length > 0);
+  const fast = body.data.find((r: { latencyMs: number }) => r.latencyMs < 1);
+  if (fast) t.match(await page.locator(`tr[data-request="${fast.requestId}"]`).textContent(), /< 1 ms/);
+  t.notOk(/\b0 ms/.test((await page.locator('tbody').last().textContent()) ?? ''), 'never "0 ms"');
+});
+
+t.test('at phone width (390×844) no page scrolls sideways', async (t) => {
+  const phone = await context.newPage();
+  await phone.setViewportSize({ width: 390, height: 844 });
+  for (const [hash, name] of [['groups', 'Groups'], ['keys', 'Keys'], ['models', 'Models'], ['usage', 'Usage'], ['requests', 'Requests'], ['audit', 'Audit']]) {
+    await phone.goto(`${consoleUrl}#/${hash}`);
+    await phone.getByRole('heading', { level: 1, name }).waitFor();
+    await phone.waitForLoadState('networkidle');
+    // A string, evaluated in the page: the test itself is compiled without the DOM's types.
+    const { scrollWidth, innerWidth } = (await phone.evaluate('({ scrollWidth: document.documentElement.scrollWidth, innerWidth: window.innerWidth })')) as {
+      scrollWidth: number;
+      innerWidth: number;
+    };
+    t.ok(scrollWidth <= innerWidth, `${name}: page ${scrollWidth} px wide in a ${innerWidth} px window`);
+    await screenshot(phone, `phone-${hash}`);
+  }
+  await phone.close();
+});
+
 t.test('logout returns to the login screen, for good', async (t) => {
   await page.getByRole('button', { name: 'Logout' }).click();
   await page.getByLabel('Admin token').waitFor();

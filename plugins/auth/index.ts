@@ -18,6 +18,10 @@ export default definePlugin(({ store }) => ({
     const key = store.findKeyBySecret(secret);
     if (!key) return new GatewayError('invalid_api_key', `Incorrect API key provided: ${mask(secret)}.`);
     if (key.disabled) return new GatewayError('key_disabled', `The API key ${key.id} is disabled.`);
+    // Checked on every request: a cached key must not outlive its expiry.
+    if (key.expiresAt !== null && key.expiresAt <= Date.now()) {
+      return new GatewayError('key_expired', `The API key ${key.id} expired at ${new Date(key.expiresAt).toISOString()}.`);
+    }
     const group = store.getGroup(key.group);
     if (!group) return new GatewayError('invalid_api_key', `The API key ${key.id} belongs to no group.`);
     ex.principal = { keyId: key.id, keyName: key.name, group };

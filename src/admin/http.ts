@@ -4,6 +4,8 @@
  * every state-changing call must also carry the session's CSRF token in `x-csrf-token`.
  * Wrong tokens are throttled (throttle.ts), state-changing calls must come from an allowed
  * origin (origin.ts), and cookies are `Secure` when a trusted proxy says the client used TLS.
+ * Each change is audited with who made it: `admin-token@ADDRESS` or `console:SESSION@ADDRESS`
+ * (the first characters of the session id, enough to tell sessions apart).
  */
 import type { JsonHandler, JsonReply, JsonRequest } from '../contracts.js';
 import type { ForwardedView, TrustedProxies } from '../trusted-proxies.js';
@@ -47,15 +49,23 @@ export function adminRoutes(service: AdminService, sessions: Sessions, options: 
     throw new AdminError(401, 'invalid_admin_token', 'wrong admin token');
   };
 
-  /** Throws unless the caller is the admin; a cookie session must prove it is not a forged request. */
-  const authorize = ({ method, headers }: JsonRequest, via: ForwardedView): void => {
+  /**
+   * Throws unless the caller is the admin; a cookie session must prove it is not a forged request.
+   * Returns the actor the audit log names.
+   */
+  const authorize = ({ method, headers }: JsonRequest, via: ForwardedView): string => {
     const bearer = bearerToken(headers.authorization);
-    if (bearer !== undefined) return checkToken(addressKey(via.client), bearer);
-    const session = sessions.get(cookieValue(headers.cookie, SESSION_COOKIE));
+    if (bearer !== undefined) {
+      checkToken(addressKey(via.client), bearer);
+      return `admin-token@${via.client}`;
+    }
+    const id = cookieValue(headers.cookie, SESSION_COOKIE);
+    const session = sessions.get(id);
     if (!session) throw new AdminError(401, 'invalid_admin_token', 'missing or wrong admin token (Authorization: Bearer <admin token>)');
     if (!safeMethods.has(method) && headers['x-csrf-token'] !== session.csrfToken) {
       throw new AdminError(403, 'csrf', 'missing or wrong x-csrf-token header for this session');
     }
+    return consoleActor(id!, via);
   };
 
   const session = (req: JsonRequest, via: ForwardedView): JsonReply => {
@@ -65,8 +75,15 @@ export function adminRoutes(service: AdminService, sessions: Sessions, options: 
       if (typeof token !== 'string') throw new AdminError(400, 'invalid_request', 'the body must be {"token": "<admin token>"}');
       // A browser that signed in before is throttled on its own, apart from its address.
       const device = sessions.device(cookieValue(req.headers.cookie, DEVICE_COOKIE));
-      checkToken(device ? `device:${device}` : addressKey(via.client), token);
+      try {
+        checkToken(device ? `device:${device}` : addressKey(via.client), token);
+      } catch (err) {
+        // Throttled attempts are not checked, so they are not failed sign-ins.
+        if (!(err instanceof TooManyGuesses)) service.audit(`console@${via.client}`, 'session.sign_in_failed', null, 'wrong admin token');
+        throw err;
+      }
       const { id: newId, session: started } = sessions.start();
+      service.audit(consoleActor(newId, via), 'session.sign_in', null, null);
       const cookies = [cookie(SESSION_COOKIE, newId, Math.floor((started.expiresAt - Date.now()) / 1000), '/', via.https)];
       if (!device) cookies.push(cookie(DEVICE_COOKIE, sessions.newDevice(), DEVICE_MAX_AGE_S, '/admin/session', via.https));
       const headers = { 'set-cookie': cookies, 'cache-control': 'no-store' };
@@ -78,8 +95,9 @@ export function adminRoutes(service: AdminService, sessions: Sessions, options: 
       return { status: 200, body: { csrfToken: current.csrfToken, expiresAt: current.expiresAt }, headers: { 'cache-control': 'no-store' } };
     }
     if (req.method === 'DELETE') {
-      authorize(req, via);
+      const actor = authorize(req, via);
       sessions.logout(id);
+      service.audit(actor, 'session.sign_out', null, null);
       return { status: 200, body: { loggedOut: true }, headers: { 'set-cookie': cookie(SESSION_COOKIE, '', 0, '/', via.https) } };
     }
     throw new AdminError(405, 'method_not_allowed', `${req.method} is not allowed on /admin/session`);
@@ -95,34 +113,38 @@ export function adminRoutes(service: AdminService, sessions: Sessions, options: 
         checkOrigin(headers.origin, usesCookie, via, allowedOrigins);
       }
       if (resource === 'session' && id === undefined) return session(req, via);
-      authorize(req, via);
+      const actor = authorize(req, via);
       if (extra !== undefined) throw new AdminError(404, 'not_found', `no route for ${method} ${path}`);
       const filters = Object.fromEntries(query);
       switch (`${method} ${resource}${id !== undefined ? '/:id' : ''}`) {
         case 'GET groups':
           return { status: 200, body: { data: service.listGroups() } };
         case 'POST groups':
-          return { status: 201, body: service.createGroup(parseJson(body)) };
+          return { status: 201, body: service.createGroup(parseJson(body), actor) };
         case 'PATCH groups/:id':
-          return { status: 200, body: service.updateGroup(id!, parseJson(body)) };
+          return { status: 200, body: service.updateGroup(id!, parseJson(body), actor) };
         case 'DELETE groups/:id':
-          service.deleteGroup(id!);
+          service.deleteGroup(id!, actor);
           return { status: 200, body: { deleted: true, name: id } };
         case 'GET keys':
           return { status: 200, body: { data: service.listKeys() } };
         case 'GET keys/:id':
           return { status: 200, body: service.getKey(id!) };
         case 'POST keys':
-          return { status: 201, body: service.createKey(parseJson(body)) };
+          return { status: 201, body: service.createKey(parseJson(body), actor) };
         case 'PATCH keys/:id':
-          return { status: 200, body: service.updateKey(id!, parseJson(body)) };
+          return { status: 200, body: service.updateKey(id!, parseJson(body), actor) };
         case 'DELETE keys/:id':
-          service.deleteKey(id!);
+          service.deleteKey(id!, actor);
           return { status: 200, body: { deleted: true, id } };
         case 'GET models':
           return { status: 200, body: service.listModels() };
         case 'GET usage':
           return { status: 200, body: service.usage(filters) };
+        case 'GET requests':
+          return { status: 200, body: service.requests(filters) };
+        case 'GET audit':
+          return { status: 200, body: service.auditLog(filters) };
         case 'GET usage/:id':
           if (id !== 'series') break;
           return { status: 200, body: service.usageSeries(filters) };
@@ -140,6 +162,8 @@ export function adminRoutes(service: AdminService, sessions: Sessions, options: 
     }
   };
 }
+
+const consoleActor = (sessionId: string, via: ForwardedView) => `console:${sessionId.slice(0, 8)}@${via.client}`;
 
 function parseJson(body: Buffer): unknown {
   try {

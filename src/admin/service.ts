@@ -1,10 +1,11 @@
 /**
- * Operations on groups, keys and usage, with their validation. The admin HTTP API, the CLI and
- * (later) the web console all call these, so each rule lives once.
+ * Operations on groups, keys, usage and the audit log, with their validation. The admin HTTP API
+ * (and the web console through it) and the CLI all call these, so each rule lives once, and every
+ * change is written to the audit log with the actor the caller names.
  */
 import { Ajv } from 'ajv';
 import type { ModelConfig } from '../config.js';
-import type { Store, UsageQuery, UsageRecord } from '../store/store.js';
+import type { ApiKey, AuditQuery, KeyPatch, Store, UsageQuery, UsageRecord } from '../store/store.js';
 
 export class AdminError extends Error {
   constructor(
@@ -22,6 +23,10 @@ const groupFields = {
   families: { type: 'array', items: { type: 'string' }, uniqueItems: true },
 };
 
+/** An ISO 8601 date, or a time with its zone (a time without one would depend on the server's). */
+const isoTime = /^\d{4}-\d{2}-\d{2}(T\d{2}:\d{2}(:\d{2}(\.\d{1,9})?)?(Z|[+-]\d{2}:\d{2}))?$/;
+const expiresAtField = { type: ['string', 'null'] } as const;
+
 const schemas = {
   createGroup: { type: 'object', required: ['name', 'models', 'families'], additionalProperties: false, properties: groupFields },
   updateGroup: { type: 'object', minProperties: 1, additionalProperties: false, properties: groupFields },
@@ -29,7 +34,7 @@ const schemas = {
     type: 'object',
     required: ['group'],
     additionalProperties: false,
-    properties: { group: { type: 'string', minLength: 1 }, name: { type: ['string', 'null'], maxLength: 128 } },
+    properties: { group: { type: 'string', minLength: 1 }, name: { type: ['string', 'null'], maxLength: 128 }, expiresAt: expiresAtField },
   },
   updateKey: {
     type: 'object',
@@ -39,6 +44,7 @@ const schemas = {
       disabled: { type: 'boolean' },
       name: { type: ['string', 'null'], maxLength: 128 },
       group: { type: 'string', minLength: 1 },
+      expiresAt: expiresAtField,
     },
   },
 } as const;
@@ -135,14 +141,16 @@ export class AdminService {
     return this.store.listGroups();
   }
 
-  createGroup(input: unknown) {
+  createGroup(input: unknown, actor: string) {
     const g = check<{ name: string; models: string[]; families: string[] }>('createGroup', input);
     this.checkGrants(g);
     if (this.store.getGroup(g.name)) throw new AdminError(409, 'conflict', `group "${g.name}" already exists`);
-    return this.store.createGroup(g);
+    const group = this.store.createGroup(g);
+    this.audit(actor, 'group.create', g.name, `models ${g.models.join(',')}; families ${g.families.join(',')}`);
+    return group;
   }
 
-  updateGroup(name: string, input: unknown) {
+  updateGroup(name: string, input: unknown, actor: string) {
     const patch = check<{ name?: string; models?: string[]; families?: string[] }>('updateGroup', input);
     this.checkGrants(patch);
     if (patch.name && patch.name !== name && this.store.getGroup(patch.name)) {
@@ -150,45 +158,69 @@ export class AdminService {
     }
     const updated = this.store.updateGroup(name, patch);
     if (!updated) throw new AdminError(404, 'not_found', `no group named "${name}"`);
+    this.audit(actor, 'group.update', name, JSON.stringify(patch));
     return updated;
   }
 
-  deleteGroup(name: string) {
+  deleteGroup(name: string, actor: string) {
     const result = this.store.deleteGroup(name);
     if (result === 'not_found') throw new AdminError(404, 'not_found', `no group named "${name}"`);
     if (result === 'in_use') {
       throw new AdminError(409, 'conflict', `group "${name}" still has keys; move or delete them first`);
     }
+    this.audit(actor, 'group.delete', name, null);
   }
 
   listKeys() {
-    return this.store.listKeys();
+    return this.store.listKeys().map(present);
   }
 
   getKey(id: string) {
     const key = this.store.getKey(id);
     if (!key) throw new AdminError(404, 'not_found', `no key with id "${id}"`);
-    return key;
+    return present(key);
   }
 
   /** The only place a secret is ever returned. */
-  createKey(input: unknown) {
-    const k = check<{ group: string; name?: string | null }>('createKey', input);
+  createKey(input: unknown, actor: string) {
+    const k = check<{ group: string; name?: string | null; expiresAt?: string | null }>('createKey', input);
     this.requireGroup(k.group);
-    const { key, secret } = this.store.createKey(k);
-    return { ...key, key: secret };
+    const { key, secret } = this.store.createKey({ ...k, expiresAt: parseExpiry(k.expiresAt) });
+    this.audit(actor, 'key.create', key.id, `group ${key.group}${key.name ? `; name ${key.name}` : ''}${k.expiresAt ? `; expires ${k.expiresAt}` : ''}`);
+    return { ...present(key), key: secret };
   }
 
-  updateKey(id: string, input: unknown) {
-    const patch = check<{ disabled?: boolean; name?: string | null; group?: string }>('updateKey', input);
+  updateKey(id: string, input: unknown, actor: string) {
+    const patch = check<Omit<KeyPatch, 'expiresAt'> & { expiresAt?: string | null }>('updateKey', input);
     if (patch.group) this.requireGroup(patch.group);
-    const key = this.store.updateKey(id, patch);
+    const key = this.store.updateKey(id, { ...patch, expiresAt: parseExpiry(patch.expiresAt) });
     if (!key) throw new AdminError(404, 'not_found', `no key with id "${id}"`);
-    return key;
+    this.audit(actor, 'key.update', id, JSON.stringify(patch));
+    return present(key);
   }
 
-  deleteKey(id: string) {
+  deleteKey(id: string, actor: string) {
     if (!this.store.deleteKey(id)) throw new AdminError(404, 'not_found', `no key with id "${id}"`);
+    this.audit(actor, 'key.delete', id, null);
+  }
+
+  /** Writes one audit entry; also used for sign-ins, which the HTTP layer handles. */
+  audit(actor: string, action: string, target: string | null, detail: string | null): void {
+    this.store.recordAudit({ time: Date.now(), actor, action, target, detail: detail && detail.slice(0, 500) });
+  }
+
+  /** The audit log, newest first. */
+  auditLog(query: Record<string, string | undefined>) {
+    const q: AuditQuery = { action: query.action || undefined, since: parseTime('since', query.since), until: parseTime('until', query.until) };
+    q.limit = parseLimit(query.limit, 1000) ?? 100;
+    return { data: this.store.queryAudit(q) };
+  }
+
+  /** The latest exchanges, newest first, each with its error and notes. */
+  requests(query: Record<string, string | undefined>) {
+    const q = usageQuery(query);
+    q.limit = parseLimit(query.limit, 1000) ?? 100;
+    return { data: this.store.queryUsage(q).records };
   }
 
   usage(query: Record<string, string | undefined>) {
@@ -235,14 +267,38 @@ function usageQuery(query: Record<string, string | undefined>): UsageQuery {
   const q: UsageQuery = { key: query.key || undefined, group: query.group || undefined, model: query.model || undefined };
   q.since = parseTime('since', query.since);
   q.until = parseTime('until', query.until);
-  if (query.limit) {
-    const limit = Number(query.limit);
-    if (!Number.isInteger(limit) || limit < 1 || limit > 100_000) {
-      throw new AdminError(400, 'invalid_request', 'limit must be an integer from 1 to 100000');
-    }
-    q.limit = limit;
+  q.limit = parseLimit(query.limit, 100_000);
+  if (query.status) {
+    const m = /^([1-5])xx$|^([1-5]\d\d)$/.exec(query.status);
+    if (!m) throw new AdminError(400, 'invalid_request', 'status must be a class such as 4xx or a status such as 503');
+    q.statusMin = m[1] ? Number(m[1]) * 100 : Number(m[2]);
+    q.statusMax = m[1] ? q.statusMin + 100 : q.statusMin + 1;
   }
   return q;
+}
+
+function parseLimit(value: string | undefined, max: number): number | undefined {
+  if (!value) return undefined;
+  const limit = Number(value);
+  if (!Number.isInteger(limit) || limit < 1 || limit > max) {
+    throw new AdminError(400, 'invalid_request', `limit must be an integer from 1 to ${max}`);
+  }
+  return limit;
+}
+
+/** `expiresAt` as the API takes it (ISO 8601 or null) to unix milliseconds; undefined stays unset. */
+function parseExpiry(value: string | null | undefined): number | null | undefined {
+  if (value === undefined || value === null) return value;
+  const ms = isoTime.test(value) ? Date.parse(value) : NaN;
+  if (!Number.isFinite(ms)) {
+    throw new AdminError(400, 'invalid_request', 'expiresAt must be an ISO 8601 date or time with a zone (2026-12-31T00:00:00Z), or null');
+  }
+  return ms;
+}
+
+/** A key as the admin surface shows it: its expiry as an ISO time, like the API takes it. */
+function present(key: ApiKey) {
+  return { ...key, expiresAt: key.expiresAt === null ? null : new Date(key.expiresAt).toISOString() };
 }
 
 /** Accepts unix milliseconds or an ISO 8601 date. */

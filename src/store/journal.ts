@@ -28,7 +28,7 @@ import { closeSync, fdatasyncSync, fstatSync, ftruncateSync, openSync, readSync,
 import { StringDecoder } from 'node:string_decoder';
 import { pino, type Logger } from 'pino';
 import { createLogger } from '../log.js';
-import type { ApiKey, Group, Store, StoreBackend, UpstreamActivity, UsagePoint, UsageQuery, UsageRecord, UsageTotals } from './store.js';
+import type { ApiKey, AuditEntry, AuditQuery, Group, KeyPatch, Store, StoreBackend, UpstreamActivity, UsagePoint, UsageQuery, UsageRecord, UsageTotals } from './store.js';
 
 const BATCH_SIZE = 256;
 const FLUSH_INTERVAL_MS = 1000;
@@ -271,16 +271,22 @@ export class JournaledStore implements Store {
   deleteGroup(name: string): 'deleted' | 'not_found' | 'in_use' {
     return this.backend.deleteGroup(name);
   }
-  createKey(input: { group: string; name?: string | null }): { key: ApiKey; secret: string } {
+  createKey(input: { group: string; name?: string | null; expiresAt?: number | null }): { key: ApiKey; secret: string } {
     return this.backend.createKey(input);
   }
   findKeyBySecret(secret: string): ApiKey | undefined {
     return this.backend.findKeyBySecret(secret);
   }
-  updateKey(id: string, patch: { disabled?: boolean; name?: string | null; group?: string }): ApiKey | undefined {
+  updateKey(id: string, patch: KeyPatch): ApiKey | undefined {
     return this.backend.updateKey(id, patch);
   }
   deleteKey(id: string): boolean {
     return this.backend.deleteKey(id);
+  }
+  recordAudit(entry: AuditEntry): void {
+    this.backend.recordAudit(entry);
+  }
+  queryAudit(query: AuditQuery): AuditEntry[] {
+    return this.backend.queryAudit(query);
   }
 }

@@ -5,7 +5,7 @@
  */
 import { createHash, randomBytes } from 'node:crypto';
 import Database from 'better-sqlite3';
-import type { ApiKey, Group, StoreBackend, UpstreamActivity, UsagePoint, UsageQuery, UsageRecord, UsageTotals } from './store.js';
+import type { ApiKey, AuditEntry, AuditQuery, Group, KeyPatch, StoreBackend, UpstreamActivity, UsagePoint, UsageQuery, UsageRecord, UsageTotals } from './store.js';
 
 /** Each entry moves the schema one version forward; never edit a released one, append. */
 const migrations: string[] = [
@@ -53,6 +53,17 @@ const migrations: string[] = [
    CREATE UNIQUE INDEX usage_request_id ON usage(request_id);`,
   // What the model rules dropped from a request (`dropped tools: web_search`).
   `ALTER TABLE usage ADD COLUMN notes TEXT;`,
+  // Key expiry, and the audit log of admin actions.
+  `ALTER TABLE keys ADD COLUMN expires_at INTEGER;
+   CREATE TABLE audit (
+     id INTEGER PRIMARY KEY,
+     time INTEGER NOT NULL,
+     actor TEXT NOT NULL,
+     action TEXT NOT NULL,
+     target TEXT,
+     detail TEXT
+   );
+   CREATE INDEX audit_time ON audit(time);`,
 ];
 
 /** Changes made by another process (the CLI) reach a running gateway within this time. */
@@ -70,6 +81,8 @@ function usageFilter(query: UsageQuery): { filter: string; args: Record<string, 
   add('key_id = @key', 'key', query.key);
   add('group_name = @group', 'group', query.group);
   add('model = @model', 'model', query.model);
+  add('status >= @statusMin', 'statusMin', query.statusMin);
+  add('status < @statusMax', 'statusMax', query.statusMax);
   add('time >= @since', 'since', query.since);
   add('time < @until', 'until', query.until);
   return { filter: where.length ? `WHERE ${where.join(' AND ')}` : '', args };
@@ -103,6 +116,7 @@ interface KeyRow {
   disabled: number;
   created_at: number;
   last_used_at: number | null;
+  expires_at: number | null;
 }
 
 interface UsageRow {
@@ -140,6 +154,7 @@ const toKey = (r: KeyRow): ApiKey => ({
   prefix: r.prefix,
   createdAt: r.created_at,
   lastUsedAt: r.last_used_at,
+  expiresAt: r.expires_at,
 });
 
 const toUsage = (r: UsageRow): UsageRecord => ({
@@ -251,7 +266,7 @@ export class SqliteStore implements StoreBackend {
     return 'deleted';
   }
 
-  createKey(input: { group: string; name?: string | null }): { key: ApiKey; secret: string } {
+  createKey(input: { group: string; name?: string | null; expiresAt?: number | null }): { key: ApiKey; secret: string } {
     this.forgetLookups();
     const secret = `sk-${randomBytes(24).toString('base64url')}`;
     const row: KeyRow & { hash: string } = {
@@ -263,11 +278,12 @@ export class SqliteStore implements StoreBackend {
       disabled: 0,
       created_at: Date.now(),
       last_used_at: null,
+      expires_at: input.expiresAt ?? null,
     };
     this.db
       .prepare(
-        `INSERT INTO keys (id, hash, prefix, name, group_name, disabled, created_at, last_used_at)
-         VALUES (@id, @hash, @prefix, @name, @group_name, @disabled, @created_at, @last_used_at)`,
+        `INSERT INTO keys (id, hash, prefix, name, group_name, disabled, created_at, last_used_at, expires_at)
+         VALUES (@id, @hash, @prefix, @name, @group_name, @disabled, @created_at, @last_used_at, @expires_at)`,
       )
       .run(row);
     return { key: toKey(row), secret };
@@ -294,16 +310,17 @@ export class SqliteStore implements StoreBackend {
     return this.db.prepare<[], KeyRow>('SELECT * FROM keys ORDER BY created_at, id').all().map(toKey);
   }
 
-  updateKey(id: string, patch: { disabled?: boolean; name?: string | null; group?: string }): ApiKey | undefined {
+  updateKey(id: string, patch: KeyPatch): ApiKey | undefined {
     this.forgetLookups();
     const current = this.getKey(id);
     if (!current) return undefined;
     this.db
-      .prepare('UPDATE keys SET disabled = ?, name = ?, group_name = ? WHERE id = ?')
+      .prepare('UPDATE keys SET disabled = ?, name = ?, group_name = ?, expires_at = ? WHERE id = ?')
       .run(
         (patch.disabled ?? current.disabled) ? 1 : 0,
         patch.name !== undefined ? patch.name : current.name,
         patch.group ?? current.group,
+        patch.expiresAt !== undefined ? patch.expiresAt : current.expiresAt,
         id,
       );
     return this.getKey(id);
@@ -368,6 +385,29 @@ export class SqliteStore implements StoreBackend {
       `SELECT error FROM usage WHERE upstream = ? AND time >= ? AND ${failure} ORDER BY time DESC, id DESC LIMIT 1`,
     );
     return activity.map((a) => ({ ...a, lastError: a.errors ? (lastError.get(a.upstream, since)?.error ?? null) : null }));
+  }
+
+  recordAudit(entry: AuditEntry): void {
+    this.db.prepare('INSERT INTO audit (time, actor, action, target, detail) VALUES (@time, @actor, @action, @target, @detail)').run(entry);
+  }
+
+  queryAudit(query: AuditQuery): AuditEntry[] {
+    const where: string[] = [];
+    const args: Record<string, unknown> = { limit: query.limit ?? 100 };
+    const add = (clause: string, name: 'action' | 'since' | 'until') => {
+      if (query[name] === undefined) return;
+      where.push(clause);
+      args[name] = query[name];
+    };
+    add('action = @action', 'action');
+    add('time >= @since', 'since');
+    add('time < @until', 'until');
+    return this.db
+      .prepare<Record<string, unknown>, AuditEntry>(
+        `SELECT time, actor, action, target, detail FROM audit ${where.length ? `WHERE ${where.join(' AND ')}` : ''}
+         ORDER BY time DESC, id DESC LIMIT @limit`,
+      )
+      .all(args);
   }
 
   close(): void {

@@ -22,6 +22,35 @@ export interface ApiKey {
   prefix: string;
   createdAt: number;
   lastUsedAt: number | null;
+  /** Unix milliseconds after which the key is refused, or null for never. */
+  expiresAt: number | null;
+}
+
+/** The fields of a key an operator sets. */
+export interface KeyPatch {
+  disabled?: boolean;
+  name?: string | null;
+  group?: string;
+  expiresAt?: number | null;
+}
+
+/** One state-changing admin action, or a failed sign-in. */
+export interface AuditEntry {
+  time: number;
+  /** `admin-token@ADDRESS`, `console:SESSION@ADDRESS` or `cli:USER`. */
+  actor: string;
+  /** `group.create`, `key.update`, `session.sign_in_failed`, ... */
+  action: string;
+  /** The group name or key id acted on, when there is one. */
+  target: string | null;
+  detail: string | null;
+}
+
+export interface AuditQuery {
+  action?: string;
+  since?: number;
+  until?: number;
+  limit?: number;
 }
 
 export interface UsageRecord {
@@ -72,6 +101,9 @@ export interface UsageQuery {
   key?: string;
   group?: string;
   model?: string;
+  /** HTTP statuses from `statusMin` (inclusive) to `statusMax` (exclusive). */
+  statusMin?: number;
+  statusMax?: number;
   /** Unix milliseconds, inclusive. */
   since?: number;
   /** Unix milliseconds, exclusive. */
@@ -96,12 +128,12 @@ export interface Store {
   deleteGroup(name: string): 'deleted' | 'not_found' | 'in_use';
 
   /** Creates a key and returns it with its secret; the secret is never stored or shown again. */
-  createKey(input: { group: string; name?: string | null }): { key: ApiKey; secret: string };
+  createKey(input: { group: string; name?: string | null; expiresAt?: number | null }): { key: ApiKey; secret: string };
   /** Looks a key up by its secret. */
   findKeyBySecret(secret: string): ApiKey | undefined;
   getKey(id: string): ApiKey | undefined;
   listKeys(): ApiKey[];
-  updateKey(id: string, patch: { disabled?: boolean; name?: string | null; group?: string }): ApiKey | undefined;
+  updateKey(id: string, patch: KeyPatch): ApiKey | undefined;
   deleteKey(id: string): boolean;
 
   /** Journals a usage record (it survives a crash once this returns) and queues it for the store. */
@@ -112,6 +144,10 @@ export interface Store {
   /** Usage in time buckets of `bucketMs`; only buckets with records. */
   usageSeries(query: UsageQuery, bucketMs: number): UsagePoint[];
   upstreamActivity(since: number): UpstreamActivity[];
+
+  recordAudit(entry: AuditEntry): void;
+  /** Newest first. */
+  queryAudit(query: AuditQuery): AuditEntry[];
 
   close(): void;
 }

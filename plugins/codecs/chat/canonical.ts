@@ -236,7 +236,7 @@ export function chatResponseToCanonical(body: Json): C.Response {
   const message = choice.message ?? {};
   const toolCalls: C.ToolCall[] = (message.tool_calls ?? [])
     .filter((c: Json) => c.type === 'function')
-    .map((c: Json) => ({ id: c.id, name: c.function.name, arguments: c.function.arguments ?? '' }));
+    .map((c: Json) => ({ id: c.id, name: c.function.name, arguments: c.function.arguments || '{}' }));
   return {
     id: body.id,
     model: body.model,

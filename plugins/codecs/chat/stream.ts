@@ -61,6 +61,7 @@ export function chatPassthrough(
 export function chatStreamReader(): C.StreamReader {
   let started = false;
   const toolIndex = new Map<number, number>();
+  const withArguments = new Set<number>();
   return {
     frame(data) {
       if (data === '[DONE]') return [];
@@ -85,10 +86,17 @@ export function chatStreamReader(): C.StreamReader {
             toolIndex.set(upstreamIndex, index);
             events.push({ type: 'tool_call', index, id: call.id ?? newId('call_', 12), name: call.function?.name ?? '' });
           }
-          if (call.function?.arguments) events.push({ type: 'tool_arguments', index, delta: call.function.arguments });
+          if (call.function?.arguments) {
+            withArguments.add(index);
+            events.push({ type: 'tool_arguments', index, delta: call.function.arguments });
+          }
         }
       }
-      if (choice?.finish_reason) events.push({ type: 'finish', reason: readFinishReason(choice.finish_reason) });
+      if (choice?.finish_reason) {
+        // Some servers send no arguments for a tool without parameters; other families need the JSON `{}`.
+        for (const index of toolIndex.values()) if (!withArguments.has(index)) events.push({ type: 'tool_arguments', index, delta: '{}' });
+        events.push({ type: 'finish', reason: readFinishReason(choice.finish_reason) });
+      }
       const usage = readChatUsage(chunk.usage);
       if (usage) events.push({ type: 'usage', usage });
       return events;

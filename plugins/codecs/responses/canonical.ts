@@ -285,7 +285,7 @@ export function responsesBodyToCanonical(body: Json): C.Response {
       const summary = (item.summary ?? []).map((s: Json) => s.text).join('\n\n');
       if (summary) reasoning = (reasoning ? reasoning + '\n\n' : '') + summary;
     } else if (item.type === 'function_call') {
-      toolCalls.push({ id: item.call_id ?? item.id, name: item.name, arguments: item.arguments ?? '' });
+      toolCalls.push({ id: item.call_id ?? item.id, name: item.name, arguments: item.arguments || '{}' });
     } else if (item.type === 'custom_tool_call') {
       toolCalls.push({ id: item.call_id ?? item.id, name: item.name, arguments: JSON.stringify({ input: item.input }) });
     }

@@ -95,8 +95,9 @@ export function responsesStreamReader(): C.StreamReader {
           const c = calls.get(item.id ?? item.call_id);
           if (!c || c.streamed) return [];
           c.streamed = true;
-          const args = item.type === 'custom_tool_call' ? JSON.stringify({ input: item.input }) : item.arguments;
-          return args ? [{ type: 'tool_arguments', index: c.index, delta: args }] : [];
+          // A function without parameters may come with no arguments at all: other families need the JSON `{}`.
+          const args = item.type === 'custom_tool_call' ? JSON.stringify({ input: item.input }) : item.arguments || '{}';
+          return [{ type: 'tool_arguments', index: c.index, delta: args }];
         }
         case 'response.completed':
         case 'response.incomplete':

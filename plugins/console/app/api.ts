@@ -3,6 +3,7 @@
  * CSRF token it answers with is kept in memory only and sent on every call that changes state.
  */
 import type {
+  AuditEntry,
   CreatedKey,
   Group,
   Key,
@@ -10,6 +11,7 @@ import type {
   SeriesResponse,
   Session,
   UsageFilter,
+  UsageRecord,
   UsageResponse,
 } from './types.js';
 
@@ -131,8 +133,8 @@ export const updateGroup = (name: string, patch: Partial<Pick<Group, 'name' | 'm
 export const deleteGroup = (name: string) => request<unknown>('DELETE', `/admin/groups/${seg(name)}`);
 
 export const listKeys = (signal?: AbortSignal) => request<{ data: Key[] }>('GET', '/admin/keys', { signal }).then((r) => r.data);
-export const createKey = (k: { group: string; name?: string }) => request<CreatedKey>('POST', '/admin/keys', { body: k });
-export const updateKey = (id: string, patch: { name?: string | null; group?: string; disabled?: boolean }) =>
+export const createKey = (k: { group: string; name?: string; expiresAt?: string | null }) => request<CreatedKey>('POST', '/admin/keys', { body: k });
+export const updateKey = (id: string, patch: { name?: string | null; group?: string; disabled?: boolean; expiresAt?: string | null }) =>
   request<Key>('PATCH', `/admin/keys/${seg(id)}`, { body: patch });
 export const deleteKey = (id: string) => request<unknown>('DELETE', `/admin/keys/${seg(id)}`);
 
@@ -150,3 +152,10 @@ export const usageSeries = (f: UsageFilter, bucket: number | undefined, signal?:
 
 /** The CSV export's address for a download link (the cookie goes with it). */
 export const usageCsvUrl = (f: UsageFilter) => `/admin/usage.csv${qs(filterParams(f))}`;
+
+/** The latest exchanges; `status` is a class such as `4xx`. */
+export const requests = (f: UsageFilter & { status?: string }, limit: number, signal?: AbortSignal) =>
+  request<{ data: UsageRecord[] }>('GET', `/admin/requests${qs({ ...filterParams(f), status: f.status, limit })}`, { signal }).then((r) => r.data);
+
+export const auditLog = (limit: number, signal?: AbortSignal) =>
+  request<{ data: AuditEntry[] }>('GET', `/admin/audit${qs({ limit })}`, { signal }).then((r) => r.data);

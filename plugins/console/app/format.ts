@@ -39,8 +39,9 @@ export function ago(ms: number, now = Date.now()): string {
   return dateTime(ms);
 }
 
-/** "840 ms", "1.24 s", "2 min 5 s". */
+/** "< 1 ms", "840 ms", "1.24 s", "2 min 5 s". */
 export function duration(ms: number): string {
+  if (ms < 1) return '< 1 ms';
   if (ms < 1000) return `${Math.round(ms)} ms`;
   if (ms < 60_000) return `${(ms / 1000).toFixed(ms < 10_000 ? 2 : 1)} s`;
   const m = Math.floor(ms / 60_000);

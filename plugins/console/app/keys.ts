@@ -1,4 +1,4 @@
-/** Keys: create (the secret is shown once), rename, move, disable/enable, delete. */
+/** Keys: create (the secret is shown once), rename, move, set an expiry, disable/enable, delete. */
 import * as api from './api.js';
 import { append, h, icon, icons, replace } from './dom.js';
 import { ago, dateTime, plural } from './format.js';
@@ -77,7 +77,7 @@ export const keysPage: Page = (ctx) => {
       card(
         'All keys',
         rows.length
-          ? table(['Name / ID', 'Prefix', 'Group', 'Status', 'Created', 'Last used', { label: '', class: 'row-actions' }], rows, 'Keys')
+          ? table(['Name / ID', 'Prefix', 'Group', 'Status', 'Expires (UTC)', 'Created', 'Last used', { label: '', class: 'row-actions' }], rows, 'Keys')
           : empty('No keys in this group', `Group “${groupFilter}” has no keys yet.`),
         { actions: h('div', { class: 'inline' }, h('span', { class: 'muted small' }, plural(shown.length, 'key')), filter) },
       ),
@@ -108,6 +108,28 @@ export const keysPage: Page = (ctx) => {
         move.disabled = false;
       },
     });
+
+    // A date picker: the key expires at the start of that day, UTC; empty means never.
+    const expiry = h('input', {
+      type: 'date',
+      class: 'input-sm',
+      value: k.expiresAt ? k.expiresAt.slice(0, 10) : '',
+      'aria-label': `Expiry of key ${label}`,
+      onchange: async () => {
+        expiry.disabled = true;
+        try {
+          const updated = await api.updateKey(k.id, { expiresAt: expiryFromDate(expiry.value) });
+          k.expiresAt = updated.expiresAt;
+          toast(k.expiresAt ? `Key “${label}” expires ${k.expiresAt.slice(0, 10)}` : `Key “${label}” never expires`);
+          renderList();
+        } catch (err) {
+          expiry.value = k.expiresAt ? k.expiresAt.slice(0, 10) : '';
+          notice.error(`Could not set the expiry of “${label}”: ${errorText(err)}`);
+          expiry.disabled = false;
+        }
+      },
+    });
+    const expired = k.expiresAt !== null && Date.parse(k.expiresAt) <= Date.now();
 
     const rename = (btn: HTMLButtonElement) => {
       const input = h('input', { type: 'text', value: k.name ?? '', maxlength: '128', 'aria-label': `New name for key ${label}`, class: 'input-sm', placeholder: 'unnamed' });
@@ -172,7 +194,8 @@ export const keysPage: Page = (ctx) => {
       nameCell,
       h('td', null, h('code', null, `${k.prefix}…`)),
       h('td', null, move),
-      h('td', null, k.disabled ? badge('Disabled', 'bad') : badge('Active', 'ok')),
+      h('td', null, k.disabled ? badge('Disabled', 'bad') : expired ? badge('Expired', 'bad') : badge('Active', 'ok')),
+      h('td', { class: 'nowrap', title: k.expiresAt ?? 'never expires' }, expiry),
       h('td', { class: 'nowrap' }, when(k.createdAt, ago, dateTime)),
       h(
         'td',
@@ -197,6 +220,7 @@ export const keysPage: Page = (ctx) => {
     const formNotice = new Notice();
     const name = h('input', { type: 'text', maxlength: '128', autocomplete: 'off', placeholder: 'ci-bot' });
     const group = groupSelect(groupFilter || groups[0]!.name);
+    const expires = h('input', { type: 'date' });
     const submit = h('button', { type: 'submit', class: 'btn btn-primary' }, 'Create key');
     const form = h(
       'form',
@@ -208,7 +232,8 @@ export const keysPage: Page = (ctx) => {
           formNotice.clear();
           try {
             const n = name.value.trim();
-            const created = await busy(submit, () => api.createKey({ group: group.value, ...(n ? { name: n } : {}) }));
+            const expiresAt = expiryFromDate(expires.value);
+            const created = await busy(submit, () => api.createKey({ group: group.value, ...(n ? { name: n } : {}), ...(expiresAt ? { expiresAt } : {}) }));
             replace(formSlot);
             showSecret(created);
             await load();
@@ -217,7 +242,13 @@ export const keysPage: Page = (ctx) => {
           }
         },
       },
-      h('div', { class: 'form-grid form-grid-2' }, field('Name', name, 'Optional: who or what uses it.'), field('Group', group, 'Decides the models and families it may use.')),
+      h(
+        'div',
+        { class: 'form-grid form-grid-2' },
+        field('Name', name, 'Optional: who or what uses it.'),
+        field('Group', group, 'Decides the models and families it may use.'),
+        field('Expires', expires, 'Optional: refused from the start of this day (UTC).'),
+      ),
       formNotice.el,
       h('div', { class: 'form-actions' }, submit, button('Cancel', () => replace(formSlot), { kind: 'ghost' })),
     );
@@ -255,6 +286,11 @@ export const keysPage: Page = (ctx) => {
 
   void load();
 };
+
+/** A date input's value as the API's expiry: the start of that day, UTC; empty is never. */
+function expiryFromDate(value: string): string | null {
+  return value ? `${value}T00:00:00Z` : null;
+}
 
 /** Copies with the Clipboard API, else by selecting the text and the legacy copy command. */
 async function copyText(input: HTMLInputElement): Promise<boolean> {

@@ -1,14 +1,16 @@
 /**
  * The console's entry point: restores the session, shows the sign-in screen or the app, and
- * routes by hash (#/groups, #/keys, #/models, #/usage).
+ * routes by hash (#/groups, #/keys, #/models, #/usage, #/requests, #/audit).
  */
 import * as api from './api.js';
+import { auditPage } from './audit.js';
 import { h, icon, icons, replace } from './dom.js';
 import { groupsPage } from './groups.js';
 import { keysPage } from './keys.js';
 import { loginScreen } from './login.js';
 import { modelsPage } from './models.js';
 import type { Page } from './page.js';
+import { requestsPage } from './requests.js';
 import { errorText, toast } from './ui.js';
 import { usagePage } from './usage.js';
 
@@ -23,6 +25,8 @@ const routes: Record<string, Route> = {
   keys: { title: 'Keys', icon: icons.keys, page: keysPage },
   models: { title: 'Models', icon: icons.models, page: modelsPage },
   usage: { title: 'Usage', icon: icons.usage, page: usagePage },
+  requests: { title: 'Requests', icon: icons.requests, page: requestsPage },
+  audit: { title: 'Audit', icon: icons.audit, page: auditPage },
 };
 
 const app = document.getElementById('app')!;

@@ -21,6 +21,8 @@ export interface Key {
   prefix: string;
   createdAt: number;
   lastUsedAt: number | null;
+  /** ISO 8601, or null for never. */
+  expiresAt: string | null;
 }
 
 /** The answer to creating a key: the only time `key` (the secret) is ever sent. */
@@ -83,6 +85,16 @@ export interface UsageRecord {
   outcome: 'finished' | 'aborted' | 'error';
   /** What went wrong, when something did. */
   error?: string | null;
+  /** What the model rules dropped from the request. */
+  notes?: string | null;
+}
+
+export interface AuditEntry {
+  time: number;
+  actor: string;
+  action: string;
+  target: string | null;
+  detail: string | null;
 }
 
 export interface UsageTotals {

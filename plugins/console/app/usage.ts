@@ -22,7 +22,7 @@ const state: { key: string; group: string; model: string; preset: Preset; from?:
   key: '',
   group: '',
   model: '',
-  preset: '24h',
+  preset: '7d',
 };
 
 const colors = { requests: '#2563eb', prompt: '#7c3aed', completion: '#0d9488', errors: '#dc2626', avg: '#0891b2', max: '#d97706' };

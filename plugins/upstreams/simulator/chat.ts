@@ -5,11 +5,13 @@
  */
 import { dataFrame } from '../../../src/sse.js';
 import {
+  calls,
   plan,
   units,
   type ChoicePlan,
   type EngineInput,
   type Plan,
+  type PlannedCall,
   type ResponseFormat,
   type Role,
   type SimMessage,
@@ -104,7 +106,7 @@ function completionReply(request: ChatRequest, p: Plan, id: string, created: num
     message:
       choice.kind === 'text'
         ? { role: 'assistant', content: choice.tokens.join(''), refusal: null, annotations: [] }
-        : { role: 'assistant', content: null, refusal: null, annotations: [], tool_calls: [toolCall(choice)] },
+        : { role: 'assistant', content: null, refusal: null, annotations: [], tool_calls: calls(choice).map(toolCall) },
     logprobs: null,
     finish_reason: choice.finishReason,
   }));
@@ -132,23 +134,21 @@ function streamReply(request: ChatRequest, p: Plan, id: string, created: number)
   const script = new StepBuilder(p.timing.ttftMs);
   p.choices.forEach((choice, index) => {
     script.push(chunk(openingDelta(index, choice)));
-    if (choice.kind === 'tool_call') {
-      const header = { index: 0, id: `call_${choice.callId}`, type: 'function', function: { name: choice.name, arguments: '' } };
-      script.push(chunk(choiceDelta(index, { tool_calls: [header] })));
-    }
+    if (choice.kind === 'tool_call') script.push(chunk(choiceDelta(index, { tool_calls: [callHeader(choice, 0)] })));
   });
 
   const intervalMs = tokenIntervalMs(p);
   const { cutAfter } = p.fault;
-  const positions = longestAnswer(p);
+  const steps = p.choices.map((choice, index) => streamDeltas(index, choice));
+  const positions = Math.max(0, ...steps.map((s) => s.length));
   let emitted = 0;
   for (let pos = 0; pos < positions; pos++) {
     if (pos > 0 && intervalMs > 0) script.flush(intervalMs);
-    for (const [index, choice] of p.choices.entries()) {
-      const unit = units(choice)[pos];
-      if (unit === undefined) continue;
+    for (const choiceSteps of steps) {
+      const delta = choiceSteps[pos];
+      if (delta === undefined) continue;
       if (cutAfter !== undefined && emitted >= cutAfter) return script.sse(true);
-      script.push(chunk(unitDelta(index, choice, unit)));
+      script.push(chunk(delta));
       emitted++;
     }
   }
@@ -166,17 +166,29 @@ function openingDelta(index: number, choice: ChoicePlan): object {
   return choiceDelta(index, { role: 'assistant', content: choice.kind === 'text' ? '' : null });
 }
 
-function unitDelta(index: number, choice: ChoicePlan, unit: string): object {
-  if (choice.kind === 'text') return choiceDelta(index, { content: unit });
-  return choiceDelta(index, { tool_calls: [{ index: 0, function: { arguments: unit } }] });
+/**
+ * A choice's deltas after the opening: a token each, or an argument fragment each, with OpenAI's
+ * `index` per call; a further call's header (id and name) rides on its first fragment.
+ */
+function streamDeltas(index: number, choice: ChoicePlan): object[] {
+  if (choice.kind === 'text') return choice.tokens.map((unit) => choiceDelta(index, { content: unit }));
+  return calls(choice).flatMap((call, k) => {
+    const deltas: object[] = call.fragments.map((unit) => ({ index: k, function: { arguments: unit } }));
+    if (k > 0) deltas[0] = { ...callHeader(call, k), function: { name: call.name, arguments: call.fragments[0] ?? '' } };
+    return deltas.map((d) => choiceDelta(index, { tool_calls: [d] }));
+  });
+}
+
+function callHeader(call: PlannedCall, k: number): object {
+  return { index: k, id: `call_${call.callId}`, type: 'function', function: { name: call.name, arguments: '' } };
 }
 
 function choiceDelta(index: number, delta: object): object {
   return { index, delta, logprobs: null, finish_reason: null };
 }
 
-function toolCall(choice: Extract<ChoicePlan, { kind: 'tool_call' }>): object {
-  return { id: `call_${choice.callId}`, type: 'function', function: { name: choice.name, arguments: choice.argumentsJson } };
+function toolCall(call: PlannedCall): object {
+  return { id: `call_${call.callId}`, type: 'function', function: { name: call.name, arguments: call.argumentsJson } };
 }
 
 function usage(p: Plan): object {

@@ -45,18 +45,23 @@ export interface EngineInput {
 
 export type FinishReason = 'stop' | 'length' | 'tool_calls';
 
+export interface PlannedCall {
+  name: string;
+  /** 24 characters, family-neutral; renderers add their own prefix (`call_`). */
+  callId: string;
+  /** The arguments as emitted: the concatenated fragments (cut short on a length finish); `''` with `empty_args=1`. */
+  argumentsJson: string;
+  fragments: string[];
+}
+
 export type ChoicePlan =
   | { kind: 'text'; tokens: string[]; finishReason: FinishReason }
-  | {
+  | ({
       kind: 'tool_call';
-      name: string;
-      /** 24 characters, family-neutral; renderers add their own prefix (`call_`). */
-      callId: string;
-      /** The arguments as emitted: the concatenated fragments (cut short on a length finish). */
-      argumentsJson: string;
-      fragments: string[];
       finishReason: FinishReason;
-    };
+      /** The further calls of the same turn (`parallel=N`), each complete. */
+      parallel?: PlannedCall[];
+    } & PlannedCall);
 
 export interface Plan {
   choices: ChoicePlan[];
@@ -81,6 +86,10 @@ export interface Directives {
   contentType?: string;
   /** `no_usage=1`: the answer reports no usage. */
   noUsage?: boolean;
+  /** `parallel=N`: a tool answer makes N calls in one turn (the offered tools in turn, each its own id). */
+  parallel?: number;
+  /** `empty_args=1`: a call whose arguments are the empty object sends them as `''`, as some servers do. */
+  emptyArgs?: boolean;
 }
 
 const DEFAULT_TOKENS = 16;
@@ -101,6 +110,7 @@ const TOOL_RESULT_SCAN = 4096;
 const MAX_SAMPLE_VALUES = 10_000;
 const MAX_SAMPLE_CHARS = 100_000;
 const MAX_ALL_OF = 64;
+const MAX_PARALLEL_CALLS = 16;
 const TOKENS_PER_MESSAGE = 4;
 const TOKENS_PER_IMAGE = 85;
 const TOOL_RESULT_WORDS = 20;
@@ -135,9 +145,14 @@ export function plan(input: EngineInput): Plan {
   };
 }
 
-/** The streamed pieces of a choice: text tokens or argument fragments. */
+/** The streamed pieces of a choice: text tokens or argument fragments (of every call, in order). */
 export function units(choice: ChoicePlan): string[] {
-  return choice.kind === 'text' ? choice.tokens : choice.fragments;
+  return choice.kind === 'text' ? choice.tokens : calls(choice).flatMap((c) => c.fragments);
+}
+
+/** Every call of a tool answer, in order. */
+export function calls(choice: Extract<ChoicePlan, { kind: 'tool_call' }>): PlannedCall[] {
+  return [choice, ...(choice.parallel ?? [])];
 }
 
 /** Reads `[[sim key=value …]]`; unknown keys and bad values are ignored. */
@@ -166,6 +181,12 @@ export function parseDirectives(text: string): Directives {
       } else if (key === 'no_usage' && whole) {
         if (value > 0) out.noUsage = true;
         else delete out.noUsage;
+      } else if (key === 'parallel' && whole && value >= 1 && value <= MAX_PARALLEL_CALLS) {
+        if (value > 1) out.parallel = value;
+        else delete out.parallel;
+      } else if (key === 'empty_args' && whole) {
+        if (value > 0) out.emptyArgs = true;
+        else delete out.emptyArgs;
       }
     }
   }
@@ -194,16 +215,25 @@ function planChoice(input: EngineInput, directives: Directives, seed: number, sa
   const last = input.messages.at(-1);
   const tool = input.toolChoice === 'none' || last?.role === 'tool' ? undefined : pickTool(input.tools, input.toolChoice);
   if (tool) {
-    const full = sample(tool.parameters ?? OBJECT_SCHEMA);
-    const kept = capped(full, input.maxTokens);
-    return {
-      kind: 'tool_call',
-      name: tool.name,
-      callId: callId(random),
-      argumentsJson: kept.join(''),
-      fragments: kept,
-      finishReason: kept.length < full.length ? 'length' : 'tool_calls',
-    };
+    // The further calls take the next offered tools, with distinct sample values; the token cap spans them all.
+    const picked = [tool, ...Array.from({ length: (directives.parallel ?? 1) - 1 }, (_, i) => input.tools[(input.tools.indexOf(tool) + 1 + i) % input.tools.length] ?? tool)];
+    let room = input.maxTokens ?? Infinity;
+    let cut = false;
+    const planned: PlannedCall[] = [];
+    for (const [i, t] of picked.entries()) {
+      const schema = t.parameters ?? OBJECT_SCHEMA;
+      let full = i === 0 ? sample(schema) : fragments(JSON.stringify(sampleValue(schema, { root: schema, values: 0, chars: 0 }, 0, i)));
+      if (directives.emptyArgs && full.join('') === '{}') full = [];
+      const kept = capped(full, room);
+      room -= kept.length;
+      planned.push({ name: t.name, callId: callId(random), argumentsJson: kept.join(''), fragments: kept });
+      if (kept.length < full.length) {
+        cut = true;
+        break;
+      }
+    }
+    const [first, ...parallel] = planned;
+    return { kind: 'tool_call', ...first, ...(parallel.length > 0 ? { parallel } : {}), finishReason: cut ? 'length' : 'tool_calls' };
   }
   const format = input.responseFormat;
   let full: string[];

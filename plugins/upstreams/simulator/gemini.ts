@@ -12,8 +12,10 @@ import {
   fragments,
   inputTokens,
   plan,
+  calls,
   units,
   type ChoicePlan,
+  type PlannedCall,
   type EngineInput,
   type JsonSchema,
   type Plan,
@@ -246,7 +248,7 @@ function finalResponse(request: GeminiRequest, p: Plan, head: ResponseHead): obj
     const parts: object[] = [];
     if (thoughts.length > 0) parts.push({ text: thoughts.join(''), thought: true });
     if (choice.kind === 'text' && choice.tokens.length > 0) parts.push({ text: choice.tokens.join('') });
-    else if (choice.kind === 'tool_call' && choice.finishReason !== 'length') parts.push(callPart(request, choice));
+    else if (choice.kind === 'tool_call' && choice.finishReason !== 'length') parts.push(...calls(choice).map((call) => callPart(request, call)));
     // A candidate with nothing to say has a content without parts, as Google sends it.
     return { content: parts.length > 0 ? { role: 'model', parts } : { role: 'model' }, finishReason: FINISH[choice.finishReason], index };
   });
@@ -259,10 +261,12 @@ function finalResponse(request: GeminiRequest, p: Plan, head: ResponseHead): obj
  * A complete call: Google has no call ids and no `tool_calls` finish reason. With thoughts on, the
  * call carries a signature derived from the call itself, so replays can be checked byte for byte.
  */
-function callPart(request: GeminiRequest, choice: Extract<ChoicePlan, { kind: 'tool_call' }>): object {
-  const parsed: unknown = JSON.parse(choice.argumentsJson);
-  const part: Record<string, unknown> = { functionCall: { name: choice.name, args: isRecord(parsed) ? parsed : { value: parsed } } };
-  if (request.thoughts) part.thoughtSignature = thoughtSignature(choice);
+function callPart(request: GeminiRequest, call: PlannedCall): object {
+  // `empty_args=1` leaves the arguments out, as Google does for a function without parameters.
+  const parsed: unknown = call.argumentsJson === '' ? undefined : JSON.parse(call.argumentsJson);
+  const args = parsed === undefined ? {} : { args: isRecord(parsed) ? parsed : { value: parsed } };
+  const part: Record<string, unknown> = { functionCall: { name: call.name, ...args } };
+  if (request.thoughts) part.thoughtSignature = thoughtSignature(call);
   return part;
 }
 
@@ -301,7 +305,7 @@ function blockedReply(request: GeminiRequest, p: Plan, head: ResponseHead): SimR
 /** One candidate's entry in a stream chunk. */
 interface StreamEntry {
   index: number;
-  part: object;
+  parts: object[];
   finishReason?: string;
 }
 
@@ -328,28 +332,30 @@ function streamReply(request: GeminiRequest, p: Plan, head: ResponseHead): SimRe
     const entries: StreamEntry[] = [];
     p.choices.forEach((choice, index) => {
       const answer = units(choice);
-      let part: object | undefined;
+      const parts: object[] = [];
       if (tick < thoughts.length) {
-        part = { text: thoughts[tick], thought: true };
+        parts.push({ text: thoughts[tick], thought: true });
         thoughtTokens++;
       } else if (tick - thoughts.length < answer.length) {
-        const at = tick - thoughts.length;
         answerTokens++;
-        if (choice.kind === 'text') part = { text: answer[at] };
-        else if (at === answer.length - 1 && choice.finishReason !== 'length') part = callPart(request, choice);
+        if (choice.kind === 'text') parts.push({ text: answer[tick - thoughts.length] });
+      }
+      // Every call of the turn goes out whole, together in one chunk, as Google streams parallel calls.
+      if (choice.kind === 'tool_call' && tick === lastTick[index] && choice.finishReason !== 'length') {
+        parts.push(...calls(choice).map((call) => callPart(request, call)));
       }
       if (tick !== lastTick[index]) {
-        if (part) entries.push({ index, part });
+        if (parts.length > 0) entries.push({ index, parts });
       } else if (!cut) {
-        entries.push({ index, part: part ?? { text: '' }, finishReason: FINISH[choice.finishReason] });
-      } else if (part) {
-        entries.push({ index, part });
+        entries.push({ index, parts: parts.length > 0 ? parts : [{ text: '' }], finishReason: FINISH[choice.finishReason] });
+      } else if (parts.length > 0) {
+        entries.push({ index, parts });
       }
     });
     if (entries.length === 0) continue;
     if (cut && chunks >= cutAfter) break;
     const chunk = {
-      candidates: entries.map((e) => ({ content: { role: 'model', parts: [e.part] }, ...(e.finishReason ? { finishReason: e.finishReason } : {}), index: e.index })),
+      candidates: entries.map((e) => ({ content: { role: 'model', parts: e.parts }, ...(e.finishReason ? { finishReason: e.finishReason } : {}), index: e.index })),
       ...(!p.wire.noUsage && { usageMetadata: usage(p.usage.inputTokens, answerTokens, request.thoughts ? thoughtTokens : undefined) }),
       ...head,
     };

@@ -7,6 +7,7 @@
 import { eventFrame } from '../../../src/sse.js';
 import {
   DIRECTIVE,
+  calls,
   fragments,
   plan,
   units,
@@ -152,7 +153,7 @@ class ResponseShape {
     const answer = p.choices[0];
     const cut = answer.finishReason === 'length';
     // A budget spent before the answer began leaves no answer item at all, as at OpenAI.
-    if (!(cut && units(answer).length === 0)) this.items.push(answerItem(answer));
+    if (!(cut && units(answer).length === 0)) this.items.push(...answerItems(answer));
     this.incomplete = cut || (summary !== undefined && !summary.complete);
     this.reasoningTokens = summary?.units.length ?? 0;
     this.outputTokens = this.reasoningTokens + p.usage.outputTokens;
@@ -211,17 +212,19 @@ class ResponseShape {
   }
 }
 
-function answerItem(choice: ChoicePlan): Item {
+/** A message, or a function_call item per call (only the last of them can be cut short). */
+function answerItems(choice: ChoicePlan): Item[] {
   const incomplete = choice.finishReason === 'length';
-  if (choice.kind === 'text') return { type: 'message', id: `msg_${randomHex(48)}`, units: choice.tokens, incomplete };
-  return {
+  if (choice.kind === 'text') return [{ type: 'message', id: `msg_${randomHex(48)}`, units: choice.tokens, incomplete }];
+  const all = calls(choice);
+  return all.map((call, k) => ({
     type: 'function_call',
     id: `fc_${randomHex(48)}`,
-    callId: `call_${choice.callId}`,
-    name: choice.name,
-    units: choice.fragments,
-    incomplete,
-  };
+    callId: `call_${call.callId}`,
+    name: call.name,
+    units: call.fragments,
+    incomplete: incomplete && k === all.length - 1,
+  }));
 }
 
 function finalItem(item: Item): object {
