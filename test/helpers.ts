@@ -223,3 +223,31 @@ export async function rejection(promise: Promise<unknown>): Promise<unknown> {
     return err;
   }
 }
+
+export type Path = (string | number)[];
+
+/** Every path to a value inside `root`, found without recursion. */
+export function pathsIn(root: unknown): Path[] {
+  const out: Path[] = [];
+  const stack: [unknown, Path][] = [[root, []]];
+  while (stack.length) {
+    const [value, path] = stack.pop()!;
+    if (path.length) out.push(path);
+    if (value && typeof value === 'object') {
+      for (const [k, v] of Object.entries(value)) stack.push([v, [...path, Array.isArray(value) ? Number(k) : k]]);
+    }
+  }
+  return out;
+}
+
+/** A copy of `root` with the value at `path` removed (`undefined`) or replaced. */
+export function edited(root: unknown, path: Path, replacement?: unknown): unknown {
+  const copy = structuredClone(root) as any;
+  let parent = copy;
+  for (const key of path.slice(0, -1)) parent = parent[key];
+  const last = path.at(-1)!;
+  if (replacement !== undefined) parent[last] = replacement;
+  else if (Array.isArray(parent)) parent.splice(last as number, 1);
+  else delete parent[last];
+  return copy;
+}

@@ -10,6 +10,7 @@ import fc from 'fast-check';
 import t from 'tap';
 import { stringify } from 'yaml';
 import { ConfigError, loadConfig } from '../src/config.js';
+import { pathsIn } from './helpers.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'sluice-config-'));
 t.teardown(() => rmSync(dir, { recursive: true, force: true }));
@@ -39,19 +40,6 @@ const valid = {
     { id: 'n', upstream: 'other', upstreamModel: 'x', ignoreParameters: ['topK'], contextTokens: 1000 },
   ],
 };
-
-type Path = (string | number)[];
-
-function pathsIn(root: unknown): Path[] {
-  const out: Path[] = [];
-  const stack: [unknown, Path][] = [[root, []]];
-  while (stack.length) {
-    const [value, path] = stack.pop()!;
-    if (path.length) out.push(path);
-    if (value && typeof value === 'object') for (const [k, v] of Object.entries(value)) stack.push([v, [...path, Array.isArray(value) ? Number(k) : k]]);
-  }
-  return out;
-}
 
 const paths = pathsIn(valid);
 const odd = fc.oneof(
