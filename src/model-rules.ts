@@ -109,7 +109,9 @@ const decide = (policy: ParameterPolicy, name: string) => (policy.reject.include
 function applyCeiling(req: Request, model: ModelConfig, param: (name: ParamName) => string, outcome: RuleOutcome): void {
   const { max, default: byDefault } = model.maxOutputTokens;
   if (req.maxOutputTokens === undefined) {
-    if (byDefault !== undefined) req.maxOutputTokens = outcome.defaultOutputTokens = byDefault;
+    // With no default, the ceiling itself: leaving the limit out must not lift it.
+    const ceiling = byDefault ?? max;
+    if (ceiling !== undefined) req.maxOutputTokens = outcome.defaultOutputTokens = ceiling;
   } else if (max !== undefined && req.maxOutputTokens > max) {
     const path = param('maxOutputTokens');
     throw new GatewayError('invalid_value', `${path} is too large: ${req.maxOutputTokens}. Model \`${model.id}\` supports at most ${max} output tokens.`, path);

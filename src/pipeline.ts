@@ -73,8 +73,16 @@ export class Pipeline {
     this.maxEventBytes = options.maxEventBytes ?? 16 * 1024 * 1024;
   }
 
-  /** Takes an accepted exchange through its stages to exactly one done. Never throws. */
-  accept(ex: Exchange, res: ClientResponse): void {
+  /** Answers given by the gateway itself instead of an upstream (a WebSocket warm-up). */
+  private readonly localAnswers = new WeakMap<Exchange, () => void>();
+
+  /**
+   * Takes an accepted exchange through its stages to exactly one done. Never throws. With
+   * `answerLocally`, every check runs (key, body, model, admit, route, the model's rules do not
+   * apply as nothing goes upstream) and then `answerLocally` answers instead of an upstream.
+   */
+  accept(ex: Exchange, res: ClientResponse, answerLocally?: () => void): void {
+    if (answerLocally) this.localAnswers.set(ex, answerLocally);
     this.inFlight.set(ex, res);
     this.attempt(ex, res, () => {
       ex.stage = 'headers';
@@ -226,7 +234,10 @@ export class Pipeline {
       ex.upstream = this.upstreams.get(ex.model!.upstream);
       this.then(ex, res, this.phase('route', ex, res), () => {
         ex.stage = 'routed';
-        this.send(ex, res);
+        const local = this.localAnswers.get(ex);
+        if (!local) return this.send(ex, res);
+        local();
+        this.finish(ex, res);
       });
     });
   }

@@ -37,7 +37,6 @@ export type OpenSockets = Set<{ close(code: number, reason: string): void }>;
 interface Waiting {
   message: unknown;
   bytes: number;
-  turn: number;
 }
 
 interface Lane {
@@ -153,7 +152,8 @@ export function addSocketRoutes(app: TemplatedApp, codec: Codec, pipeline: Pipel
     if (next === undefined) return;
     connection.queued--;
     connection.queuedBytes -= next.bytes;
-    const ex = turnExchange(connection, next.turn, lane.id);
+    // Numbered when it starts: a message still waiting when the socket closes never became a turn.
+    const ex = turnExchange(connection, ++connection.turns, lane.id);
     const res = socketResponse(ws, turnContext, lane, () => {
       connection.running--;
       lane.current = undefined;
@@ -170,9 +170,8 @@ export function addSocketRoutes(app: TemplatedApp, codec: Codec, pipeline: Pipel
     ex.body = turn.body;
     const answer = turn.answer;
     if (!answer) return pipeline.accept(ex, res);
-    // A local answer: the caller is checked (request phase) and the request validated, no upstream call.
-    pipeline.connect(ex, res, () => {
-      codec.decode(ex);
+    // A local answer: every check runs (key, request, model, grants), then no upstream call.
+    pipeline.accept(ex, res, () => {
       ex.status = 200;
       ex.usage = NO_USAGE;
       for (const event of answer) res.event(event);
@@ -254,7 +253,7 @@ export function addSocketRoutes(app: TemplatedApp, codec: Codec, pipeline: Pipel
         }
         connection.queued++;
         connection.queuedBytes += text.length;
-        lane.queue.push({ message: read.message, bytes: text.length, turn: ++connection.turns });
+        lane.queue.push({ message: read.message, bytes: text.length });
         pump(ws, lane);
       },
       drain(ws) {

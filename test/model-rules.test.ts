@@ -26,7 +26,8 @@ ${families
     upstreamModel: sim-${f}
     maxOutputTokens: { default: 7, max: 50 }
     features: { unsupportedTools: drop, unsupportedParameters: { policy: drop } }
-  - { id: ${f}-plain, upstream: ${f}, upstreamModel: sim-${f} }`,
+  - { id: ${f}-plain, upstream: ${f}, upstreamModel: sim-${f} }
+  - { id: ${f}-capped, upstream: ${f}, upstreamModel: sim-${f}, maxOutputTokens: { max: 30 } }`,
   )
   .join('\n')}
 `,
@@ -161,6 +162,8 @@ for (const client of families) {
       t.equal(ceiling[upstream].sent(await lastUpstreamRequest()), 7, 'the default ceiling reached the upstream');
       t.equal((await send(client, `${upstream}-strict`, ceiling[client].ask(20))).status, 200);
       t.equal(ceiling[upstream].sent(await lastUpstreamRequest()), 20, "the client's own ceiling is kept");
+      t.equal((await send(client, `${upstream}-capped`)).status, 200);
+      t.equal(ceiling[upstream].sent(await lastUpstreamRequest()), 30, 'with a max and no default, leaving the limit out gets the max');
     });
   }
 }

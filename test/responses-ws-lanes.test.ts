@@ -99,6 +99,13 @@ t.test('lanes run side by side, each in order, and every event echoes its stream
   ws.close();
 });
 
+t.test('a warm-up is checked like any turn: an unknown model is refused', async (t) => {
+  const { ws, send, turn } = await rawSocket();
+  send({ stream_id: 'w', model: 'no-such-model', generate: false, input: 'warm' });
+  t.match(await turn('w'), [{ type: 'error', stream_id: 'w', error: { code: 'model_not_found' } }]);
+  ws.close();
+});
+
 t.test('a socket opens at most 8 lanes; beyond, an error event on the refused lane', async (t) => {
   const { ws, events, send, turn } = await rawSocket();
   for (let i = 1; i <= 8; i++) send({ stream_id: `lane-${i}`, model: 'sim-chat', generate: false, input: 'warm' });

@@ -53,6 +53,15 @@ t.test('a string field is replaced in the bytes, the rest left as it was', async
   t.equal(splice('{"model" : "a \\"quoted\\" name", "model":"b"}'), '{"model" : "alias", "model":"b"}', 'only the first, escapes honoured');
   t.equal(splice('{"text":"the \\"model\\": \\"x\\"","model":"m"}'), '{"text":"the \\"model\\": \\"x\\"","model":"alias"}', 'never inside a string');
   t.equal(splice('{"type":"model","n":1}'), '{"type":"model","n":1}', 'a value is not a key');
+  t.equal(splice('data: {"type":"response.created","response":{"id":"r","model":"up"}}\n\n'), 'data: {"type":"response.created","response":{"id":"r","model":"alias"}}\n\n', 'one object deep (Responses events), in an SSE frame');
+  t.equal(
+    splice('{"candidates":[{"content":{"parts":[{"functionCall":{"name":"f","args":{"model":"keep"}}}]}}],"model":"up"}'),
+    '{"candidates":[{"content":{"parts":[{"functionCall":{"name":"f","args":{"model":"keep"}}}]}}],"model":"alias"}',
+    'never inside an array (tool arguments)',
+  );
+  t.equal(splice('{"a":{"b":{"model":"deep"}},"model":"up"}'), '{"a":{"b":{"model":"deep"}},"model":"alias"}', 'not two objects deep');
+  t.equal(splice('{"x\\"model":"v","model":"up"}'), '{"x\\"model":"v","model":"alias"}', 'a key ending in an escaped quote is not the key');
+  t.equal(splice('{"model":\n\t"up"}'), '{"model":\n\t"alias"}', 'any JSON whitespace around the colon');
 });
 
 t.test('item 6: SSE labelled text/plain reaches a chat client as a stream, with its usage', async (t) => {
