@@ -59,6 +59,8 @@ export class Pipeline {
   private readonly models: Map<string, ModelConfig>;
   private readonly upstreams: Map<string, Upstream>;
   private readonly codecs: Map<string, Codec>;
+  /** Answers given by the gateway itself instead of an upstream (a WebSocket warm-up). */
+  private readonly localAnswers = new WeakMap<Exchange, () => void>();
 
   constructor(options: PipelineOptions) {
     const having = (m: keyof Plugin) => options.plugins.filter((p) => typeof p[m] === 'function');
@@ -73,13 +75,10 @@ export class Pipeline {
     this.maxEventBytes = options.maxEventBytes ?? 16 * 1024 * 1024;
   }
 
-  /** Answers given by the gateway itself instead of an upstream (a WebSocket warm-up). */
-  private readonly localAnswers = new WeakMap<Exchange, () => void>();
-
   /**
    * Takes an accepted exchange through its stages to exactly one done. Never throws. With
-   * `answerLocally`, every check runs (key, body, model, admit, route, the model's rules do not
-   * apply as nothing goes upstream) and then `answerLocally` answers instead of an upstream.
+   * `answerLocally`, every check up to the route runs (key, body, model, admit) and then
+   * `answerLocally` answers instead of an upstream.
    */
   accept(ex: Exchange, res: ClientResponse, answerLocally?: () => void): void {
     if (answerLocally) this.localAnswers.set(ex, answerLocally);
