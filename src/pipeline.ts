@@ -235,6 +235,8 @@ export class Pipeline {
         ex.stage = 'routed';
         const local = this.localAnswers.get(ex);
         if (!local) return this.send(ex, res);
+        // Answered here: no upstream served it (the access log and usage record say none).
+        ex.upstream = undefined;
         local();
         this.finish(ex, res);
       });
