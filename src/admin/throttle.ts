@@ -68,7 +68,7 @@ export class GuessThrottle {
 
   /** Records a wrong token; returns the wait it started, in seconds, or 0. */
   failed(client: string, now = Date.now()): number {
-    const { perClient, globalBudget, windowMs, firstWaitMs, maxWaitMs } = this.options;
+    const { perClient, windowMs, firstWaitMs, maxWaitMs } = this.options;
     this.forgetStale(now);
     this.countGlobal(now);
     const c = this.clients.get(client) ?? { failures: 0, windowStart: now, strikes: 0, lockedUntil: 0, lastFailure: now };
