@@ -43,14 +43,15 @@ export async function runMicro(): Promise<Record<string, string>[]> {
   // batch write (one SQLite transaction per 256 records) and the truncate after it.
   const dir = mkdtempSync(join(tmpdir(), 'sluice-bench-'));
   const log = createLogger('silent');
-  const stores = [false, true].map((fsync) =>
+  const stores = await Promise.all([false, true].map((fsync) =>
     JournaledStore.open(new SqliteStore(join(dir, `${fsync}.db`)), join(dir, `${fsync}.journal`), { owner: true, fsync, log }),
-  );
+  ));
   let requestNo = 0;
   const usage = (): UsageRecord => ({
     time: Date.now(), requestId: `bench-${++requestNo}`, keyId: 'key_0123456789abcdef', group: 'default', model: 'sim-chat',
     upstream: 'simulator', family: 'chat', status: 200, promptTokens: 12, completionTokens: 256, estimated: false,
     latencyMs: 12.34, ttfbMs: 1.23, streamed: true, outcome: 'finished', error: null, notes: null,
+    cachedInputTokens: null, reasoningTokens: null, cost: null, channel: 'simulator', attempts: 1,
   });
   const recordBytes = JSON.stringify(usage()).length + 1;
 
@@ -82,7 +83,7 @@ export async function runMicro(): Promise<Record<string, string>[]> {
     .add('recordUsage: journal append + 1/256 SQLite batch', () => stores[0]!.recordUsage(usage()))
     .add('recordUsage: journal append with fsync + 1/256 SQLite batch', () => stores[1]!.recordUsage(usage()));
   await bench.run();
-  for (const store of stores) store.close();
+  for (const store of stores) await store.close();
   rmSync(dir, { recursive: true, force: true });
   return bench.tasks.map((task) => {
     const r = task.result as { throughput?: { mean: number }; latency?: { mean: number } } | undefined;

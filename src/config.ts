@@ -8,6 +8,7 @@ import { Ajv, type ErrorObject } from 'ajv';
 import { parse as parseYaml } from 'yaml';
 import { parseAddressRange } from './trusted-proxies.js';
 import { defaultRequestCaps, type RequestCaps } from './request-caps.js';
+import type { Limits } from './store/store.js';
 
 export interface ModelFeatures {
   tools: boolean;
@@ -42,12 +43,40 @@ export const defaultDroppedParameters = ['topK', 'seed', 'presencePenalty', 'fre
 /** How a model serves a family: in the upstream's own wire format, or translated by Sluice. */
 export type FamilyMode = 'native' | 'bridge' | 'translated';
 
+/** Prices per million tokens, in one currency of the operator's choosing. */
+export interface Prices {
+  input: number;
+  /** Prompt tokens read from the upstream's cache; defaults to `input`. */
+  cachedInput: number;
+  output: number;
+  /** Reasoning tokens (counted within the output); defaults to `output`. */
+  reasoning: number;
+}
+
+/** One way to serve a model: an upstream and the name it knows the model by. */
+export interface ChannelConfig {
+  /** `upstream`, or `upstream/upstreamModel` when a model has two channels on one upstream. */
+  name: string;
+  upstream: string;
+  upstreamModel: string;
+  /** Lower numbers are tried first. */
+  priority: number;
+  /** Share of the traffic among healthy channels of the same priority. */
+  weight: number;
+}
+
 export interface ModelConfig {
   id: string;
-  /** Name of the upstream channel (a key of `upstreams`). */
+  /** The first channel's upstream (a key of `upstreams`); every channel speaks its family. */
   upstream: string;
-  /** The model name the upstream knows; defaults to `id`. */
+  /** The model name the first channel's upstream knows; defaults to `id`. */
   upstreamModel: string;
+  /** At least one; the single `upstream` form is one channel. Ordered by priority. */
+  channels: ChannelConfig[];
+  /** What the model's tokens cost; without prices usage has no cost and budgets do not apply. */
+  prices?: Prices;
+  /** Limits across every key, to protect the upstream's own quota. */
+  limits?: Limits;
   /** Output-token ceiling: `default` is sent when the client sets none; above `max` is refused. */
   maxOutputTokens: { default?: number; max?: number };
   features: ModelFeatures;
@@ -162,6 +191,13 @@ const embeddedDefault: { upstreams: Record<string, UpstreamConfig>; models: NonN
   ],
 };
 
+/** Request limits, as config and the admin API take them. */
+export const limitsSchema = {
+  type: 'object',
+  additionalProperties: false,
+  properties: { rpm: { type: 'integer', minimum: 1 }, tpm: { type: 'integer', minimum: 1 }, concurrency: { type: 'integer', minimum: 1 } },
+} as const;
+
 const schema = {
   type: 'object',
   additionalProperties: false,
@@ -240,12 +276,34 @@ const schema = {
       minItems: 1,
       items: {
         type: 'object',
-        required: ['id', 'upstream'],
+        required: ['id'],
         additionalProperties: false,
         properties: {
           id: { type: 'string', minLength: 1, pattern: '^[A-Za-z0-9._:/-]+$' },
           upstream: { type: 'string', minLength: 1 },
           upstreamModel: { type: 'string', minLength: 1 },
+          channels: {
+            type: 'array',
+            minItems: 1,
+            items: {
+              type: 'object',
+              required: ['upstream'],
+              additionalProperties: false,
+              properties: {
+                upstream: { type: 'string', minLength: 1 },
+                upstreamModel: { type: 'string', minLength: 1 },
+                priority: { type: 'integer', minimum: 0 },
+                weight: { type: 'number', exclusiveMinimum: 0 },
+              },
+            },
+          },
+          prices: {
+            type: 'object',
+            required: ['input', 'output'],
+            additionalProperties: false,
+            properties: Object.fromEntries(['input', 'cachedInput', 'output', 'reasoning'].map((k) => [k, { type: 'number', minimum: 0 }])),
+          },
+          limits: limitsSchema,
           maxOutputTokens: {
             type: 'object',
             additionalProperties: false,
@@ -325,7 +383,7 @@ interface RawConfig {
   usage?: { journalFsync?: boolean };
   plugins?: (string | { name: string; options?: Record<string, unknown>; module?: string })[];
   upstreams?: Record<string, UpstreamConfig>;
-  models?: (Partial<Omit<ModelConfig, 'features' | 'families' | 'ignoreParameters'>> & { ignoreParameters?: string[]; id: string; upstream: string; features?: Partial<Omit<ModelFeatures, 'unsupportedParameters'>> & { unsupportedParameters?: Partial<ParameterPolicy> }; families?: string[] })[];
+  models?: (Partial<Omit<ModelConfig, 'features' | 'families' | 'ignoreParameters' | 'channels' | 'prices'>> & { ignoreParameters?: string[]; id: string; channels?: Partial<ChannelConfig>[]; prices?: Partial<Prices>; features?: Partial<Omit<ModelFeatures, 'unsupportedParameters'>> & { unsupportedParameters?: Partial<ParameterPolicy> }; families?: string[] })[];
 }
 
 function resolve(raw: RawConfig, env: NodeJS.ProcessEnv, source: string, path?: string): Config {
@@ -336,17 +394,18 @@ function resolve(raw: RawConfig, env: NodeJS.ProcessEnv, source: string, path?: 
   const models = rawModels.map((m, i): ModelConfig => {
     if (seen.has(m.id)) throw new ConfigError(`${source}: models[${i}].id: "${m.id}" is listed twice`);
     seen.add(m.id);
-    if (!Object.hasOwn(upstreams, m.upstream)) {
-      throw new ConfigError(`${source}: models[${i}].upstream: no upstream named "${m.upstream}"`);
-    }
+    const channels = modelChannels(m, i, upstreams, source);
     const ceiling = m.maxOutputTokens ?? {};
     if (ceiling.default && ceiling.max && ceiling.default > ceiling.max) {
       throw new ConfigError(`${source}: models[${i}].maxOutputTokens: default is above max`);
     }
     return {
       id: m.id,
-      upstream: m.upstream,
-      upstreamModel: m.upstreamModel ?? m.id,
+      upstream: channels[0]!.upstream,
+      upstreamModel: channels[0]!.upstreamModel,
+      channels,
+      ...(m.prices && { prices: { cachedInput: m.prices.input!, reasoning: m.prices.output!, ...m.prices } as Prices }),
+      ...(m.limits && Object.keys(m.limits).length > 0 && { limits: m.limits }),
       maxOutputTokens: ceiling,
       features: {
         tools: true,
@@ -406,6 +465,25 @@ function resolve(raw: RawConfig, env: NodeJS.ProcessEnv, source: string, path?: 
     upstreams,
     models,
   };
+}
+
+/** A model's channels, from its `channels` list or its single `upstream`, ordered by priority. */
+function modelChannels(m: NonNullable<RawConfig['models']>[number], i: number, upstreams: Record<string, UpstreamConfig>, source: string): ChannelConfig[] {
+  const at = `${source}: models[${i}]`;
+  if (m.upstream && m.channels) throw new ConfigError(`${at}: give either "upstream" or "channels", not both`);
+  if (m.upstreamModel && m.channels) throw new ConfigError(`${at}.upstreamModel: set it on each channel instead`);
+  const raw = m.channels ?? (m.upstream ? [{ upstream: m.upstream, upstreamModel: m.upstreamModel }] : undefined);
+  if (!raw) throw new ConfigError(`${source}:\n  /models/${i}: missing key "upstream" (or "channels")`);
+  const channels = raw.map((c, j): ChannelConfig => {
+    const where = m.channels ? `${at}.channels[${j}].upstream` : `${at}.upstream`;
+    if (!Object.hasOwn(upstreams, c.upstream!)) throw new ConfigError(`${where}: no upstream named "${c.upstream}"`);
+    return { name: c.upstream!, upstream: c.upstream!, upstreamModel: c.upstreamModel ?? m.id, priority: c.priority ?? 0, weight: c.weight ?? 1 };
+  });
+  for (const c of channels) if (channels.filter((o) => o.upstream === c.upstream).length > 1) c.name = `${c.upstream}/${c.upstreamModel}`;
+  const names = new Set(channels.map((c) => c.name));
+  if (names.size < channels.length) throw new ConfigError(`${at}.channels: the same upstream and upstreamModel are listed twice`);
+  // Stable: equal priorities keep the order they were written in.
+  return channels.sort((a, b) => a.priority - b.priority);
 }
 
 /** The defaults, then the model's own lists: a name it refuses is no longer dropped. */

@@ -6,7 +6,7 @@ import type { Logger } from 'pino';
 import type { GatewayError } from './errors.js';
 import { StateKey, type Exchange } from './exchange.js';
 import type { Config, FamilyMode, ModelConfig } from './config.js';
-import type { Store } from './store/store.js';
+import type { CachedStore } from './store/cache.js';
 import type * as canonical from './canonical.js';
 import type { RuleOutcome } from './model-rules.js';
 
@@ -195,7 +195,8 @@ export interface Codec {
 
 export interface BootContext {
   config: Config;
-  store: Store;
+  /** The store behind its cache layer: the request path's key lookups rarely wait. */
+  store: CachedStore;
   log: Logger;
   /** This plugin's own options from config (`plugins[].options`). */
   options: Record<string, unknown>;

@@ -3,10 +3,10 @@
  * Headers are copied when the request arrives because uWS frees its request object afterwards.
  */
 import { randomBytes } from 'node:crypto';
-import type { ModelConfig } from './config.js';
+import type { ChannelConfig, ModelConfig } from './config.js';
 import type { Codec, Endpoint, Upstream, Usage } from './contracts.js';
 import type { GatewayError } from './errors.js';
-import type { Group } from './store/store.js';
+import type { ApiKey, Group } from './store/store.js';
 
 /**
  * How an exchange ended: `aborted` (the client went away), `client_stalled` (the client stopped
@@ -25,6 +25,7 @@ export interface Principal {
   keyId: string;
   keyName: string | null;
   group: Group;
+  key: ApiKey;
 }
 
 /** A typed slot in an exchange's per-plugin state bag. */
@@ -52,6 +53,10 @@ export class Exchange {
   /** Models the caller may see, for listing endpoints. */
   catalog: ModelConfig[] = [];
   upstream: Upstream | undefined;
+  /** The model's channel of the upstream call under way (or the last one made). */
+  channel: ChannelConfig | undefined;
+  /** Upstream calls made so far: more than one after a failover. */
+  attempts = 0;
 
   status = 0;
   /** Milliseconds from arrival to the first response byte written. */

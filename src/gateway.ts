@@ -14,9 +14,9 @@ import type { Config, ModelConfig } from './config.js';
 import type { BootContext, Codec, JsonHandler, Plugin, PluginFactory, Upstream, UpstreamFactory } from './contracts.js';
 import { Pipeline } from './pipeline.js';
 import { startServer } from './server.js';
+import { CachedStore } from './store/cache.js';
 import { JournaledStore, type JournalOptions } from './store/journal.js';
 import { SqliteStore } from './store/sqlite.js';
-import type { Store } from './store/store.js';
 import { TrustedProxies } from './trusted-proxies.js';
 
 /** What the plugins listed in config contribute. */
@@ -34,7 +34,7 @@ const pluginName = /^[a-z0-9-]+(\/[a-z0-9-]+)*$/;
  * Loads the plugins in config order, builds the upstream channels from their kinds, and records
  * on each model which families it serves and how.
  */
-export async function loadPlugins(config: Config, store: Store, log: Logger): Promise<Loaded> {
+export async function loadPlugins(config: Config, store: CachedStore, log: Logger): Promise<Loaded> {
   const plugins: Plugin[] = [];
   const codecs: Codec[] = [];
   const kinds = new Map<string, UpstreamFactory>();
@@ -66,7 +66,12 @@ export async function loadPlugins(config: Config, store: Store, log: Logger): Pr
     if (!make) throw new Error(`upstreams.${name}.kind: no loaded plugin provides "${kind}" (available: ${[...kinds.keys()].join(', ') || 'none'})`);
     upstreams.set(name, make(name, options, context(`upstream ${name}`, options)));
   }
-  for (const model of config.models) resolveFamilies(model, upstreams.get(model.upstream)!.family, codecs);
+  for (const model of config.models) {
+    const family = upstreams.get(model.upstream)!.family;
+    const other = model.channels.find((c) => upstreams.get(c.upstream)!.family !== family);
+    if (other) throw new Error(`models.${model.id}.channels: every channel must speak one family (${model.upstream} speaks ${family}, ${other.upstream} ${upstreams.get(other.upstream)!.family})`);
+    resolveFamilies(model, family, codecs);
+  }
   return { plugins, codecs, upstreams, routes };
 }
 
@@ -78,20 +83,23 @@ function resolveFamilies(model: ModelConfig, upstreamFamily: string, codecs: Cod
   }
 }
 
-/** The data dir's store behind its usage journal; only the gateway owns the journal, the CLI reads it. */
-export function openStore(dataDir: string, journal: JournalOptions = { owner: false }): Store {
+/**
+ * The data dir's store behind its usage journal and the cache layer; only the gateway owns the
+ * journal, the CLI reads it.
+ */
+export async function openStore(dataDir: string, journal: JournalOptions = { owner: false }): Promise<CachedStore> {
   mkdirSync(dataDir, { recursive: true, mode: 0o700 });
-  return JournaledStore.open(new SqliteStore(join(dataDir, 'sluice.db')), join(dataDir, 'usage.journal'), journal);
+  return new CachedStore(await JournaledStore.open(new SqliteStore(join(dataDir, 'sluice.db')), join(dataDir, 'usage.journal'), journal));
 }
 
-export function adminService(store: Store, config: Config, loaded: Loaded): AdminService {
+export function adminService(store: CachedStore, config: Config, loaded: Loaded): AdminService {
   const channels = [...loaded.upstreams.values()].map((u) => ({ name: u.name, kind: config.upstreams[u.name]!.kind, family: u.family }));
   return new AdminService(store, config.models, channels, loaded.codecs.map((c) => c.family));
 }
 
 export interface Gateway {
   port: number;
-  store: Store;
+  store: CachedStore;
   adminToken: string;
   /** Set only on the first start: shown once, never stored. */
   firstStart?: { demoKey: string };
@@ -99,14 +107,14 @@ export interface Gateway {
 }
 
 export async function startGateway(config: Config, log: Logger): Promise<Gateway> {
-  const store = openStore(config.dataDir, { owner: true, fsync: config.usage.journalFsync, log });
+  const store = await openStore(config.dataDir, { owner: true, fsync: config.usage.journalFsync, log });
   let loaded: Loaded;
   let adminToken: string;
   try {
     ({ token: adminToken } = resolveAdminToken(config.dataDir, config.adminToken));
     loaded = await loadPlugins(config, store, log);
   } catch (err) {
-    store.close();
+    await store.close();
     throw err;
   }
   const { plugins, codecs, upstreams } = loaded;
@@ -126,7 +134,7 @@ export async function startGateway(config: Config, log: Logger): Promise<Gateway
       for (const plugin of plugins) await plugin.close?.();
       await Promise.all([...upstreams.values()].map((u) => u.close?.()));
     } finally {
-      store.close();
+      await store.close();
     }
   };
   let server: Awaited<ReturnType<typeof startServer>>;
@@ -147,9 +155,9 @@ export async function startGateway(config: Config, log: Logger): Promise<Gateway
 
   // Only once listening: a start that fails must not use up the one-time demo key.
   let firstStart: Gateway['firstStart'];
-  if (store.listGroups().length === 0) {
-    store.createGroup({ name: 'default', models: ['*'], families: codecs.map((c) => c.family) });
-    const { secret } = store.createKey({ group: 'default', name: 'demo' });
+  if ((await store.listGroups()).length === 0) {
+    await store.createGroup({ name: 'default', models: ['*'], families: codecs.map((c) => c.family) });
+    const { secret } = await store.createKey({ group: 'default', name: 'demo' });
     firstStart = { demoKey: secret };
   }
 

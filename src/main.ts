@@ -104,7 +104,7 @@ async function serve(config: Config): Promise<void> {
 
 async function manage(config: Config, [resource, action, target]: string[]): Promise<unknown> {
   const log = createLogger('error');
-  const store = openStore(config.dataDir);
+  const store = await openStore(config.dataDir);
   try {
     const admin = adminService(store, config, await loadPlugins(config, store, log));
     const filters = { key: values.key, group: values.group, model: values.model, since: values.since, until: values.until, limit: values.limit };
@@ -116,11 +116,11 @@ async function manage(config: Config, [resource, action, target]: string[]): Pro
     };
     switch (`${resource} ${action ?? 'list'}`) {
       case 'groups list':
-        return admin.listGroups();
+        return await admin.listGroups();
       case 'groups create':
-        return admin.createGroup({ name: need('a NAME'), models: list(values.models) ?? [], families: list(values.families) ?? [] }, actor);
+        return await admin.createGroup({ name: need('a NAME'), models: list(values.models) ?? [], families: list(values.families) ?? [] }, actor);
       case 'groups update':
-        return admin.updateGroup(
+        return await admin.updateGroup(
           need('a NAME'),
           {
             ...(values.rename && { name: values.rename }),
@@ -130,41 +130,41 @@ async function manage(config: Config, [resource, action, target]: string[]): Pro
           actor,
         );
       case 'groups delete':
-        admin.deleteGroup(need('a NAME'), actor);
+        await admin.deleteGroup(need('a NAME'), actor);
         return { deleted: true, name: target };
       case 'keys list':
-        return admin.listKeys();
+        return await admin.listKeys();
       case 'keys create':
-        return admin.createKey({ group: values.group ?? 'default', ...(values.name && { name: values.name }), ...expires }, actor);
+        return await admin.createKey({ group: values.group ?? 'default', ...(values.name && { name: values.name }), ...expires }, actor);
       case 'keys update':
-        return admin.updateKey(
+        return await admin.updateKey(
           need('an ID'),
           { ...(values.name !== undefined && { name: values.name }), ...(values.group && { group: values.group }), ...expires },
           actor,
         );
       case 'keys disable':
       case 'keys enable':
-        return admin.updateKey(need('an ID'), { disabled: action === 'disable' }, actor);
+        return await admin.updateKey(need('an ID'), { disabled: action === 'disable' }, actor);
       case 'keys move':
-        return admin.updateKey(need('an ID'), { group: values.group }, actor);
+        return await admin.updateKey(need('an ID'), { group: values.group }, actor);
       case 'keys delete':
-        admin.deleteKey(need('an ID'), actor);
+        await admin.deleteKey(need('an ID'), actor);
         return { deleted: true, id: target };
       case 'models list':
-        return admin.listModels();
+        return await admin.listModels();
       case 'usage list':
-        return values.csv ? new Csv(admin.usageCsv(filters)) : admin.usage(filters);
+        return values.csv ? new Csv(await admin.usageCsv(filters)) : await admin.usage(filters);
       case 'usage series':
-        return admin.usageSeries({ ...filters, bucket: values.bucket });
+        return await admin.usageSeries({ ...filters, bucket: values.bucket });
       case 'requests list':
-        return admin.requests({ ...filters, status: values.status }).data;
+        return (await admin.requests({ ...filters, status: values.status })).data;
       case 'audit list':
-        return admin.auditLog({ action: values.action, since: values.since, until: values.until, limit: values.limit }).data;
+        return (await admin.auditLog({ action: values.action, since: values.since, until: values.until, limit: values.limit })).data;
       default:
         throw new AdminError(400, 'usage', `unknown command "${[resource, action].filter(Boolean).join(' ')}"\n\n${usage}`);
     }
   } finally {
-    store.close();
+    await store.close();
   }
 }
 

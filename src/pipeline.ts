@@ -258,6 +258,8 @@ export class Pipeline {
     const relay = new Relay(this, ex, res, upstream, upstreamCodec, this.framePlugins);
     ex.set(activeRelay, relay);
     ex.stage = 'upstream';
+    ex.channel = ex.model!.channels[0];
+    ex.attempts++;
     relay.call = upstream.send(req, relay);
     ex.onCancel(() => relay.call?.abort());
   }

@@ -99,6 +99,11 @@ const record = (i: number): UsageRecord => ({
   outcome: 'finished',
   error: null,
   notes: null,
+  cachedInputTokens: null,
+  reasoningTokens: null,
+  cost: null,
+  channel: 'simulator',
+  attempts: 1,
 });
 
 function captureLog() {
@@ -149,11 +154,11 @@ for (const [name, maxHeldRecords] of [
   t.test(`a failed store write keeps its records until the store takes them (${name})`, async (t) => {
     const dir = scratchDir();
     const { log, lines } = captureLog();
-    const store = openJournaled(dir, log, maxHeldRecords);
+    const store = await openJournaled(dir, log, maxHeldRecords);
     t.teardown(() => store.close());
     const release = holdWriteLock(dir);
     for (let i = 0; i < 300; i++) store.recordUsage(record(i));
-    store.flush();
+    await store.flush();
     t.same(storedIds(dir), [], 'nothing reached the locked store');
     t.equal(journalLines(dir), 300, 'every record is in the journal');
     t.match(lines.find((l) => l.msg?.includes('usage write failed')), { level: 50, err: { code: 'SQLITE_BUSY' } }, 'the failure is logged');
@@ -168,11 +173,11 @@ for (const [name, maxHeldRecords] of [
 
 t.test('a crash between the store commit and the journal truncate does not count twice', async (t) => {
   const dir = scratchDir();
-  const store = openJournaled(dir);
+  const store = await openJournaled(dir);
   for (let i = 0; i < 100; i++) store.recordUsage(record(i));
   // The journal as it was when the batch committed, before its truncate.
   copyFileSync(join(dir, 'usage.journal'), join(dir, 'journal.copy'));
-  store.close();
+  await store.close();
   t.same(storedIds(dir), ids(100), 'stored at close');
   copyFileSync(join(dir, 'journal.copy'), join(dir, 'usage.journal'));
   // A crash also leaves a torn last line: it is skipped, and the next record is not glued to it.
@@ -180,29 +185,29 @@ t.test('a crash between the store commit and the journal truncate does not count
 
   // With the store locked at start the journal stays as it is, torn line included.
   const release = holdWriteLock(dir);
-  const reopened = openJournaled(dir);
+  const reopened = await openJournaled(dir);
   reopened.recordUsage(record(101));
   release();
   // What a restart would replay now, from the file alone.
   const { log: readerLog, lines } = captureLog();
-  JournaledStore.open(new SqliteStore(join(dir, 'sluice.db')), join(dir, 'usage.journal'), { owner: false, log: readerLog }).close();
+  await (await JournaledStore.open(new SqliteStore(join(dir, 'sluice.db')), join(dir, 'usage.journal'), { owner: false, log: readerLog })).close();
   t.same(storedIds(dir), [...ids(100), 'req-101'].sort(), 'each record once, and the one appended after the torn line is kept');
   t.match(lines.find((l) => l.msg?.includes('unreadable')), { level: 40, lines: 1 }, 'the torn line is reported');
-  reopened.close();
+  await reopened.close();
 });
 
 t.test('the CLI sees journaled records while the journal stays with its owner', async (t) => {
   const dir = scratchDir();
-  const store = openJournaled(dir);
+  const store = await openJournaled(dir);
   const release = holdWriteLock(dir);
   for (let i = 0; i < 5; i++) store.recordUsage(record(i));
-  store.flush();
+  await store.flush();
   release();
   // As after a kill -9: records only in the journal. A reader replays them without truncating.
-  const reader = JournaledStore.open(new SqliteStore(join(dir, 'sluice.db')), join(dir, 'usage.journal'), { owner: false });
-  t.equal(reader.queryUsage({}).totals.requests, 5);
-  reader.close();
+  const reader = await JournaledStore.open(new SqliteStore(join(dir, 'sluice.db')), join(dir, 'usage.journal'), { owner: false });
+  t.equal((await reader.queryUsage({})).totals.requests, 5);
+  await reader.close();
   t.equal(journalLines(dir), 5, 'only the owner truncates the journal');
-  store.close();
+  await store.close();
   t.same(storedIds(dir), ids(5), 'the owner\'s own write of the same records adds nothing');
 });

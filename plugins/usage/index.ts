@@ -5,6 +5,7 @@
  * actually delivered, and marked estimated.
  */
 import { definePlugin } from '../../src/contracts.js';
+import { costOf } from '../../src/cost.js';
 import { modelRuleNotes } from '../../src/model-rules.js';
 import { estimateUsage } from '../../src/usage-estimate.js';
 
@@ -14,6 +15,8 @@ export default definePlugin(({ store }) => ({
     if (ex.endpoint.kind !== 'generate') return;
     // Estimate only what reached the upstream: a request refused here consumed nothing.
     if (!ex.usage && ex.upstream && (ex.status === 200 || ex.aborted || ex.outcome === 'shutdown')) ex.usage = estimateUsage(ex);
+    const usage = ex.usage;
+    const prices = ex.model?.prices;
     store.recordUsage({
       time: ex.createdAt,
       requestId: ex.id,
@@ -23,9 +26,14 @@ export default definePlugin(({ store }) => ({
       upstream: ex.upstream?.name ?? null,
       family: ex.family,
       status: ex.status || (ex.outcome === 'aborted' ? 499 : 0),
-      promptTokens: ex.usage?.inputTokens ?? 0,
-      completionTokens: ex.usage?.outputTokens ?? 0,
-      estimated: ex.usage?.estimated ?? false,
+      promptTokens: usage?.inputTokens ?? 0,
+      completionTokens: usage?.outputTokens ?? 0,
+      cachedInputTokens: usage?.cachedTokens ?? null,
+      reasoningTokens: usage?.reasoningTokens ?? null,
+      cost: prices ? (usage ? costOf(usage, prices) : 0) : null,
+      channel: ex.channel?.name ?? null,
+      attempts: ex.attempts,
+      estimated: usage?.estimated ?? false,
       latencyMs: Math.round(ex.elapsedMs() * 100) / 100,
       ttfbMs: ex.ttfbMs === undefined ? null : Math.round(ex.ttfbMs * 100) / 100,
       streamed: ex.stream,
@@ -35,6 +43,6 @@ export default definePlugin(({ store }) => ({
     });
   },
   close() {
-    store.flush();
+    return store.flush();
   },
 }));

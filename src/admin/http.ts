@@ -68,7 +68,7 @@ export function adminRoutes(service: AdminService, sessions: Sessions, options: 
     return consoleActor(id!, via);
   };
 
-  const session = (req: JsonRequest, via: ForwardedView): JsonReply => {
+  const session = async (req: JsonRequest, via: ForwardedView): Promise<JsonReply> => {
     const id = cookieValue(req.headers.cookie, SESSION_COOKIE);
     if (req.method === 'POST') {
       const { token } = (parseJson(req.body) ?? {}) as { token?: unknown };
@@ -79,11 +79,11 @@ export function adminRoutes(service: AdminService, sessions: Sessions, options: 
         checkToken(device ? `device:${device}` : addressKey(via.client), token);
       } catch (err) {
         // Throttled attempts are not checked, so they are not failed sign-ins.
-        if (!(err instanceof TooManyGuesses)) service.audit(`console@${via.client}`, 'session.sign_in_failed', null, 'wrong admin token');
+        if (!(err instanceof TooManyGuesses)) await service.audit(`console@${via.client}`, 'session.sign_in_failed', null, 'wrong admin token');
         throw err;
       }
       const { id: newId, session: started } = sessions.start();
-      service.audit(consoleActor(newId, via), 'session.sign_in', null, null);
+      await service.audit(consoleActor(newId, via), 'session.sign_in', null, null);
       const cookies = [cookie(SESSION_COOKIE, newId, Math.floor((started.expiresAt - Date.now()) / 1000), '/', via.https)];
       if (!device) cookies.push(cookie(DEVICE_COOKIE, sessions.newDevice(), DEVICE_MAX_AGE_S, '/admin/session', via.https));
       const headers = { 'set-cookie': cookies, 'cache-control': 'no-store' };
@@ -97,13 +97,13 @@ export function adminRoutes(service: AdminService, sessions: Sessions, options: 
     if (req.method === 'DELETE') {
       const actor = authorize(req, via);
       sessions.logout(id);
-      service.audit(actor, 'session.sign_out', null, null);
+      await service.audit(actor, 'session.sign_out', null, null);
       return { status: 200, body: { loggedOut: true }, headers: { 'set-cookie': cookie(SESSION_COOKIE, '', 0, '/', via.https) } };
     }
     throw new AdminError(405, 'method_not_allowed', `${req.method} is not allowed on /admin/session`);
   };
 
-  return (req): JsonReply => {
+  return async (req): Promise<JsonReply> => {
     const { method, path, query, body, headers } = req;
     try {
       const [, , resource, id, extra] = path.split('/').map(decodeSegment);
@@ -112,46 +112,46 @@ export function adminRoutes(service: AdminService, sessions: Sessions, options: 
         const usesCookie = bearerToken(headers.authorization) === undefined && cookieValue(headers.cookie, SESSION_COOKIE) !== undefined;
         checkOrigin(headers.origin, usesCookie, via, allowedOrigins);
       }
-      if (resource === 'session' && id === undefined) return session(req, via);
+      if (resource === 'session' && id === undefined) return await session(req, via);
       const actor = authorize(req, via);
       if (extra !== undefined) throw new AdminError(404, 'not_found', `no route for ${method} ${path}`);
       const filters = Object.fromEntries(query);
       switch (`${method} ${resource}${id !== undefined ? '/:id' : ''}`) {
         case 'GET groups':
-          return { status: 200, body: { data: service.listGroups() } };
+          return { status: 200, body: { data: await service.listGroups() } };
         case 'POST groups':
-          return { status: 201, body: service.createGroup(parseJson(body), actor) };
+          return { status: 201, body: await service.createGroup(parseJson(body), actor) };
         case 'PATCH groups/:id':
-          return { status: 200, body: service.updateGroup(id!, parseJson(body), actor) };
+          return { status: 200, body: await service.updateGroup(id!, parseJson(body), actor) };
         case 'DELETE groups/:id':
-          service.deleteGroup(id!, actor);
+          await service.deleteGroup(id!, actor);
           return { status: 200, body: { deleted: true, name: id } };
         case 'GET keys':
-          return { status: 200, body: { data: service.listKeys() } };
+          return { status: 200, body: { data: await service.listKeys() } };
         case 'GET keys/:id':
-          return { status: 200, body: service.getKey(id!) };
+          return { status: 200, body: await service.getKey(id!) };
         case 'POST keys':
-          return { status: 201, body: service.createKey(parseJson(body), actor) };
+          return { status: 201, body: await service.createKey(parseJson(body), actor) };
         case 'PATCH keys/:id':
-          return { status: 200, body: service.updateKey(id!, parseJson(body), actor) };
+          return { status: 200, body: await service.updateKey(id!, parseJson(body), actor) };
         case 'DELETE keys/:id':
-          service.deleteKey(id!, actor);
+          await service.deleteKey(id!, actor);
           return { status: 200, body: { deleted: true, id } };
         case 'GET models':
-          return { status: 200, body: service.listModels() };
+          return { status: 200, body: await service.listModels() };
         case 'GET usage':
-          return { status: 200, body: service.usage(filters) };
+          return { status: 200, body: await service.usage(filters) };
         case 'GET requests':
-          return { status: 200, body: service.requests(filters) };
+          return { status: 200, body: await service.requests(filters) };
         case 'GET audit':
-          return { status: 200, body: service.auditLog(filters) };
+          return { status: 200, body: await service.auditLog(filters) };
         case 'GET usage/:id':
           if (id !== 'series') break;
-          return { status: 200, body: service.usageSeries(filters) };
+          return { status: 200, body: await service.usageSeries(filters) };
         case 'GET usage.csv':
           return {
             status: 200,
-            raw: { contentType: 'text/csv; charset=utf-8', data: service.usageCsv(filters) },
+            raw: { contentType: 'text/csv; charset=utf-8', data: await service.usageCsv(filters) },
             headers: { 'content-disposition': 'attachment; filename="sluice-usage.csv"' },
           };
       }

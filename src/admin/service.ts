@@ -112,8 +112,8 @@ export class AdminService {
   }
 
   /** Every configured model, how it is served, and how its upstream channel has fared recently. */
-  listModels(now = Date.now()) {
-    const activity = new Map(this.store.upstreamActivity(now - HEALTH_WINDOW_MS).map((a) => [a.upstream, a]));
+  async listModels(now = Date.now()) {
+    const activity = new Map((await this.store.upstreamActivity(now - HEALTH_WINDOW_MS)).map((a) => [a.upstream, a]));
     const upstreams = this.channels.map((c) => {
       const a = activity.get(c.name);
       const requests = a?.requests ?? 0;
@@ -141,86 +141,86 @@ export class AdminService {
     return this.store.listGroups();
   }
 
-  createGroup(input: unknown, actor: string) {
+  async createGroup(input: unknown, actor: string) {
     const g = check<{ name: string; models: string[]; families: string[] }>('createGroup', input);
     this.checkGrants(g);
-    if (this.store.getGroup(g.name)) throw new AdminError(409, 'conflict', `group "${g.name}" already exists`);
-    const group = this.store.createGroup(g);
-    this.audit(actor, 'group.create', g.name, `models ${g.models.join(',')}; families ${g.families.join(',')}`);
+    if (await this.store.getGroup(g.name)) throw new AdminError(409, 'conflict', `group "${g.name}" already exists`);
+    const group = await this.store.createGroup(g);
+    await this.audit(actor, 'group.create', g.name, `models ${g.models.join(',')}; families ${g.families.join(',')}`);
     return group;
   }
 
-  updateGroup(name: string, input: unknown, actor: string) {
+  async updateGroup(name: string, input: unknown, actor: string) {
     const patch = check<{ name?: string; models?: string[]; families?: string[] }>('updateGroup', input);
     this.checkGrants(patch);
-    if (patch.name && patch.name !== name && this.store.getGroup(patch.name)) {
+    if (patch.name && patch.name !== name && (await this.store.getGroup(patch.name))) {
       throw new AdminError(409, 'conflict', `group "${patch.name}" already exists`);
     }
-    const updated = this.store.updateGroup(name, patch);
+    const updated = await this.store.updateGroup(name, patch);
     if (!updated) throw new AdminError(404, 'not_found', `no group named "${name}"`);
-    this.audit(actor, 'group.update', name, JSON.stringify(patch));
+    await this.audit(actor, 'group.update', name, JSON.stringify(patch));
     return updated;
   }
 
-  deleteGroup(name: string, actor: string) {
-    const result = this.store.deleteGroup(name);
+  async deleteGroup(name: string, actor: string) {
+    const result = await this.store.deleteGroup(name);
     if (result === 'not_found') throw new AdminError(404, 'not_found', `no group named "${name}"`);
     if (result === 'in_use') {
       throw new AdminError(409, 'conflict', `group "${name}" still has keys; move or delete them first`);
     }
-    this.audit(actor, 'group.delete', name, null);
+    await this.audit(actor, 'group.delete', name, null);
   }
 
-  listKeys() {
-    return this.store.listKeys().map(present);
+  async listKeys() {
+    return (await this.store.listKeys()).map(present);
   }
 
-  getKey(id: string) {
-    const key = this.store.getKey(id);
+  async getKey(id: string) {
+    const key = await this.store.getKey(id);
     if (!key) throw new AdminError(404, 'not_found', `no key with id "${id}"`);
     return present(key);
   }
 
   /** The only place a secret is ever returned. */
-  createKey(input: unknown, actor: string) {
+  async createKey(input: unknown, actor: string) {
     const k = check<{ group: string; name?: string | null; expiresAt?: string | null }>('createKey', input);
-    this.requireGroup(k.group);
-    const { key, secret } = this.store.createKey({ ...k, expiresAt: parseExpiry(k.expiresAt) });
-    this.audit(actor, 'key.create', key.id, `group ${key.group}${key.name ? `; name ${key.name}` : ''}${k.expiresAt ? `; expires ${k.expiresAt}` : ''}`);
+    await this.requireGroup(k.group);
+    const { key, secret } = await this.store.createKey({ ...k, expiresAt: parseExpiry(k.expiresAt) });
+    await this.audit(actor, 'key.create', key.id, `group ${key.group}${key.name ? `; name ${key.name}` : ''}${k.expiresAt ? `; expires ${k.expiresAt}` : ''}`);
     return { ...present(key), key: secret };
   }
 
-  updateKey(id: string, input: unknown, actor: string) {
+  async updateKey(id: string, input: unknown, actor: string) {
     const patch = check<Omit<KeyPatch, 'expiresAt'> & { expiresAt?: string | null }>('updateKey', input);
-    if (patch.group) this.requireGroup(patch.group);
-    const key = this.store.updateKey(id, { ...patch, expiresAt: parseExpiry(patch.expiresAt) });
+    if (patch.group) await this.requireGroup(patch.group);
+    const key = await this.store.updateKey(id, { ...patch, expiresAt: parseExpiry(patch.expiresAt) });
     if (!key) throw new AdminError(404, 'not_found', `no key with id "${id}"`);
-    this.audit(actor, 'key.update', id, JSON.stringify(patch));
+    await this.audit(actor, 'key.update', id, JSON.stringify(patch));
     return present(key);
   }
 
-  deleteKey(id: string, actor: string) {
-    if (!this.store.deleteKey(id)) throw new AdminError(404, 'not_found', `no key with id "${id}"`);
-    this.audit(actor, 'key.delete', id, null);
+  async deleteKey(id: string, actor: string) {
+    if (!(await this.store.deleteKey(id))) throw new AdminError(404, 'not_found', `no key with id "${id}"`);
+    await this.audit(actor, 'key.delete', id, null);
   }
 
   /** Writes one audit entry; also used for sign-ins, which the HTTP layer handles. */
-  audit(actor: string, action: string, target: string | null, detail: string | null): void {
-    this.store.recordAudit({ time: Date.now(), actor, action, target, detail: detail && detail.slice(0, 500) });
+  audit(actor: string, action: string, target: string | null, detail: string | null): Promise<void> {
+    return this.store.recordAudit({ time: Date.now(), actor, action, target, detail: detail && detail.slice(0, 500) });
   }
 
   /** The audit log, newest first. */
-  auditLog(query: Record<string, string | undefined>) {
+  async auditLog(query: Record<string, string | undefined>) {
     const q: AuditQuery = { action: query.action || undefined, since: parseTime('since', query.since), until: parseTime('until', query.until) };
     q.limit = parseLimit(query.limit, 1000) ?? 100;
-    return { data: this.store.queryAudit(q) };
+    return { data: await this.store.queryAudit(q) };
   }
 
   /** The latest exchanges, newest first, each with its error and notes. */
-  requests(query: Record<string, string | undefined>) {
+  async requests(query: Record<string, string | undefined>) {
     const q = usageQuery(query);
     q.limit = parseLimit(query.limit, 1000) ?? 100;
-    return { data: this.store.queryUsage(q).records };
+    return { data: (await this.store.queryUsage(q)).records };
   }
 
   usage(query: Record<string, string | undefined>) {
@@ -228,7 +228,7 @@ export class AdminService {
   }
 
   /** Usage over time; the bucket defaults to about 60 points across the range. */
-  usageSeries(query: Record<string, string | undefined>, now = Date.now()) {
+  async usageSeries(query: Record<string, string | undefined>, now = Date.now()) {
     const q = usageQuery(query);
     let bucketMs = query.bucket ? Number(query.bucket) : undefined;
     if (bucketMs !== undefined && (!Number.isInteger(bucketMs) || bucketMs < 1000)) {
@@ -238,17 +238,17 @@ export class AdminService {
       const span = (q.until ?? now) - (q.since ?? now - 86_400_000);
       bucketMs = niceBuckets.find((b) => span / b <= 90) ?? niceBuckets.at(-1)!;
     }
-    return { bucketMs, points: this.store.usageSeries(q, bucketMs) };
+    return { bucketMs, points: await this.store.usageSeries(q, bucketMs) };
   }
 
-  usageCsv(query: Record<string, string | undefined>): string {
-    const { records } = this.store.queryUsage({ ...usageQuery(query), limit: usageQuery(query).limit ?? 100_000 });
+  async usageCsv(query: Record<string, string | undefined>): Promise<string> {
+    const { records } = await this.store.queryUsage({ ...usageQuery(query), limit: usageQuery(query).limit ?? 100_000 });
     const lines = records.map((r) => csvColumns.map((c) => csvCell(c === 'time' ? new Date(r.time).toISOString() : r[c])).join(','));
     return [csvColumns.join(','), ...lines].join('\r\n') + '\r\n';
   }
 
-  private requireGroup(name: string): void {
-    if (!this.store.getGroup(name)) throw new AdminError(400, 'invalid_request', `no group named "${name}"`);
+  private async requireGroup(name: string): Promise<void> {
+    if (!(await this.store.getGroup(name))) throw new AdminError(400, 'invalid_request', `no group named "${name}"`);
   }
 
   private checkGrants(g: { models?: string[]; families?: string[] }): void {

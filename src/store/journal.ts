@@ -5,7 +5,8 @@
  * `recordUsage` appends the record as one JSON line to an append-only file in the data directory
  * (`fs.writeSync` on an `O_APPEND` descriptor) before it returns, then queues it; the backend
  * receives batches of BATCH_SIZE records or every FLUSH_INTERVAL_MS. Once everything queued is
- * committed, the file is truncated. At start the file is replayed into the backend, whose writes
+ * committed, the file is truncated (in the same tick as memory is seen empty, so no append slips
+ * in between). At start the file is replayed into the backend, whose writes
  * skip request ids it already holds, so a crash between a commit and the truncate counts nothing twice.
  *
  * What it promises: a record whose `recordUsage` returned survives a crash of the process (kill -9,
@@ -28,7 +29,7 @@ import { closeSync, fdatasyncSync, fstatSync, ftruncateSync, openSync, readSync,
 import { StringDecoder } from 'node:string_decoder';
 import { pino, type Logger } from 'pino';
 import { createLogger } from '../log.js';
-import type { ApiKey, AuditEntry, AuditQuery, Group, KeyPatch, Store, StoreBackend, UpstreamActivity, UsagePoint, UsageQuery, UsageRecord, UsageTotals } from './store.js';
+import type { ApiKey, AuditEntry, AuditQuery, Group, GroupInput, KeyPatch, Store, StoreBackend, UpstreamActivity, UsagePoint, UsageQuery, UsageRecord, UsageTotals } from './store.js';
 
 const BATCH_SIZE = 256;
 const FLUSH_INTERVAL_MS = 1000;
@@ -140,6 +141,8 @@ export class JournaledStore implements Store {
   /** Consecutive failed writes; while above 0 only the retry timer writes. */
   private failures = 0;
   private timer: NodeJS.Timeout | undefined;
+  /** The write under way: one at a time, so batches keep their order. */
+  private writing: Promise<void> | undefined;
   private readonly log: Logger;
   private readonly maxHeld: number;
 
@@ -154,15 +157,15 @@ export class JournaledStore implements Store {
   }
 
   /** Opens the journal at `path` in front of `backend` and replays it. */
-  static open(backend: StoreBackend, path: string, options: JournalOptions): JournaledStore {
+  static async open(backend: StoreBackend, path: string, options: JournalOptions): Promise<JournaledStore> {
     const journal = options.owner ? new JournalFile(path, options.fsync ?? false) : undefined;
     const store = new JournaledStore(backend, path, journal, options);
     if (journal) {
       store.fileAhead = !journal.empty;
-      if (store.fileAhead) store.flush();
+      if (store.fileAhead) await store.flush();
     } else {
       try {
-        store.replay();
+        await store.replay();
       } catch (err) {
         store.log.warn({ err }, 'usage journal not replayed: records written since the gateway last stored them are not shown');
       }
@@ -185,23 +188,43 @@ export class JournaledStore implements Store {
       this.fileAhead = true;
       this.log.warn({ maxHeldRecords: this.maxHeld }, 'usage records beyond the memory bound are kept only in the journal until the store takes writes again');
     }
-    if (this.failures > 0) return;
-    if (this.pending.length >= BATCH_SIZE) this.flush();
-    else this.timer ??= setTimeout(() => this.flush(), FLUSH_INTERVAL_MS).unref();
+    if (this.failures > 0 || this.writing) return;
+    if (this.pending.length >= BATCH_SIZE) void this.flush();
+    else this.timer ??= setTimeout(() => void this.flush(), FLUSH_INTERVAL_MS).unref();
   }
 
-  flush(): void {
+  /** Writes what is queued; joins a write under way and then writes what arrived meanwhile. */
+  async flush(): Promise<void> {
+    while (this.writing) await this.writing;
     clearTimeout(this.timer);
     this.timer = undefined;
+    this.writing = this.write();
+    try {
+      await this.writing;
+    } finally {
+      this.writing = undefined;
+      // Records that arrived during the write wait for the next one.
+      if (this.pending.length > 0 && this.failures === 0) this.timer ??= setTimeout(() => void this.flush(), FLUSH_INTERVAL_MS).unref();
+    }
+  }
+
+  private async write(): Promise<void> {
     try {
       // The file holds every record memory holds (but those it failed to take), and more.
-      if (this.fileAhead) this.replay();
-      this.fileAhead = false;
-      while (this.pending.length > 0) {
-        this.backend.writeUsage(this.pending.slice(0, BATCH_SIZE));
-        this.pending.splice(0, BATCH_SIZE);
+      if (this.fileAhead) {
+        this.fileAhead = false;
+        await this.replay().catch((err) => {
+          this.fileAhead = true;
+          throw err;
+        });
       }
-      this.journal?.truncate();
+      while (this.pending.length > 0) {
+        const batch = this.pending.slice(0, BATCH_SIZE);
+        await this.backend.writeUsage(batch);
+        this.pending.splice(0, batch.length);
+      }
+      // Synchronously after seeing memory empty: nothing was appended that is not stored.
+      if (!this.fileAhead) this.journal?.truncate();
       if (this.failures > 0) this.log.info({ attempts: this.failures + 1 }, 'usage writes recovered');
       this.failures = 0;
     } catch (err) {
@@ -211,82 +234,82 @@ export class JournaledStore implements Store {
         { err, held: this.pending.length, journalOnly: this.fileAhead, attempt: this.failures, retryMs },
         'usage write failed: the records stay in the journal (and memory) for a retry',
       );
-      this.timer = setTimeout(() => this.flush(), retryMs).unref();
+      this.timer = setTimeout(() => void this.flush(), retryMs).unref();
     }
   }
 
   /** Writes the journal's records to the backend; what is already stored is skipped there. */
-  private replay(): void {
+  private async replay(): Promise<void> {
     const unreadable = { lines: 0 };
-    for (const batch of readJournal(this.path, unreadable)) this.backend.writeUsage(batch);
+    for (const batch of readJournal(this.path, unreadable)) await this.backend.writeUsage(batch);
     if (unreadable.lines) this.log.warn({ lines: unreadable.lines }, 'usage journal: unreadable lines skipped (an append torn by a crash)');
   }
 
   /** Reads that show usage see what was recorded, unless the store is refusing writes. */
-  private settle(): void {
-    if (this.failures === 0 && this.pending.length > 0) this.flush();
+  private async settle(): Promise<void> {
+    if (this.failures === 0 && (this.pending.length > 0 || this.writing)) await this.flush();
   }
 
-  close(): void {
-    this.flush();
+  async close(): Promise<void> {
+    await this.flush();
     clearTimeout(this.timer);
     this.journal?.close();
-    this.backend.close();
+    await this.backend.close();
   }
 
-  queryUsage(query: UsageQuery): { records: UsageRecord[]; totals: UsageTotals } {
-    this.settle();
+  async queryUsage(query: UsageQuery): Promise<{ records: UsageRecord[]; totals: UsageTotals }> {
+    await this.settle();
     return this.backend.queryUsage(query);
   }
-  usageSeries(query: UsageQuery, bucketMs: number): UsagePoint[] {
-    this.settle();
+  async usageSeries(query: UsageQuery, bucketMs: number): Promise<UsagePoint[]> {
+    await this.settle();
     return this.backend.usageSeries(query, bucketMs);
   }
-  upstreamActivity(since: number): UpstreamActivity[] {
-    this.settle();
+  async upstreamActivity(since: number): Promise<UpstreamActivity[]> {
+    await this.settle();
     return this.backend.upstreamActivity(since);
   }
   /** Keys' last-used times move with their usage batches. */
-  getKey(id: string): ApiKey | undefined {
-    this.settle();
+  async getKey(id: string): Promise<ApiKey | undefined> {
+    await this.settle();
     return this.backend.getKey(id);
   }
-  listKeys(): ApiKey[] {
-    this.settle();
+  async listKeys(): Promise<ApiKey[]> {
+    await this.settle();
     return this.backend.listKeys();
   }
 
-  createGroup(group: Omit<Group, 'createdAt'>): Group {
+  createGroup(group: GroupInput): Promise<Group> {
     return this.backend.createGroup(group);
   }
-  getGroup(name: string): Group | undefined {
+  getGroup(name: string): Promise<Group | undefined> {
     return this.backend.getGroup(name);
   }
-  listGroups(): Group[] {
+  listGroups(): Promise<Group[]> {
     return this.backend.listGroups();
   }
-  updateGroup(name: string, patch: Partial<Omit<Group, 'createdAt'>>): Group | undefined {
+  updateGroup(name: string, patch: Partial<GroupInput>): Promise<Group | undefined> {
     return this.backend.updateGroup(name, patch);
   }
-  deleteGroup(name: string): 'deleted' | 'not_found' | 'in_use' {
+  deleteGroup(name: string): Promise<'deleted' | 'not_found' | 'in_use'> {
     return this.backend.deleteGroup(name);
   }
-  createKey(input: { group: string; name?: string | null; expiresAt?: number | null }): { key: ApiKey; secret: string } {
+  createKey(input: Parameters<Store['createKey']>[0]): Promise<{ key: ApiKey; secret: string }> {
     return this.backend.createKey(input);
   }
-  findKeyBySecret(secret: string): ApiKey | undefined {
+  findKeyBySecret(secret: string): Promise<ApiKey | undefined> {
     return this.backend.findKeyBySecret(secret);
   }
-  updateKey(id: string, patch: KeyPatch): ApiKey | undefined {
+  updateKey(id: string, patch: KeyPatch): Promise<ApiKey | undefined> {
     return this.backend.updateKey(id, patch);
   }
-  deleteKey(id: string): boolean {
+  deleteKey(id: string): Promise<boolean> {
     return this.backend.deleteKey(id);
   }
-  recordAudit(entry: AuditEntry): void {
-    this.backend.recordAudit(entry);
+  recordAudit(entry: AuditEntry): Promise<void> {
+    return this.backend.recordAudit(entry);
   }
-  queryAudit(query: AuditQuery): AuditEntry[] {
+  queryAudit(query: AuditQuery): Promise<AuditEntry[]> {
     return this.backend.queryAudit(query);
   }
 }

@@ -1,11 +1,12 @@
 /**
  * The embedded store: one SQLite file in the data directory. Keys are stored as SHA-256 hashes of
  * their secrets; usage arrives in batches from the journal in front of it (journal.ts), and each
- * batch also moves its keys' last-used times.
+ * batch also moves its keys' last-used times. better-sqlite3 is synchronous and fast; the methods
+ * are async only to keep the Store's shape, and caching lives in front of every store (cache.ts).
  */
 import { createHash, randomBytes } from 'node:crypto';
 import Database from 'better-sqlite3';
-import type { ApiKey, AuditEntry, AuditQuery, Group, KeyPatch, StoreBackend, UpstreamActivity, UsagePoint, UsageQuery, UsageRecord, UsageTotals } from './store.js';
+import type { ApiKey, AuditEntry, AuditQuery, Budget, Group, GroupInput, KeyPatch, Limits, StoreBackend, UpstreamActivity, UsagePoint, UsageQuery, UsageRecord, UsageTotals } from './store.js';
 
 /** Each entry moves the schema one version forward; never edit a released one, append. */
 const migrations: string[] = [
@@ -64,11 +65,18 @@ const migrations: string[] = [
      detail TEXT
    );
    CREATE INDEX audit_time ON audit(time);`,
+  // Limits and budgets (JSON), and what usage cost and which channel served it.
+  `ALTER TABLE groups ADD COLUMN limits TEXT;
+   ALTER TABLE groups ADD COLUMN budget TEXT;
+   ALTER TABLE keys ADD COLUMN limits TEXT;
+   ALTER TABLE keys ADD COLUMN budget TEXT;
+   ALTER TABLE usage ADD COLUMN cached_tokens INTEGER;
+   ALTER TABLE usage ADD COLUMN reasoning_tokens INTEGER;
+   ALTER TABLE usage ADD COLUMN cost REAL;
+   ALTER TABLE usage ADD COLUMN channel TEXT;
+   ALTER TABLE usage ADD COLUMN attempts INTEGER NOT NULL DEFAULT 1;
+   CREATE INDEX usage_group_time ON usage(group_name, time);`,
 ];
-
-/** Changes made by another process (the CLI) reach a running gateway within this time. */
-const LOOKUP_CACHE_MS = 2000;
-const LOOKUP_CACHE_MAX = 10_000;
 
 function usageFilter(query: UsageQuery): { filter: string; args: Record<string, unknown> } {
   const where: string[] = [];
@@ -95,6 +103,7 @@ function usageFilter(query: UsageQuery): { filter: string; args: Record<string, 
 const absentUsage: Record<keyof UsageRecord, null> = {
   time: null, requestId: null, keyId: null, group: null, model: null, upstream: null, family: null, status: null, promptTokens: null,
   completionTokens: null, estimated: null, latencyMs: null, ttfbMs: null, streamed: null, outcome: null, error: null, notes: null,
+  cachedInputTokens: null, reasoningTokens: null, cost: null, channel: null, attempts: null,
 };
 
 export function hashSecret(secret: string): string {
@@ -105,6 +114,8 @@ interface GroupRow {
   name: string;
   models: string;
   families: string;
+  limits: string | null;
+  budget: string | null;
   created_at: number;
 }
 
@@ -117,6 +128,8 @@ interface KeyRow {
   created_at: number;
   last_used_at: number | null;
   expires_at: number | null;
+  limits: string | null;
+  budget: string | null;
 }
 
 interface UsageRow {
@@ -137,12 +150,22 @@ interface UsageRow {
   outcome: UsageRecord['outcome'];
   error: string | null;
   notes: string | null;
+  cached_tokens: number | null;
+  reasoning_tokens: number | null;
+  cost: number | null;
+  channel: string | null;
+  attempts: number;
 }
+
+const json = <T>(text: string | null): T | null => (text === null ? null : JSON.parse(text));
+const jsonText = (value: unknown): string | null => (value === null || value === undefined ? null : JSON.stringify(value));
 
 const toGroup = (r: GroupRow): Group => ({
   name: r.name,
   models: JSON.parse(r.models),
   families: JSON.parse(r.families),
+  limits: json<Limits>(r.limits),
+  budget: json<Budget>(r.budget),
   createdAt: r.created_at,
 });
 
@@ -155,6 +178,8 @@ const toKey = (r: KeyRow): ApiKey => ({
   createdAt: r.created_at,
   lastUsedAt: r.last_used_at,
   expiresAt: r.expires_at,
+  limits: json<Limits>(r.limits),
+  budget: json<Budget>(r.budget),
 });
 
 const toUsage = (r: UsageRow): UsageRecord => ({
@@ -168,6 +193,11 @@ const toUsage = (r: UsageRow): UsageRecord => ({
   status: r.status,
   promptTokens: r.prompt_tokens,
   completionTokens: r.completion_tokens,
+  cachedInputTokens: r.cached_tokens,
+  reasoningTokens: r.reasoning_tokens,
+  cost: r.cost,
+  channel: r.channel,
+  attempts: r.attempts,
   estimated: r.estimated === 1,
   latencyMs: r.latency_ms,
   ttfbMs: r.ttfb_ms,
@@ -184,9 +214,6 @@ export interface SqliteOptions {
 
 export class SqliteStore implements StoreBackend {
   private readonly db: Database.Database;
-  /** Request-path lookups by secret and by group name; every write through this store clears them. */
-  private readonly keyCache = new Map<string, { key: ApiKey; expires: number }>();
-  private readonly groupCache = new Map<string, { group: Group; expires: number }>();
   private readonly stmt;
 
   constructor(file: string, options: SqliteOptions = {}) {
@@ -204,9 +231,11 @@ export class SqliteStore implements StoreBackend {
       group: this.db.prepare<[string], GroupRow>('SELECT * FROM groups WHERE name = ?'),
       insertUsage: this.db.prepare(
         `INSERT OR IGNORE INTO usage (time, request_id, key_id, group_name, model, upstream, family, status,
-           prompt_tokens, completion_tokens, estimated, latency_ms, ttfb_ms, streamed, outcome, error, notes)
+           prompt_tokens, completion_tokens, estimated, latency_ms, ttfb_ms, streamed, outcome, error, notes,
+           cached_tokens, reasoning_tokens, cost, channel, attempts)
          VALUES (@time, @requestId, @keyId, @group, @model, @upstream, @family, @status,
-           @promptTokens, @completionTokens, @estimated, @latencyMs, @ttfbMs, @streamed, @outcome, @error, @notes)`,
+           @promptTokens, @completionTokens, @estimated, @latencyMs, @ttfbMs, @streamed, @outcome, @error, @notes,
+           @cachedInputTokens, @reasoningTokens, @cost, @channel, COALESCE(@attempts, 1))`,
       ),
       touchKey: this.db.prepare('UPDATE keys SET last_used_at = MAX(COALESCE(last_used_at, 0), ?) WHERE id = ?'),
     };
@@ -225,49 +254,49 @@ export class SqliteStore implements StoreBackend {
     }
   }
 
-  createGroup(group: Omit<Group, 'createdAt'>): Group {
-    this.forgetLookups();
-    const row = { name: group.name, models: JSON.stringify(group.models), families: JSON.stringify(group.families), created_at: Date.now() };
-    this.db.prepare('INSERT INTO groups (name, models, families, created_at) VALUES (@name, @models, @families, @created_at)').run(row);
+  async createGroup(group: GroupInput): Promise<Group> {
+    const row: GroupRow = {
+      name: group.name,
+      models: JSON.stringify(group.models),
+      families: JSON.stringify(group.families),
+      limits: jsonText(group.limits),
+      budget: jsonText(group.budget),
+      created_at: Date.now(),
+    };
+    this.db
+      .prepare('INSERT INTO groups (name, models, families, limits, budget, created_at) VALUES (@name, @models, @families, @limits, @budget, @created_at)')
+      .run(row);
     return toGroup(row);
   }
 
-  getGroup(name: string): Group | undefined {
-    const now = Date.now();
-    const hit = this.groupCache.get(name);
-    if (hit && hit.expires > now) return hit.group;
+  async getGroup(name: string): Promise<Group | undefined> {
     const row = this.stmt.group.get(name);
-    const group = row && toGroup(row);
-    if (group) this.remember(this.groupCache, name, { group, expires: now + LOOKUP_CACHE_MS });
-    return group;
+    return row && toGroup(row);
   }
 
-  listGroups(): Group[] {
+  async listGroups(): Promise<Group[]> {
     return this.db.prepare<[], GroupRow>('SELECT * FROM groups ORDER BY name').all().map(toGroup);
   }
 
-  updateGroup(name: string, patch: Partial<Omit<Group, 'createdAt'>>): Group | undefined {
-    this.forgetLookups();
-    const current = this.getGroup(name);
+  async updateGroup(name: string, patch: Partial<GroupInput>): Promise<Group | undefined> {
+    const current = await this.getGroup(name);
     if (!current) return undefined;
     const next = { ...current, ...patch };
     this.db
-      .prepare('UPDATE groups SET name = ?, models = ?, families = ? WHERE name = ?')
-      .run(next.name, JSON.stringify(next.models), JSON.stringify(next.families), name);
+      .prepare('UPDATE groups SET name = ?, models = ?, families = ?, limits = ?, budget = ? WHERE name = ?')
+      .run(next.name, JSON.stringify(next.models), JSON.stringify(next.families), jsonText(next.limits), jsonText(next.budget), name);
     return this.getGroup(next.name);
   }
 
-  deleteGroup(name: string): 'deleted' | 'not_found' | 'in_use' {
-    this.forgetLookups();
-    if (!this.getGroup(name)) return 'not_found';
+  async deleteGroup(name: string): Promise<'deleted' | 'not_found' | 'in_use'> {
+    if (!(await this.getGroup(name))) return 'not_found';
     const inUse = this.db.prepare('SELECT 1 FROM keys WHERE group_name = ? LIMIT 1').get(name);
     if (inUse) return 'in_use';
     this.db.prepare('DELETE FROM groups WHERE name = ?').run(name);
     return 'deleted';
   }
 
-  createKey(input: { group: string; name?: string | null; expiresAt?: number | null }): { key: ApiKey; secret: string } {
-    this.forgetLookups();
+  async createKey(input: { group: string; name?: string | null; expiresAt?: number | null; limits?: Limits | null; budget?: Budget | null }): Promise<{ key: ApiKey; secret: string }> {
     const secret = `sk-${randomBytes(24).toString('base64url')}`;
     const row: KeyRow & { hash: string } = {
       id: `key_${randomBytes(8).toString('hex')}`,
@@ -279,59 +308,47 @@ export class SqliteStore implements StoreBackend {
       created_at: Date.now(),
       last_used_at: null,
       expires_at: input.expiresAt ?? null,
+      limits: jsonText(input.limits),
+      budget: jsonText(input.budget),
     };
     this.db
       .prepare(
-        `INSERT INTO keys (id, hash, prefix, name, group_name, disabled, created_at, last_used_at, expires_at)
-         VALUES (@id, @hash, @prefix, @name, @group_name, @disabled, @created_at, @last_used_at, @expires_at)`,
+        `INSERT INTO keys (id, hash, prefix, name, group_name, disabled, created_at, last_used_at, expires_at, limits, budget)
+         VALUES (@id, @hash, @prefix, @name, @group_name, @disabled, @created_at, @last_used_at, @expires_at, @limits, @budget)`,
       )
       .run(row);
     return { key: toKey(row), secret };
   }
 
-  findKeyBySecret(secret: string): ApiKey | undefined {
-    const now = Date.now();
-    const hit = this.keyCache.get(secret);
-    if (hit && hit.expires > now) return hit.key;
+  async findKeyBySecret(secret: string): Promise<ApiKey | undefined> {
     const row = this.stmt.keyByHash.get(hashSecret(secret));
-    // Misses are not cached: random secrets must not be able to fill memory.
-    if (!row) return undefined;
-    const key = toKey(row);
-    this.remember(this.keyCache, secret, { key, expires: now + LOOKUP_CACHE_MS });
-    return key;
+    return row && toKey(row);
   }
 
-  getKey(id: string): ApiKey | undefined {
+  async getKey(id: string): Promise<ApiKey | undefined> {
     const row = this.stmt.keyById.get(id);
     return row && toKey(row);
   }
 
-  listKeys(): ApiKey[] {
+  async listKeys(): Promise<ApiKey[]> {
     return this.db.prepare<[], KeyRow>('SELECT * FROM keys ORDER BY created_at, id').all().map(toKey);
   }
 
-  updateKey(id: string, patch: KeyPatch): ApiKey | undefined {
-    this.forgetLookups();
-    const current = this.getKey(id);
+  async updateKey(id: string, patch: KeyPatch): Promise<ApiKey | undefined> {
+    const current = await this.getKey(id);
     if (!current) return undefined;
+    const next = { ...current, ...Object.fromEntries(Object.entries(patch).filter(([, v]) => v !== undefined)) };
     this.db
-      .prepare('UPDATE keys SET disabled = ?, name = ?, group_name = ?, expires_at = ? WHERE id = ?')
-      .run(
-        (patch.disabled ?? current.disabled) ? 1 : 0,
-        patch.name !== undefined ? patch.name : current.name,
-        patch.group ?? current.group,
-        patch.expiresAt !== undefined ? patch.expiresAt : current.expiresAt,
-        id,
-      );
+      .prepare('UPDATE keys SET disabled = ?, name = ?, group_name = ?, expires_at = ?, limits = ?, budget = ? WHERE id = ?')
+      .run(next.disabled ? 1 : 0, next.name, next.group, next.expiresAt, jsonText(next.limits), jsonText(next.budget), id);
     return this.getKey(id);
   }
 
-  deleteKey(id: string): boolean {
-    this.forgetLookups();
+  async deleteKey(id: string): Promise<boolean> {
     return this.db.prepare('DELETE FROM keys WHERE id = ?').run(id).changes > 0;
   }
 
-  writeUsage(records: readonly UsageRecord[]): void {
+  async writeUsage(records: readonly UsageRecord[]): Promise<void> {
     const lastUsed = new Map<string, number>();
     for (const r of records) if (r.keyId) lastUsed.set(r.keyId, Math.max(r.time, lastUsed.get(r.keyId) ?? 0));
     this.db.transaction(() => {
@@ -342,7 +359,7 @@ export class SqliteStore implements StoreBackend {
     })();
   }
 
-  queryUsage(query: UsageQuery): { records: UsageRecord[]; totals: UsageTotals } {
+  async queryUsage(query: UsageQuery): Promise<{ records: UsageRecord[]; totals: UsageTotals }> {
     const { filter, args } = usageFilter(query);
     const records = this.db
       .prepare<Record<string, unknown>, UsageRow>(`SELECT * FROM usage ${filter} ORDER BY time DESC, id DESC LIMIT @limit`)
@@ -351,7 +368,7 @@ export class SqliteStore implements StoreBackend {
     const totals = this.db
       .prepare<Record<string, unknown>, UsageTotals>(
         `SELECT COUNT(*) AS requests, COALESCE(SUM(prompt_tokens), 0) AS promptTokens,
-           COALESCE(SUM(completion_tokens), 0) AS completionTokens,
+           COALESCE(SUM(completion_tokens), 0) AS completionTokens, COALESCE(SUM(cost), 0) AS cost,
            COALESCE(SUM(CASE WHEN status >= 400 OR outcome = 'error' THEN 1 ELSE 0 END), 0) AS errors
          FROM usage ${filter}`,
       )
@@ -359,12 +376,12 @@ export class SqliteStore implements StoreBackend {
     return { records, totals };
   }
 
-  usageSeries(query: UsageQuery, bucketMs: number): UsagePoint[] {
+  async usageSeries(query: UsageQuery, bucketMs: number): Promise<UsagePoint[]> {
     const { filter, args } = usageFilter(query);
     return this.db
       .prepare<Record<string, unknown>, UsagePoint>(
         `SELECT CAST(time / @bucket AS INTEGER) * @bucket AS t, COUNT(*) AS requests,
-           SUM(prompt_tokens) AS promptTokens, SUM(completion_tokens) AS completionTokens,
+           SUM(prompt_tokens) AS promptTokens, SUM(completion_tokens) AS completionTokens, COALESCE(SUM(cost), 0) AS cost,
            SUM(CASE WHEN status >= 400 OR outcome = 'error' THEN 1 ELSE 0 END) AS errors,
            ROUND(AVG(latency_ms), 2) AS avgLatencyMs, ROUND(MAX(latency_ms), 2) AS maxLatencyMs
          FROM usage ${filter} GROUP BY t ORDER BY t`,
@@ -372,7 +389,7 @@ export class SqliteStore implements StoreBackend {
       .all({ ...args, bucket: Math.max(1, Math.floor(bucketMs)) });
   }
 
-  upstreamActivity(since: number): UpstreamActivity[] {
+  async upstreamActivity(since: number): Promise<UpstreamActivity[]> {
     // The upstream's own failures: 5xx answers, and streams that failed after a 200.
     const failure = `(status >= 500 OR (outcome = 'error' AND status < 400))`;
     const activity = this.db
@@ -387,11 +404,11 @@ export class SqliteStore implements StoreBackend {
     return activity.map((a) => ({ ...a, lastError: a.errors ? (lastError.get(a.upstream, since)?.error ?? null) : null }));
   }
 
-  recordAudit(entry: AuditEntry): void {
+  async recordAudit(entry: AuditEntry): Promise<void> {
     this.db.prepare('INSERT INTO audit (time, actor, action, target, detail) VALUES (@time, @actor, @action, @target, @detail)').run(entry);
   }
 
-  queryAudit(query: AuditQuery): AuditEntry[] {
+  async queryAudit(query: AuditQuery): Promise<AuditEntry[]> {
     const where: string[] = [];
     const args: Record<string, unknown> = { limit: query.limit ?? 100 };
     const add = (clause: string, name: 'action' | 'since' | 'until') => {
@@ -410,17 +427,7 @@ export class SqliteStore implements StoreBackend {
       .all(args);
   }
 
-  close(): void {
+  async close(): Promise<void> {
     this.db.close();
-  }
-
-  private remember<V>(cache: Map<string, V>, id: string, value: V): void {
-    if (cache.size >= LOOKUP_CACHE_MAX) cache.clear();
-    cache.set(id, value);
-  }
-
-  private forgetLookups(): void {
-    this.keyCache.clear();
-    this.groupCache.clear();
   }
 }

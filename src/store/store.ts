@@ -1,8 +1,27 @@
 /**
- * The Store: groups, keys and usage records. A database implements StoreBackend (SQLite is the
- * embedded one; a shared database can implement it when several gateways share one truth); the
- * gateway uses it as a Store, behind the usage journal (journal.ts), which makes usage durable.
+ * The Store: groups, keys and usage records, asynchronous so that any database can hold them. A
+ * database implements StoreBackend (SQLite is the embedded one; a shared database can implement it
+ * when several gateways share one truth); the gateway uses it as a Store behind the usage journal
+ * (journal.ts), which makes usage durable, and the cache layer (cache.ts), which answers the
+ * request path's lookups without a wait.
  */
+
+/** Request limits of a group, key or model; an absent field is unlimited. */
+export interface Limits {
+  /** Requests per minute (a sliding window). */
+  rpm?: number;
+  /** Tokens per minute: prompt and output, reserved at admission and reconciled at the end. */
+  tpm?: number;
+  /** Exchanges generating at once. */
+  concurrency?: number;
+}
+
+/** A spending limit, in the currency of the models' prices. */
+export interface Budget {
+  amount: number;
+  /** `day` and `month` start at midnight UTC and on the 1st; `total` never resets. */
+  period: 'day' | 'month' | 'total';
+}
 
 export interface Group {
   name: string;
@@ -10,8 +29,14 @@ export interface Group {
   models: string[];
   /** Wire families this group may use. */
   families: string[];
+  /** Defaults for the group's keys; each key may override them. */
+  limits: Limits | null;
+  budget: Budget | null;
   createdAt: number;
 }
+
+/** The fields of a group an operator sets. */
+export type GroupInput = Omit<Group, 'createdAt' | 'limits' | 'budget'> & Partial<Pick<Group, 'limits' | 'budget'>>;
 
 export interface ApiKey {
   id: string;
@@ -24,6 +49,10 @@ export interface ApiKey {
   lastUsedAt: number | null;
   /** Unix milliseconds after which the key is refused, or null for never. */
   expiresAt: number | null;
+  /** Overrides of the group's limits, field by field. */
+  limits: Limits | null;
+  /** The key's own budget, checked besides the group's. */
+  budget: Budget | null;
 }
 
 /** The fields of a key an operator sets. */
@@ -32,6 +61,8 @@ export interface KeyPatch {
   name?: string | null;
   group?: string;
   expiresAt?: number | null;
+  limits?: Limits | null;
+  budget?: Budget | null;
 }
 
 /** One state-changing admin action, or a failed sign-in. */
@@ -62,8 +93,20 @@ export interface UsageRecord {
   upstream: string | null;
   family: string;
   status: number;
+  /** Input tokens, cached ones included. */
   promptTokens: number;
+  /** Output tokens, reasoning ones included. */
   completionTokens: number;
+  /** Of the prompt tokens, those read from the upstream's prompt cache, when it reports them. */
+  cachedInputTokens: number | null;
+  /** Of the completion tokens, those spent reasoning, when the upstream reports them. */
+  reasoningTokens: number | null;
+  /** What the exchange cost at the model's prices, or null when the model has none. */
+  cost: number | null;
+  /** The channel that served (after any failover), when one did. */
+  channel: string | null;
+  /** Upstream calls made: 1, more after failovers, 0 when none was made. */
+  attempts: number;
   estimated: boolean;
   latencyMs: number;
   ttfbMs: number | null;
@@ -82,6 +125,7 @@ export interface UsagePoint {
   requests: number;
   promptTokens: number;
   completionTokens: number;
+  cost: number;
   errors: number;
   avgLatencyMs: number;
   maxLatencyMs: number;
@@ -115,48 +159,52 @@ export interface UsageTotals {
   requests: number;
   promptTokens: number;
   completionTokens: number;
+  cost: number;
   errors: number;
 }
 
 export interface Store {
-  createGroup(group: Omit<Group, 'createdAt'>): Group;
-  getGroup(name: string): Group | undefined;
-  listGroups(): Group[];
+  createGroup(group: GroupInput): Promise<Group>;
+  getGroup(name: string): Promise<Group | undefined>;
+  listGroups(): Promise<Group[]>;
   /** Returns the updated group, or undefined when it does not exist. A rename moves its keys. */
-  updateGroup(name: string, patch: Partial<Omit<Group, 'createdAt'>>): Group | undefined;
+  updateGroup(name: string, patch: Partial<GroupInput>): Promise<Group | undefined>;
   /** Refuses (returns 'in_use') while keys still belong to the group. */
-  deleteGroup(name: string): 'deleted' | 'not_found' | 'in_use';
+  deleteGroup(name: string): Promise<'deleted' | 'not_found' | 'in_use'>;
 
   /** Creates a key and returns it with its secret; the secret is never stored or shown again. */
-  createKey(input: { group: string; name?: string | null; expiresAt?: number | null }): { key: ApiKey; secret: string };
+  createKey(input: { group: string; name?: string | null; expiresAt?: number | null; limits?: Limits | null; budget?: Budget | null }): Promise<{ key: ApiKey; secret: string }>;
   /** Looks a key up by its secret. */
-  findKeyBySecret(secret: string): ApiKey | undefined;
-  getKey(id: string): ApiKey | undefined;
-  listKeys(): ApiKey[];
-  updateKey(id: string, patch: KeyPatch): ApiKey | undefined;
-  deleteKey(id: string): boolean;
+  findKeyBySecret(secret: string): Promise<ApiKey | undefined>;
+  getKey(id: string): Promise<ApiKey | undefined>;
+  listKeys(): Promise<ApiKey[]>;
+  updateKey(id: string, patch: KeyPatch): Promise<ApiKey | undefined>;
+  deleteKey(id: string): Promise<boolean>;
 
-  /** Journals a usage record (it survives a crash once this returns) and queues it for the store. */
+  /**
+   * Journals a usage record (it survives a crash once this returns, so it stays synchronous) and
+   * queues it for the store.
+   */
   recordUsage(record: UsageRecord): void;
-  /** Writes queued records now. Never throws: a failed write keeps them for a later attempt. */
-  flush(): void;
-  queryUsage(query: UsageQuery): { records: UsageRecord[]; totals: UsageTotals };
+  /** Writes queued records now. Never rejects: a failed write keeps them for a later attempt. */
+  flush(): Promise<void>;
+  queryUsage(query: UsageQuery): Promise<{ records: UsageRecord[]; totals: UsageTotals }>;
   /** Usage in time buckets of `bucketMs`; only buckets with records. */
-  usageSeries(query: UsageQuery, bucketMs: number): UsagePoint[];
-  upstreamActivity(since: number): UpstreamActivity[];
+  usageSeries(query: UsageQuery, bucketMs: number): Promise<UsagePoint[]>;
+  upstreamActivity(since: number): Promise<UpstreamActivity[]>;
 
-  recordAudit(entry: AuditEntry): void;
+  recordAudit(entry: AuditEntry): Promise<void>;
   /** Newest first. */
-  queryAudit(query: AuditQuery): AuditEntry[];
+  queryAudit(query: AuditQuery): Promise<AuditEntry[]>;
 
-  close(): void;
+  close(): Promise<void>;
 }
 
 /** What a database implements; usage arrives in batches from the journal in front of it. */
 export interface StoreBackend extends Omit<Store, 'recordUsage' | 'flush'> {
   /**
-   * Writes a batch in one transaction, or throws and writes none of it. A record whose requestId
+   * Writes a batch in one transaction, or rejects and writes none of it. A record whose requestId
    * is already stored is skipped, so replaying a journal never counts a request twice.
    */
-  writeUsage(records: readonly UsageRecord[]): void;
+  writeUsage(records: readonly UsageRecord[]): Promise<void>;
 }

@@ -1,0 +1,19 @@
+/**
+ * What an exchange cost, from its usage and its model's prices (per million tokens). Output tokens
+ * include reasoning tokens, and input tokens include cached ones, as OpenAI's usage counts them;
+ * each part is priced once.
+ */
+import type { Prices } from './config.js';
+import type { Usage } from './contracts.js';
+
+export function costOf(usage: Usage, prices: Prices): number {
+  const cached = Math.min(usage.cachedTokens ?? 0, usage.inputTokens);
+  const reasoning = Math.min(usage.reasoningTokens ?? 0, usage.outputTokens);
+  const micro =
+    (usage.inputTokens - cached) * prices.input +
+    cached * prices.cachedInput +
+    (usage.outputTokens - reasoning) * prices.output +
+    reasoning * prices.reasoning;
+  // Rounded to a billionth so sums of many records do not drift in binary fractions.
+  return Math.round(micro / 1e-3) / 1e9;
+}

@@ -1,0 +1,125 @@
+/**
+ * The cache layer in front of any Store: the request path's lookup (a key by its secret, with its
+ * group) answers from memory without a wait while fresh, and every write through this layer
+ * clears it. Changes made elsewhere (the CLI, another instance) are seen within `ttlMs`.
+ */
+import type { ApiKey, AuditEntry, AuditQuery, Group, GroupInput, KeyPatch, Store, UsageQuery, UsageRecord } from './store.js';
+
+/** A key found by its secret, with the group it belongs to (undefined when that group is gone). */
+export interface KeyLookup {
+  key: ApiKey;
+  group: Group | undefined;
+}
+
+const DEFAULT_TTL_MS = 2000;
+const MAX_ENTRIES = 10_000;
+
+export class CachedStore implements Store {
+  private readonly keys = new Map<string, { found: KeyLookup; expires: number }>();
+  /** Lookups under way, shared by the requests that need the same secret at once. */
+  private readonly loading = new Map<string, Promise<KeyLookup | undefined>>();
+  /** Moves on every forget: a lookup that began before a write must not cache what it read. */
+  private generation = 0;
+
+  constructor(
+    private readonly store: Store,
+    private readonly ttlMs = DEFAULT_TTL_MS,
+  ) {}
+
+  /** The key for a secret: at once from the cache, otherwise a promise. Misses are not cached, so random secrets cannot fill memory. */
+  keyBySecret(secret: string): KeyLookup | undefined | Promise<KeyLookup | undefined> {
+    const hit = this.keys.get(secret);
+    if (hit && hit.expires > Date.now()) return hit.found;
+    let loading = this.loading.get(secret);
+    if (!loading) {
+      loading = this.load(secret).finally(() => this.loading.delete(secret));
+      this.loading.set(secret, loading);
+    }
+    return loading;
+  }
+
+  private async load(secret: string): Promise<KeyLookup | undefined> {
+    const generation = this.generation;
+    const key = await this.store.findKeyBySecret(secret);
+    if (!key) return undefined;
+    const found = { key, group: await this.store.getGroup(key.group) };
+    if (generation !== this.generation) return found;
+    if (this.keys.size >= MAX_ENTRIES) this.keys.clear();
+    this.keys.set(secret, { found, expires: Date.now() + this.ttlMs });
+    return found;
+  }
+
+  /** Forgets every cached lookup; the next request of each key reads the store. */
+  forget(): void {
+    this.generation++;
+    this.keys.clear();
+  }
+
+  private async changing<T>(write: Promise<T>): Promise<T> {
+    this.forget();
+    try {
+      return await write;
+    } finally {
+      this.forget();
+    }
+  }
+
+  createGroup(group: GroupInput) {
+    return this.changing(this.store.createGroup(group));
+  }
+  updateGroup(name: string, patch: Partial<GroupInput>) {
+    return this.changing(this.store.updateGroup(name, patch));
+  }
+  deleteGroup(name: string) {
+    return this.changing(this.store.deleteGroup(name));
+  }
+  createKey(input: Parameters<Store['createKey']>[0]) {
+    return this.changing(this.store.createKey(input));
+  }
+  updateKey(id: string, patch: KeyPatch) {
+    return this.changing(this.store.updateKey(id, patch));
+  }
+  deleteKey(id: string) {
+    return this.changing(this.store.deleteKey(id));
+  }
+
+  getGroup(name: string) {
+    return this.store.getGroup(name);
+  }
+  listGroups() {
+    return this.store.listGroups();
+  }
+  findKeyBySecret(secret: string) {
+    return this.store.findKeyBySecret(secret);
+  }
+  getKey(id: string) {
+    return this.store.getKey(id);
+  }
+  listKeys() {
+    return this.store.listKeys();
+  }
+  recordUsage(record: UsageRecord) {
+    this.store.recordUsage(record);
+  }
+  flush() {
+    return this.store.flush();
+  }
+  queryUsage(query: UsageQuery) {
+    return this.store.queryUsage(query);
+  }
+  usageSeries(query: UsageQuery, bucketMs: number) {
+    return this.store.usageSeries(query, bucketMs);
+  }
+  upstreamActivity(since: number) {
+    return this.store.upstreamActivity(since);
+  }
+  recordAudit(entry: AuditEntry) {
+    return this.store.recordAudit(entry);
+  }
+  queryAudit(query: AuditQuery) {
+    return this.store.queryAudit(query);
+  }
+  close() {
+    return this.store.close();
+  }
+}
