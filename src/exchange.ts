@@ -67,6 +67,8 @@ export class Exchange {
   stage: Stage = 'accepted';
   /** Set when the client went away; nothing may be written after that. */
   aborted = false;
+  /** Extra headers for the client's response (the limits' `x-ratelimit-*`), set before it starts. */
+  responseHeaders: Record<string, string> | undefined;
 
   /** What to stop when the exchange is cut short: the body read, the upstream call. */
   private readonly cancelers: (() => void)[] = [];

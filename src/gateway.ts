@@ -122,8 +122,7 @@ export async function startGateway(config: Config, log: Logger): Promise<Gateway
   const models = new Map<string, ModelConfig>(config.models.map((m) => [m.id, m]));
   const pipeline = new Pipeline({
     plugins,
-    models,
-    upstreams,
+    routing: { models, upstreams },
     codecs: new Map(codecs.map((c) => [c.family, c])),
     log,
     maxUpstreamBodyBytes: config.server.maxUpstreamBodyBytes,

@@ -33,10 +33,15 @@ export interface ClientResponse {
   finished?(ex: Exchange): void;
 }
 
-export interface PipelineOptions {
-  plugins: Plugin[];
+/** What the config says to serve: replaced whole by a reload, while exchanges keep the one they began with. */
+export interface Routing {
   models: Map<string, ModelConfig>;
   upstreams: Map<string, Upstream>;
+}
+
+export interface PipelineOptions {
+  plugins: Plugin[];
+  routing: Routing;
   codecs: Map<string, Codec>;
   log: Logger;
   /** Largest complete (non-stream) upstream answer that is read; beyond it the answer is refused. */
@@ -56,8 +61,7 @@ export class Pipeline {
   private readonly phases: Record<PhaseName, Plugin[]>;
   private readonly framePlugins: Plugin[];
   private readonly donePlugins: Plugin[];
-  private readonly models: Map<string, ModelConfig>;
-  private readonly upstreams: Map<string, Upstream>;
+  private routing: Routing;
   private readonly codecs: Map<string, Codec>;
   /** Answers given by the gateway itself instead of an upstream (a WebSocket warm-up). */
   private readonly localAnswers = new WeakMap<Exchange, () => void>();
@@ -67,12 +71,16 @@ export class Pipeline {
     this.phases = { request: having('request'), catalog: having('catalog'), admit: having('admit'), route: having('route') };
     this.framePlugins = having('frame');
     this.donePlugins = having('done');
-    this.models = options.models;
-    this.upstreams = options.upstreams;
+    this.routing = options.routing;
     this.codecs = options.codecs;
     this.log = options.log;
     this.maxUpstreamBodyBytes = options.maxUpstreamBodyBytes ?? 64 * 1024 * 1024;
     this.maxEventBytes = options.maxEventBytes ?? 16 * 1024 * 1024;
+  }
+
+  /** Serves new exchanges from `routing`; those under way finish on the one they began with. */
+  reconfigure(routing: Routing): void {
+    this.routing = routing;
   }
 
   /**
@@ -213,7 +221,7 @@ export class Pipeline {
 
   private listModels(ex: Exchange, res: ClientResponse): void {
     const families = ex.endpoint.families ?? [ex.family];
-    ex.catalog = [...this.models.values()].filter((m) => families.some((f) => m.families[f]));
+    ex.catalog = [...this.routing.models.values()].filter((m) => families.some((f) => m.families[f]));
     this.then(ex, res, this.phase('catalog', ex, res), () => {
       ex.status = 200;
       res.reply(200, { 'content-type': 'application/json' }, JSON.stringify(ex.codec.modelList!(ex.catalog, ex)));
@@ -224,17 +232,18 @@ export class Pipeline {
   private decode(ex: Exchange, res: ClientResponse): void {
     ex.codec.decode(ex);
     ex.stage = 'decoded';
-    ex.model = this.models.get(ex.modelId);
+    const routing = this.routing;
+    ex.model = routing.models.get(ex.modelId);
     if (!ex.model) {
       throw new GatewayError('model_not_found', `The model \`${echoed(ex.modelId)}\` does not exist or you do not have access to it.`, 'model');
     }
     this.then(ex, res, this.phase('admit', ex, res), () => {
       ex.stage = 'admitted';
-      ex.upstream = this.upstreams.get(ex.model!.upstream);
+      ex.upstream = routing.upstreams.get(ex.model!.upstream);
       this.then(ex, res, this.phase('route', ex, res), () => {
         ex.stage = 'routed';
         const local = this.localAnswers.get(ex);
-        if (!local) return this.send(ex, res);
+        if (!local) return this.send(ex, res, routing);
         // Answered here: no upstream served it (the access log and usage record say none).
         ex.upstream = undefined;
         local();
@@ -243,7 +252,7 @@ export class Pipeline {
     });
   }
 
-  private send(ex: Exchange, res: ClientResponse): void {
+  private send(ex: Exchange, res: ClientResponse, routing: Routing): void {
     const upstream = ex.upstream;
     if (!upstream) throw new GatewayError('upstream_unavailable', `No upstream is configured for model \`${ex.modelId}\`.`);
     if (!ex.model!.families[ex.family]) {

@@ -582,6 +582,8 @@ class UwsResponse implements ClientResponse {
     this.res.writeStatus(statusLine(status));
     this.res.writeHeader('x-request-id', this.ex.id);
     for (const name in headers) this.res.writeHeader(name, headers[name]!);
+    const extra = this.ex.responseHeaders;
+    if (extra) for (const name in extra) this.res.writeHeader(name, extra[name]!);
   }
 }
 

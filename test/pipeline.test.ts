@@ -21,7 +21,7 @@ function run(plugins: Plugin[]) {
     finished: () => finished(),
   };
   const ex = new Exchange(codec, { method: 'post', path: '/x', kind: 'generate' }, 'POST', '/x', '', {}, []);
-  const pipeline = new Pipeline({ plugins, models: new Map(), upstreams: new Map(), codecs: new Map(), log: createLogger('silent') });
+  const pipeline = new Pipeline({ plugins, routing: { models: new Map(), upstreams: new Map() }, codecs: new Map(), log: createLogger('silent') });
   pipeline.accept(ex, res);
   return { done, replies, ex };
 }
