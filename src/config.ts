@@ -158,6 +158,7 @@ export interface Config {
 export const defaultPlugins = [
   'auth',
   'grant',
+  'limits',
   'codecs/chat',
   'codecs/responses',
   'codecs/gemini',

@@ -7,6 +7,7 @@ import type { GatewayError } from './errors.js';
 import { StateKey, type Exchange } from './exchange.js';
 import type { Config, FamilyMode, ModelConfig } from './config.js';
 import type { CachedStore } from './store/cache.js';
+import type { Limiter } from './limiter.js';
 import type * as canonical from './canonical.js';
 import type { RuleOutcome } from './model-rules.js';
 
@@ -164,6 +165,8 @@ export interface Codec {
   errorBody(err: GatewayError): string;
   /** Text of the prompt, for a tokenizer estimate. */
   promptText(ex: Exchange): string;
+  /** The output-token ceiling the client asked for, if it asked for one (the limits reserve it). */
+  requestedOutputTokens?(ex: Exchange): number | undefined;
 
   // Same-family passthrough.
   /** The upstream request from the client's bytes, with what the model rules dropped or added. */
@@ -197,6 +200,8 @@ export interface BootContext {
   config: Config;
   /** The store behind its cache layer: the request path's key lookups rarely wait. */
   store: CachedStore;
+  /** Where limit decisions are made (in memory, or shared by many instances). */
+  limiter: Limiter;
   log: Logger;
   /** This plugin's own options from config (`plugins[].options`). */
   options: Record<string, unknown>;

@@ -11,6 +11,7 @@ export type ErrorKind =
   | 'not_found'
   | 'too_large'
   | 'rate_limit'
+  | 'quota'
   | 'upstream'
   | 'unavailable'
   | 'timeout'
@@ -40,6 +41,7 @@ export const catalog = {
   request_too_large: { status: 413, kind: 'too_large' },
   unsupported_media_type: { status: 415, kind: 'invalid_request' },
   rate_limit_exceeded: { status: 429, kind: 'rate_limit' },
+  insufficient_quota: { status: 429, kind: 'quota' },
   internal_error: { status: 500, kind: 'internal' },
   upstream_error: { status: 502, kind: 'upstream' },
   upstream_unavailable: { status: 503, kind: 'unavailable' },

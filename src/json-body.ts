@@ -53,3 +53,8 @@ export function parseUpstreamJson(body: Buffer): Record<string, any> {
     throw new GatewayError('upstream_error', 'The upstream answered with a body that is not JSON.');
   }
 }
+
+/** A positive number from a client's field, or undefined. */
+export function positiveNumber(value: unknown): number | undefined {
+  return typeof value === 'number' && value > 0 ? value : undefined;
+}

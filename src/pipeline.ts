@@ -13,6 +13,7 @@ import type { Exchange, Outcome } from './exchange.js';
 import { applyModelRules } from './model-rules.js';
 import { Relay, activeRelay } from './relay.js';
 import { echoed } from './request-caps.js';
+import { estimateUsage } from './usage-estimate.js';
 
 /** What the pipeline needs from the client's side of the connection to answer one exchange. */
 export interface ClientResponse {
@@ -179,6 +180,15 @@ export class Pipeline {
     if (ex.over) return;
     ex.over = true;
     this.inFlight.delete(ex);
+    // What reached the upstream is counted even when it never reported usage (a cut or aborted
+    // stream): estimated from the prompt and the output delivered. A refusal here consumed nothing.
+    if (!ex.usage && ex.upstream && ex.endpoint.kind === 'generate' && (ex.status === 200 || ex.aborted || ex.outcome === 'shutdown')) {
+      try {
+        ex.usage = estimateUsage(ex);
+      } catch (err) {
+        this.log.error({ err, req: ex.id }, 'estimating usage failed');
+      }
+    }
     for (const plugin of this.donePlugins) {
       try {
         plugin.done!(ex);

@@ -1,20 +1,17 @@
 /**
- * Usage accounting: one record per generation request, queued to the store's batch writer.
- * Usage comes from the upstream; when it never arrived (a cut or aborted stream), it is estimated
- * with the o200k tokenizer (in bounded time, see src/tokens.ts) from the prompt and the output
- * actually delivered, and marked estimated.
+ * Usage accounting: one record per generation request, journaled at once and written to the store
+ * in batches. Usage comes from the upstream; when it never arrived (a cut or aborted stream), the
+ * pipeline has estimated it with the o200k tokenizer (in bounded time, see src/tokens.ts) from the
+ * prompt and the output actually delivered, and marked it estimated.
  */
 import { definePlugin } from '../../src/contracts.js';
 import { costOf } from '../../src/cost.js';
 import { modelRuleNotes } from '../../src/model-rules.js';
-import { estimateUsage } from '../../src/usage-estimate.js';
 
 export default definePlugin(({ store }) => ({
   name: 'usage',
   done(ex) {
     if (ex.endpoint.kind !== 'generate') return;
-    // Estimate only what reached the upstream: a request refused here consumed nothing.
-    if (!ex.usage && ex.upstream && (ex.status === 200 || ex.aborted || ex.outcome === 'shutdown')) ex.usage = estimateUsage(ex);
     const usage = ex.usage;
     const prices = ex.model?.prices;
     store.recordUsage({

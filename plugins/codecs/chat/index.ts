@@ -8,7 +8,7 @@ import { GatewayError } from '../../../src/errors.js';
 import { bearerCredential, openAiErrorBody, readOpenAiError } from '../openai-common.js';
 import { StateKey, type Exchange } from '../../../src/exchange.js';
 import { frameJson } from '../../../src/sse.js';
-import { jsonOrUndefined, parseRequestJson, parseUpstreamJson, withFields } from '../../../src/json-body.js';
+import { jsonOrUndefined, parseRequestJson, parseUpstreamJson, positiveNumber, withFields } from '../../../src/json-body.js';
 import { compileValidator } from '../../../src/validation.js';
 import { checkModelId, lengthOf, partsIn, type RequestCaps, type RequestShape } from '../../../src/request-caps.js';
 import { canonicalToChat, canonicalToChatResponse, chatResponseToCanonical, chatToCanonical, readChatUsage } from './canonical.js';
@@ -93,6 +93,8 @@ const codec: Omit<Codec, 'decode'> = {
     }
     return text;
   },
+
+  requestedOutputTokens: (ex) => positiveNumber(ex.request.max_completion_tokens ?? ex.request.max_tokens),
 
   promptText(ex) {
     const req = ex.request;

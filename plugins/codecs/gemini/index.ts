@@ -7,7 +7,7 @@ import type { ModelConfig } from '../../../src/config.js';
 import { definePlugin, type Codec } from '../../../src/contracts.js';
 import { GatewayError, codeForStatus } from '../../../src/errors.js';
 import type { Exchange } from '../../../src/exchange.js';
-import { jsonOrUndefined, parseRequestJson, parseUpstreamJson, withFields } from '../../../src/json-body.js';
+import { jsonOrUndefined, parseRequestJson, parseUpstreamJson, positiveNumber, withFields } from '../../../src/json-body.js';
 import { frameJson } from '../../../src/sse.js';
 import { checkModelId, echoed, lengthOf, type RequestCaps, type RequestShape } from '../../../src/request-caps.js';
 import { canonicalToGemini, canonicalToGeminiBody, geminiBodyToCanonical, geminiToCanonical, readGeminiUsage } from './canonical.js';
@@ -100,6 +100,8 @@ const codec: Omit<Codec, 'decode'> = {
   },
 
   errorBody,
+
+  requestedOutputTokens: (ex) => positiveNumber(ex.request.generationConfig?.maxOutputTokens),
 
   promptText(ex) {
     const texts: string[] = [];

@@ -5,7 +5,7 @@
 import { definePlugin, type Codec } from '../../../src/contracts.js';
 import { GatewayError } from '../../../src/errors.js';
 import { bearerCredential, openAiErrorBody, readOpenAiError } from '../openai-common.js';
-import { jsonOrUndefined, parseRequestJson, parseUpstreamJson, withFields } from '../../../src/json-body.js';
+import { jsonOrUndefined, parseRequestJson, parseUpstreamJson, positiveNumber, withFields } from '../../../src/json-body.js';
 import { frameJson } from '../../../src/sse.js';
 import type { Exchange } from '../../../src/exchange.js';
 import { checkModelId, lengthOf, partsIn, type RequestCaps, type RequestShape } from '../../../src/request-caps.js';
@@ -49,6 +49,8 @@ const codec: Omit<Codec, 'decode' | 'socket'> = {
   credential: bearerCredential,
 
   errorBody: openAiErrorBody,
+
+  requestedOutputTokens: (ex) => positiveNumber(ex.request.max_output_tokens),
 
   promptText(ex) {
     const req = ex.request;

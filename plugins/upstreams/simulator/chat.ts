@@ -192,12 +192,12 @@ function toolCall(call: PlannedCall): object {
 }
 
 function usage(p: Plan): object {
-  const { inputTokens, outputTokens } = p.usage;
+  const { inputTokens, outputTokens, cachedTokens } = p.usage;
   return {
     prompt_tokens: inputTokens,
     completion_tokens: outputTokens,
     total_tokens: inputTokens + outputTokens,
-    prompt_tokens_details: { cached_tokens: 0 },
+    prompt_tokens_details: { cached_tokens: cachedTokens },
     completion_tokens_details: { reasoning_tokens: 0 },
   };
 }

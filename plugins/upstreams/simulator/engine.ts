@@ -65,7 +65,8 @@ export type ChoicePlan =
 
 export interface Plan {
   choices: ChoicePlan[];
-  usage: { inputTokens: number; outputTokens: number };
+  /** Cached tokens are counted within the input tokens, as the OpenAI families report them. */
+  usage: { inputTokens: number; outputTokens: number; cachedTokens: number };
   timing: { ttftMs: number; tokensPerSecond: number };
   /** `blocked`: the prompt is refused by a (simulated) safety filter; families that have no such answer ignore it. */
   fault: { errorStatus?: number; cutAfter?: number; blocked?: boolean };
@@ -90,6 +91,8 @@ export interface Directives {
   parallel?: number;
   /** `empty_args=1`: a call whose arguments are the empty object sends them as `''`, as some servers do. */
   emptyArgs?: boolean;
+  /** `cached=N`: N of the prompt tokens are reported as read from the prompt cache. */
+  cached?: number;
 }
 
 const DEFAULT_TOKENS = 16;
@@ -138,7 +141,11 @@ export function plan(input: EngineInput): Plan {
   for (let i = 0; i < input.n; i++) choices.push(planChoice(limited, directives, seed + i * 0x9e3779b9, sample));
   return {
     choices,
-    usage: { inputTokens: inputTokens(input.messages), outputTokens: choices.reduce((sum, c) => sum + units(c).length, 0) },
+    usage: {
+      inputTokens: inputTokens(input.messages),
+      outputTokens: choices.reduce((sum, c) => sum + units(c).length, 0),
+      cachedTokens: Math.min(directives.cached ?? 0, inputTokens(input.messages)),
+    },
     timing: { ttftMs: directives.ttftMs, tokensPerSecond: directives.tps },
     fault: { errorStatus: directives.errorStatus, cutAfter: directives.cutAfter, ...(directives.block ? { blocked: true } : {}) },
     wire: { contentType: directives.contentType, ...(directives.noUsage ? { noUsage: true } : {}) },
@@ -175,6 +182,7 @@ export function parseDirectives(text: string): Directives {
       else if (key === 'ttft_ms') out.ttftMs = value;
       else if (key === 'error' && whole && value >= 400 && value <= 599) out.errorStatus = value;
       else if (key === 'cut_after' && whole) out.cutAfter = value;
+      else if (key === 'cached' && whole) out.cached = value;
       else if (key === 'block' && whole) {
         if (value > 0) out.block = true;
         else delete out.block;

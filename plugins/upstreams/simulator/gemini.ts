@@ -253,7 +253,7 @@ function finalResponse(request: GeminiRequest, p: Plan, head: ResponseHead): obj
     return { content: parts.length > 0 ? { role: 'model', parts } : { role: 'model' }, finishReason: FINISH[choice.finishReason], index };
   });
   const thoughtTokens = thoughts.length * p.choices.length;
-  const usageMetadata = usage(p.usage.inputTokens, p.usage.outputTokens, request.thoughts ? thoughtTokens : undefined);
+  const usageMetadata = usage(p.usage, p.usage.outputTokens, request.thoughts ? thoughtTokens : undefined);
   return { candidates, ...(!p.wire.noUsage && { usageMetadata }), ...head };
 }
 
@@ -274,8 +274,9 @@ export function thoughtSignature(choice: { name: string; argumentsJson: string; 
   return createHash('sha256').update(`sim-thought\u0000${choice.name}\u0000${choice.argumentsJson}\u0000${choice.callId}`).digest('base64');
 }
 
-function usage(prompt: number, candidates: number, thoughts: number | undefined): object {
+function usage({ inputTokens: prompt, cachedTokens }: Plan['usage'], candidates: number, thoughts: number | undefined): object {
   const out: Record<string, number> = { promptTokenCount: prompt, candidatesTokenCount: candidates, totalTokenCount: prompt + candidates + (thoughts ?? 0) };
+  if (cachedTokens > 0) out.cachedContentTokenCount = cachedTokens;
   if (thoughts !== undefined && thoughts > 0) out.thoughtsTokenCount = thoughts;
   return out;
 }
@@ -356,7 +357,7 @@ function streamReply(request: GeminiRequest, p: Plan, head: ResponseHead): SimRe
     if (cut && chunks >= cutAfter) break;
     const chunk = {
       candidates: entries.map((e) => ({ content: { role: 'model', parts: e.parts }, ...(e.finishReason ? { finishReason: e.finishReason } : {}), index: e.index })),
-      ...(!p.wire.noUsage && { usageMetadata: usage(p.usage.inputTokens, answerTokens, request.thoughts ? thoughtTokens : undefined) }),
+      ...(!p.wire.noUsage && { usageMetadata: usage(p.usage, answerTokens, request.thoughts ? thoughtTokens : undefined) }),
       ...head,
     };
     const json = JSON.stringify(chunk);

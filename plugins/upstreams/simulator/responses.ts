@@ -166,10 +166,10 @@ class ResponseShape {
   }
 
   final(): object {
-    const { inputTokens } = this.p.usage;
+    const { inputTokens, cachedTokens } = this.p.usage;
     const usage = {
       input_tokens: inputTokens,
-      input_tokens_details: { cached_tokens: 0 },
+      input_tokens_details: { cached_tokens: cachedTokens },
       output_tokens: this.outputTokens,
       output_tokens_details: { reasoning_tokens: this.reasoningTokens },
       total_tokens: inputTokens + this.outputTokens,

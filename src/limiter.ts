@@ -1,0 +1,66 @@
+/**
+ * The Limiter: every limit decision goes through this interface, so one process can keep its
+ * counters in memory (limiter-memory.ts) and many can share them in a store such as Redis, without
+ * the callers changing. docs/architecture.md explains the contract.
+ *
+ * One `acquire` decides for all the scopes an exchange falls under (its key, its group, its model)
+ * at once and all-or-nothing: it takes a concurrency slot, takes a request from each sliding
+ * one-minute window, and reserves the estimated tokens and spend, or takes nothing and says why.
+ * One `settle` per granted lease, when the exchange ends however it ends, replaces the
+ * reservations with what was actually used and frees the slot.
+ */
+import type { BudgetPeriod } from './budget.js';
+import type { Limits, Store } from './store/store.js';
+
+/** One scope an exchange is counted in: `key:ID`, `group:NAME`, `model:ID`. */
+export interface LimitScope {
+  id: string;
+  limits?: Limits;
+  /** A spending limit for the current period: spend from `since` on counts. */
+  budget?: BudgetPeriod;
+}
+
+/** What an exchange asks for at admission, and later what it used. */
+export interface Amounts {
+  tokens: number;
+  cost: number;
+}
+
+/** Where a limiter learns a scope's spend in a period it has not counted itself (the usage records). */
+export type SpendSource = (scope: string, since: number) => Promise<number>;
+
+/** A scope's request and token windows after a decision, for the `x-ratelimit-*` headers. */
+export interface WindowStatus {
+  scope: string;
+  requests?: { limit: number; remaining: number; resetMs: number };
+  tokens?: { limit: number; remaining: number; resetMs: number };
+}
+
+export type Refusal = 'concurrency' | 'requests' | 'tokens' | 'too_large' | 'budget';
+
+export type Decision<L> =
+  | { granted: true; lease: L; windows: WindowStatus[] }
+  | { granted: false; scope: string; reason: Refusal; limit: number; retryAfterMs: number; windows: WindowStatus[] };
+
+export interface Limiter<L = unknown> {
+  /** All or nothing over `scopes`. Answers at once when it can (the memory limiter always can, once a budget's spend is known). */
+  acquire(scopes: LimitScope[], ask: Amounts, now?: number): Decision<L> | Promise<Decision<L>>;
+  /** Exactly once per granted lease: reconciles the reservation with `used` and frees the slot. */
+  settle(lease: L, used: Amounts, now?: number): void | Promise<void>;
+  /** Spend counted in a scope's current budget period (settled plus reserved), when the limiter knows it. */
+  spend?(scope: string, since: number): { spent: number; reserved: number } | undefined;
+  close?(): Promise<void>;
+}
+
+export const WINDOW_MS = 60_000;
+
+/** A scope's spend since a time, from the usage records (the truth a limiter starts from). */
+export function spendInUsage(store: Pick<Store, 'queryUsage'>): SpendSource {
+  return async (scope, since) => {
+    const colon = scope.indexOf(':');
+    const [kind, name] = [scope.slice(0, colon), scope.slice(colon + 1)];
+    const filter = kind === 'key' ? { key: name } : kind === 'group' ? { group: name } : kind === 'model' ? { model: name } : undefined;
+    if (!filter) throw new Error(`no spend is recorded for scope ${scope}`);
+    return (await store.queryUsage({ ...filter, since, limit: 1 })).totals.cost;
+  };
+}

@@ -1,0 +1,280 @@
+/**
+ * Limits and budgets through the real gateway, against the simulator as its own process: exact
+ * 429s under concurrency, slots freed on every ending, request and token windows with
+ * reconciliation, budgets on every route, and the same tokens and cost streamed or not.
+ */
+import t from 'tap';
+import WebSocket from 'ws';
+import { eventually, simulatorUpstreams, startStack } from './helpers.js';
+
+t.setTimeout(120_000);
+
+// One token of any kind costs one unit at these prices (cached input a tenth, reasoning double):
+// costs are easy to check by hand.
+const prices = '{ input: 1000000, cachedInput: 100000, output: 1000000, reasoning: 2000000 }';
+const routing = (simUrl: string) => `${simulatorUpstreams(simUrl)}
+models:
+  - { id: sim-chat, upstream: chat, maxOutputTokens: { default: 64, max: 4096 }, prices: ${prices} }
+  - { id: sim-responses, upstream: responses, maxOutputTokens: { default: 64, max: 4096 }, prices: ${prices} }
+  - { id: sim-gemini, upstream: gemini, maxOutputTokens: { default: 64, max: 4096 }, prices: ${prices} }
+  - { id: sim-guarded, upstream: chat, upstreamModel: sim-chat, maxOutputTokens: { max: 4096 }, limits: { concurrency: 1 } }
+`;
+const { gw } = await startStack(routing);
+
+/** A new group with `fields`, and a key in it. */
+async function keyIn(fields: Record<string, unknown>, keyFields: Record<string, unknown> = {}): Promise<{ key: string; id: string; group: string }> {
+  const group = `g${Math.random().toString(36).slice(2, 10)}`;
+  const created = await gw.admin('POST', '/admin/groups', { name: group, models: ['*'], families: ['chat', 'responses', 'gemini'], ...fields });
+  if (created.status !== 201) throw new Error(JSON.stringify(created.body));
+  const key = await gw.admin('POST', '/admin/keys', { group, ...keyFields });
+  return { key: key.body.key, id: key.body.id, group };
+}
+
+const chat = (key: string, content: string, extra: Record<string, unknown> = {}, signal?: AbortSignal) =>
+  fetch(`${gw.url}/v1/chat/completions`, {
+    method: 'POST',
+    headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
+    body: JSON.stringify({ model: 'sim-chat', messages: [{ role: 'user', content }], ...extra }),
+    signal,
+  });
+
+/** Status and body text of a call, read to the end. */
+const settle = async (res: Promise<Response>) => {
+  const r = await res;
+  return { status: r.status, headers: r.headers, text: await r.text() };
+};
+
+const records = async (filter: string) => (await gw.admin('GET', `/admin/requests?${filter}&limit=1000`)).body.data as any[];
+
+t.test('concurrency 3: of 8 simultaneous streams exactly 5 get a 429 with Retry-After; then the slots are free', async (t) => {
+  const { key } = await keyIn({ limits: { concurrency: 3 } });
+  const all = await Promise.all(Array.from({ length: 8 }, () => settle(chat(key, 'Hello [[sim tokens=20 tps=40]]', { stream: true }))));
+  const refused = all.filter((r) => r.status === 429);
+  t.equal(refused.length, 5, 'exactly N − M refused');
+  t.equal(all.filter((r) => r.status === 200).length, 3);
+  for (const r of refused) {
+    t.ok(Number(r.headers.get('retry-after')) >= 1, 'Retry-After');
+    t.match(JSON.parse(r.text), { error: { type: 'rate_limit_exceeded', code: 'rate_limit_exceeded', message: /Concurrency limit/ } });
+  }
+  const again = await Promise.all(Array.from({ length: 3 }, () => settle(chat(key, 'Again [[sim tokens=5 tps=50]]', { stream: true }))));
+  t.same(again.map((r) => r.status), [200, 200, 200], 'every slot came back');
+});
+
+t.test('a slot is free again after every kind of ending', async (t) => {
+  const { key, id } = await keyIn({ limits: { concurrency: 1 } });
+  const next = async (what: string) => t.equal((await settle(chat(key, 'Next'))).status, 200, `a request passes after ${what}`);
+
+  t.equal((await settle(chat(key, 'Hi'))).status, 200);
+  await next('a success');
+  t.equal((await settle(chat(key, 'Fail [[sim error=500]]'))).status, 502);
+  await next('an upstream error');
+  const cut = await settle(chat(key, 'Cut [[sim tokens=50 cut_after=5]]', { stream: true }));
+  t.equal(cut.status, 200, 'the cut stream had begun');
+  await next('a stream cut by the upstream');
+  t.equal((await settle(chat(key, 'Too long', { max_tokens: 999_999 }))).status, 400, 'refused by the model rules after admission');
+  await next('a refusal after admission');
+
+  const abort = new AbortController();
+  const res = await chat(key, 'Long [[sim tokens=400 tps=50]]', { stream: true }, abort.signal);
+  const reader = res.body!.getReader();
+  await reader.read();
+  abort.abort();
+  await eventually(async () => (await records(`key=${id}`)).some((r) => r.outcome === 'aborted'), 'the aborted record');
+  await next('a client abort');
+});
+
+t.test('rpm 5: the 6th request in a minute gets a 429; a burst of 8 lets exactly 5 through', async (t) => {
+  const { key } = await keyIn({ limits: { rpm: 5 } });
+  const remaining: string[] = [];
+  for (let i = 0; i < 5; i++) {
+    const r = await settle(chat(key, `One ${i}`));
+    t.equal(r.status, 200);
+    remaining.push(r.headers.get('x-ratelimit-remaining-requests')!);
+    t.equal(r.headers.get('x-ratelimit-limit-requests'), '5');
+    t.match(r.headers.get('x-ratelimit-reset-requests'), /^\d+(\.\d+)?(ms|s)$|^\dm/);
+  }
+  t.same(remaining, ['4', '3', '2', '1', '0']);
+  const sixth = await settle(chat(key, 'Six'));
+  t.equal(sixth.status, 429);
+  t.ok(Number(sixth.headers.get('retry-after')) >= 50, 'wait until the oldest request leaves the window');
+  t.match(JSON.parse(sixth.text).error, { code: 'rate_limit_exceeded', message: /5 requests per minute/ });
+
+  const burst = await keyIn({}, { limits: { rpm: 5 } });
+  const all = await Promise.all(Array.from({ length: 8 }, (_, i) => settle(chat(burst.key, `Burst ${i}`))));
+  t.equal(all.filter((r) => r.status === 200).length, 5, 'a key-level limit, exactly R pass');
+});
+
+t.test('tpm: the reservation is prompt plus output ceiling, reconciled with the real usage at the end', async (t) => {
+  const { key } = await keyIn({ limits: { tpm: 1000 } });
+  const first = chat(key, 'Slow [[sim tokens=10 tps=20]]', { max_tokens: 600, stream: true });
+  const firstRes = await first;
+  const reserved = 1000 - Number(firstRes.headers.get('x-ratelimit-remaining-tokens'));
+  t.ok(reserved > 600 && reserved < 700, `the first reserved its prompt and 600 output tokens (${reserved})`);
+  const second = await settle(chat(key, 'Meanwhile', { max_tokens: 600 }));
+  t.equal(second.status, 429, 'a second reservation does not fit beside it');
+  t.match(JSON.parse(second.text).error.message, /1000 tokens per minute/);
+  await firstRes.text();
+  // Reconciled: the first used ~20 tokens, so 600 more fit now.
+  const third = await eventually(async () => {
+    const r = await settle(chat(key, 'After', { max_tokens: 600 }));
+    return r.status === 200 ? r : undefined;
+  }, 'the reconciled window');
+  const left = Number(third.headers.get('x-ratelimit-remaining-tokens'));
+  t.ok(left > 300, `after reconciling, the window holds the first's real tokens, not its reservation (${left} left)`);
+  const huge = await settle(chat(key, 'Huge', { max_tokens: 2000 }));
+  t.equal(huge.status, 429);
+  t.match(JSON.parse(huge.text).error.message, /Request too large/);
+});
+
+t.test('a model limit holds across keys', async (t) => {
+  const a = await keyIn({});
+  const b = await keyIn({});
+  const call = (key: string) =>
+    settle(
+      fetch(`${gw.url}/v1/chat/completions`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
+        body: JSON.stringify({ model: 'sim-guarded', stream: true, messages: [{ role: 'user', content: 'Hi [[sim tokens=10 tps=20]]' }] }),
+      }),
+    );
+  const [ra, rb] = await Promise.all([call(a.key), call(b.key)]);
+  t.same([ra.status, rb.status].sort(), [200, 429]);
+  t.match(JSON.parse((ra.status === 429 ? ra : rb).text).error.message, /model:sim-guarded/);
+});
+
+/** Every route a client can take, each as a call returning status and body. */
+function routes(key: string) {
+  const post = (path: string, body: unknown, headers: Record<string, string> = {}) =>
+    settle(fetch(gw.url + path, { method: 'POST', headers: { 'content-type': 'application/json', ...headers, authorization: `Bearer ${key}` }, body: JSON.stringify(body) }));
+  const gemini = (model: string) =>
+    settle(
+      fetch(`${gw.url}/v1beta/models/${model}:generateContent`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', 'x-goog-api-key': key },
+        body: JSON.stringify({ contents: [{ role: 'user', parts: [{ text: 'Hi' }] }] }),
+      }),
+    );
+  return {
+    'chat passthrough': () => post('/v1/chat/completions', { model: 'sim-chat', messages: [{ role: 'user', content: 'Hi' }] }),
+    'chat translated': () => post('/v1/chat/completions', { model: 'sim-gemini', messages: [{ role: 'user', content: 'Hi' }] }),
+    'responses passthrough': () => post('/v1/responses', { model: 'sim-responses', input: 'Hi' }),
+    'responses bridged': () => post('/v1/responses', { model: 'sim-chat', input: 'Hi', stream: true }),
+    'gemini passthrough': () => gemini('sim-gemini'),
+    'gemini translated': () => gemini('sim-chat'),
+    'responses websocket': () => socketTurn(key, { model: 'sim-responses', input: 'Hi' }),
+  };
+}
+
+/** One Responses WebSocket turn: its terminal event, with status 200 for a response and 0 for an error event. */
+async function socketTurn(key: string, body: Record<string, unknown>): Promise<{ status: number; text: string }> {
+  const ws = new WebSocket(`${gw.url.replace('http', 'ws')}/v1/responses`, { headers: { authorization: `Bearer ${key}` } });
+  await new Promise((resolve, reject) => (ws.once('open', resolve), ws.once('error', reject)));
+  const end = new Promise<any>((resolve) =>
+    ws.on('message', (m) => {
+      const e = JSON.parse(m.toString());
+      if (/^(response\.(completed|incomplete|failed)|error)$/.test(e.type)) resolve(e);
+    }),
+  );
+  ws.send(JSON.stringify({ type: 'response.create', ...body }));
+  const e = await end;
+  ws.close();
+  return { status: e.type === 'error' ? 0 : 200, text: JSON.stringify(e) };
+}
+
+t.test('a group budget used up stops the next request on every route, passthrough and translated, HTTP and WebSocket', async (t) => {
+  // One request costs a few dozen units: the first one uses the budget up.
+  const { key, group } = await keyIn({ budget: { amount: 5, period: 'day' } });
+  t.equal((await settle(chat(key, 'Spend it'))).status, 200, 'within budget');
+  const listed = (await gw.admin('GET', '/admin/groups')).body.data.find((g: any) => g.name === group);
+  t.match(listed.spend, { period: 'day', remaining: 0 });
+  t.ok(listed.spend.spent > 5, `the spend is shown (${listed.spend.spent})`);
+  for (const [name, call] of Object.entries(routes(key))) {
+    const r = await call();
+    const body = JSON.parse(r.text);
+    t.equal(r.status, name === 'responses websocket' ? 0 : 429, `${name}: refused`);
+    if (name.startsWith('gemini')) t.match(body.error, { code: 429, status: 'RESOURCE_EXHAUSTED' }, name);
+    else if (name === 'responses websocket') t.match(body, { type: 'error', error: { code: 'insufficient_quota' } }, name);
+    else t.match(body.error, { type: 'insufficient_quota', code: 'insufficient_quota' }, name);
+  }
+});
+
+t.test('a key budget stops that key only; an unlimited key of the same group goes on', async (t) => {
+  const { key, group } = await keyIn({}, { budget: { amount: 1, period: 'month' } });
+  const other = (await gw.admin('POST', '/admin/keys', { group })).body.key;
+  t.equal((await settle(chat(key, 'Spend'))).status, 200);
+  const refused = await settle(chat(key, 'More'));
+  t.equal(refused.status, 429);
+  t.ok(Number(refused.headers.get('retry-after')) > 0, 'Retry-After: until the month ends');
+  t.equal((await settle(chat(other, 'Mine'))).status, 200);
+  // Raised budget: the key works again at once (admin writes clear the cache).
+  const id = (await gw.admin('GET', '/admin/keys')).body.data.find((k: any) => k.spend && k.group === group).id;
+  await gw.admin('PATCH', `/admin/keys/${id}`, { budget: { amount: 1000, period: 'month' } });
+  t.equal((await settle(chat(key, 'Again'))).status, 200);
+});
+
+t.test('a WebSocket turn holds its slot while it generates, not while the socket idles; a refused turn leaves the socket open', async (t) => {
+  const { key } = await keyIn({ limits: { concurrency: 1 } });
+  const ws = new WebSocket(`${gw.url.replace('http', 'ws')}/v1/responses`, { headers: { authorization: `Bearer ${key}` } });
+  const events: any[] = [];
+  ws.on('message', (m) => events.push(JSON.parse(m.toString())));
+  await new Promise((resolve, reject) => (ws.once('open', resolve), ws.once('error', reject)));
+  const send = (lane: string, input: string) => ws.send(JSON.stringify({ type: 'response.create', model: 'sim-responses', stream_id: lane, input }));
+  const ended = (lane: string) =>
+    eventually(() => events.find((e) => (e.stream_id ?? '') === lane && /^(response\.completed|error)$/.test(e.type)), `lane ${lane}`);
+  send('a', 'Long [[sim tokens=20 tps=40]]');
+  await eventually(() => events.some((e) => e.stream_id === 'a'), 'lane a started');
+  send('b', 'Meanwhile');
+  t.match(await ended('b'), { type: 'error', error: { code: 'rate_limit_exceeded' } }, 'the second lane is refused while the first generates');
+  t.match(await ended('a'), { type: 'response.completed' });
+  // An idle open socket holds nothing: an HTTP request of the same key passes.
+  t.equal((await settle(chat(key, 'HTTP meanwhile'))).status, 200);
+  send('c', 'Later');
+  t.match(await ended('c'), { type: 'response.completed' }, 'the socket stayed open and serves the next turn');
+  ws.close();
+});
+
+t.test('streamed and not, every family on every upstream kind: the same tokens and the same cost', async (t) => {
+  const { key, id } = await keyIn({});
+  const prompt = 'Count the costs. [[sim tokens=12 cached=4]]';
+  const calls: Record<string, (stream: boolean) => Promise<unknown>> = {};
+  for (const model of ['sim-chat', 'sim-responses', 'sim-gemini']) {
+    const headers = { authorization: `Bearer ${key}`, 'x-goog-api-key': key, 'content-type': 'application/json' };
+    calls[`chat on ${model}`] = (stream) =>
+      settle(fetch(`${gw.url}/v1/chat/completions`, { method: 'POST', headers, body: JSON.stringify({ model, stream, messages: [{ role: 'user', content: prompt }] }) }));
+    calls[`responses on ${model}`] = (stream) =>
+      settle(fetch(`${gw.url}/v1/responses`, { method: 'POST', headers, body: JSON.stringify({ model, stream, input: prompt }) }));
+    calls[`gemini on ${model}`] = (stream) =>
+      settle(
+        fetch(`${gw.url}/v1beta/models/${model}:${stream ? 'streamGenerateContent?alt=sse' : 'generateContent'}`, {
+          method: 'POST',
+          headers,
+          body: JSON.stringify({ contents: [{ role: 'user', parts: [{ text: prompt }] }] }),
+        }),
+      );
+  }
+  for (const call of Object.values(calls)) {
+    await call(false);
+    await call(true);
+  }
+  const stored = await eventually(async () => {
+    const r = await records(`key=${id}`);
+    return r.length === 18 ? r : undefined;
+  }, '18 records');
+  for (const family of ['chat', 'responses', 'gemini']) {
+    for (const model of ['sim-chat', 'sim-responses', 'sim-gemini']) {
+      const pair = stored.filter((r) => r.family === family && r.model === model);
+      const [plain, streamed] = [pair.find((r) => !r.streamed), pair.find((r) => r.streamed)];
+      const name = `${family} on ${model}`;
+      t.ok(plain && streamed, `${name}: both records`);
+      const fields = ({ promptTokens, completionTokens, cachedInputTokens, reasoningTokens, cost, estimated }: any) => ({
+        promptTokens, completionTokens, cachedInputTokens, reasoningTokens, cost, estimated,
+      });
+      t.same(fields(streamed), fields(plain), `${name}: same tokens and cost`);
+      t.equal(plain.cachedInputTokens, 4, `${name}: cached tokens reported`);
+      t.equal(plain.estimated, false);
+      const reasoning = plain.reasoningTokens ?? 0;
+      const expected = (plain.promptTokens - 4) * 1 + 4 * 0.1 + (plain.completionTokens - reasoning) * 1 + reasoning * 2;
+      t.equal(plain.cost, Math.round(expected * 1e9) / 1e9, `${name}: cost by the formula`);
+    }
+  }
+});
