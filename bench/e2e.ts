@@ -3,7 +3,7 @@
  * run, each in its own process, so the figures that matter are the ratios Sluice/direct.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -151,7 +151,8 @@ export async function runE2e(): Promise<Record<string, string>[]> {
         `  responses: { kind: openai-responses, baseUrl: "${simUrl}/v1" }`,
         `  gemini: { kind: gemini, baseUrl: "${simUrl}/v1beta" }`,
         'models:',
-        '  - { id: sim-chat, upstream: chat }',
+        // Priced, so a budget's reservation and reconciliation do their real work in the limits row.
+        '  - { id: sim-chat, upstream: chat, prices: { input: 2.5, cachedInput: 1.25, output: 10 } }',
         '  - { id: sim-responses, upstream: responses }',
         '  - { id: sim-gemini, upstream: gemini }',
       ].join('\n'),
@@ -194,9 +195,49 @@ export async function runE2e(): Promise<Record<string, string>[]> {
         rows.at(-1)!['sluice/direct'] += `; vs passthrough ${(g.reqPerSec / passthrough.get(s.family)!.reqPerSec).toFixed(2)}`;
       }
     }
+    rows.push(...(await limiterCost(gatewayUrl!, dataDir, key!)));
     return rows;
   } finally {
     for (const p of procs) p.kill('SIGTERM');
     rmSync(dataDir, { recursive: true, force: true });
   }
+}
+
+/**
+ * What the limiter costs on the hot path: the short chat request with a key whose group has every
+ * kind of limit (rpm, tpm with its tokenizer estimate, concurrency, a budget with its priced
+ * reservation), against the unlimited demo key, in alternating rounds.
+ */
+async function limiterCost(gatewayUrl: string, dataDir: string, demoKey: string): Promise<Record<string, string>[]> {
+  const admin = (path: string, body: unknown) =>
+    fetch(gatewayUrl + path, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${readFileSync(join(dataDir, 'admin-token'), 'utf8').trim()}`, 'content-type': 'application/json' },
+      body: JSON.stringify(body),
+    }).then((r) => r.json() as Promise<Record<string, any>>);
+  const limits = { rpm: 10_000_000, tpm: 1_000_000_000, concurrency: 100_000 };
+  await admin('/admin/groups', { name: 'bench-limited', models: ['*'], families: ['chat'], limits, budget: { amount: 1e9, period: 'month' } });
+  const limitedKey = (await admin('/admin/keys', { group: 'bench-limited' })).key as string;
+  const s = scenarios[0]!;
+  const { path, body } = requestFor('chat', 'sim-chat', s);
+  const load = (key: string): Load => ({ url: gatewayUrl + path, headers: authFor('chat', key), body, requests: s.requests, concurrency: s.concurrency });
+  const rounds: Record<'off' | 'on', LoadResult[]> = { off: [], on: [] };
+  for (let round = 0; round < 3; round++) {
+    rounds.off.push(await runLoad(load(demoKey)));
+    rounds.on.push(await runLoad(load(limitedKey)));
+  }
+  const best = (rs: LoadResult[]) => rs.reduce((a, b) => (b.reqPerSec > a.reqPerSec ? b : a));
+  const [off, on] = [best(rounds.off), best(rounds.on)];
+  const row = (name: string, r: LoadResult, ratio = '') => ({
+    scenario: `${s.name}, limits ${name}`,
+    path: 'sluice',
+    'req/s': r.reqPerSec.toFixed(0),
+    'p50 ms': r.p50Ms.toFixed(2),
+    'p99 ms': r.p99Ms.toFixed(2),
+    'ttfb ms': r.ttfbMs.toFixed(2),
+    'frames/s': '-',
+    'MB/s': r.mbPerSec.toFixed(1),
+    'sluice/direct': ratio,
+  });
+  return [row('off', off), row('on (rpm, tpm, concurrency, budget)', on, `limits on/off req/s ${(on.reqPerSec / off.reqPerSec).toFixed(2)}`)];
 }

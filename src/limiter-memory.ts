@@ -157,7 +157,7 @@ export class MemoryLimiter implements Limiter<MemoryLease> {
       spend.reserved -= cost;
       spend.spent += used.cost;
     }
-    for (const state of lease.states) this.forgetIfIdle(state);
+    for (const state of lease.states) this.forgetIfIdle(state, now);
   }
 
   spend(scope: string, since: number): { spent: number; reserved: number } | undefined {
@@ -171,8 +171,8 @@ export class MemoryLimiter implements Limiter<MemoryLease> {
     return state;
   }
 
-  private forgetIfIdle(state: ScopeState): void {
-    state.prune(Date.now());
+  private forgetIfIdle(state: ScopeState, now: number): void {
+    state.prune(now);
     if (state.idle && this.scopes.get(state.id) === state) this.scopes.delete(state.id);
   }
 }
