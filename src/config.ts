@@ -9,6 +9,7 @@ import { parse as parseYaml } from 'yaml';
 import { parseAddressRange } from './trusted-proxies.js';
 import { defaultRequestCaps, type RequestCaps } from './request-caps.js';
 import type { Limits } from './store/store.js';
+import type { BreakerPolicy, RetryPolicy } from './channels/policy.js';
 
 export interface ModelFeatures {
   tools: boolean;
@@ -96,6 +97,12 @@ export interface ModelConfig {
 export interface UpstreamConfig {
   /** Which upstream plugin serves this channel (e.g. `openai-chat`, `simulator`). */
   kind: string;
+  /** Deadlines of one call (HTTP upstreams): connect, first byte, idle between chunks, total. */
+  timeouts?: { connectMs?: number; firstByteMs?: number; idleMs?: number; totalMs?: number };
+  /** Failover after a call to this upstream failed (src/channels/policy.ts has the defaults). */
+  retry?: Partial<RetryPolicy>;
+  /** Circuit breaking of each model channel on this upstream. */
+  breaker?: Partial<BreakerPolicy>;
   [option: string]: unknown;
 }
 
@@ -269,7 +276,34 @@ const schema = {
       additionalProperties: {
         type: 'object',
         required: ['kind'],
-        properties: { kind: { type: 'string', minLength: 1 } },
+        properties: {
+          kind: { type: 'string', minLength: 1 },
+          timeouts: {
+            type: 'object',
+            additionalProperties: false,
+            properties: Object.fromEntries(['connectMs', 'firstByteMs', 'idleMs', 'totalMs'].map((k) => [k, { type: 'integer', minimum: 1 }])),
+          },
+          retry: {
+            type: 'object',
+            additionalProperties: false,
+            properties: {
+              attempts: { type: 'integer', minimum: 1, maximum: 10 },
+              backoffMs: { type: 'integer', minimum: 0 },
+              maxRetryAfterSeconds: { type: 'number', minimum: 0 },
+            },
+          },
+          breaker: {
+            type: 'object',
+            additionalProperties: false,
+            properties: {
+              failures: { type: 'integer', minimum: 1 },
+              errorRate: { type: 'number', exclusiveMinimum: 0, maximum: 1 },
+              windowSeconds: { type: 'integer', minimum: 1, maximum: 3600 },
+              minRequests: { type: 'integer', minimum: 1 },
+              coolDownSeconds: { type: 'number', exclusiveMinimum: 0 },
+            },
+          },
+        },
       },
     },
     models: {

@@ -10,10 +10,14 @@ import { adminRoutes } from './admin/http.js';
 import { AdminService } from './admin/service.js';
 import { Sessions } from './admin/sessions.js';
 import { resolveAdminToken } from './admin/token.js';
-import type { Config, ModelConfig } from './config.js';
+import { loadConfig, type Config, type LoadOptions, type ModelConfig } from './config.js';
 import type { BootContext, Codec, JsonHandler, Plugin, PluginFactory, Upstream, UpstreamFactory } from './contracts.js';
+import { ChannelTable } from './channels/table.js';
 import { Pipeline } from './pipeline.js';
+import { Reloader, Retirements, type ReloadOutcome } from './reload.js';
 import { startServer } from './server.js';
+import { MemoryLimiter } from './limiter-memory.js';
+import { spendInUsage } from './limiter.js';
 import { CachedStore } from './store/cache.js';
 import { JournaledStore, type JournalOptions } from './store/journal.js';
 import { SqliteStore } from './store/sqlite.js';
@@ -26,6 +30,8 @@ export interface Loaded {
   upstreams: Map<string, Upstream>;
   /** Extra HTTP routes by path prefix (the console). */
   routes: Record<string, JsonHandler>;
+  /** Builds upstream `name` of `config` with the kinds the plugins provided: at start and on every reload. */
+  makeUpstream(config: Config, name: string): Upstream;
 }
 
 const pluginName = /^[a-z0-9-]+(\/[a-z0-9-]+)*$/;
@@ -39,9 +45,11 @@ export async function loadPlugins(config: Config, store: CachedStore, log: Logge
   const codecs: Codec[] = [];
   const kinds = new Map<string, UpstreamFactory>();
   const routes: Record<string, JsonHandler> = {};
-  const context = (name: string, options: Record<string, unknown>): BootContext => ({
-    config,
+  const limiter = new MemoryLimiter(spendInUsage(store));
+  const context = (name: string, options: Record<string, unknown>, current = config): BootContext => ({
+    config: current,
     store,
+    limiter,
     log: log.child({ plugin: name }),
     options,
     addCodec: (codec) => codecs.push(codec),
@@ -60,19 +68,25 @@ export async function loadPlugins(config: Config, store: CachedStore, log: Logge
     plugins.push(await factory(context(entry.name, entry.options)));
   }
 
-  const upstreams = new Map<string, Upstream>();
-  for (const [name, { kind, ...options }] of Object.entries(config.upstreams)) {
+  const makeUpstream = (current: Config, name: string): Upstream => {
+    const { kind, ...options } = current.upstreams[name]!;
     const make = kinds.get(kind);
     if (!make) throw new Error(`upstreams.${name}.kind: no loaded plugin provides "${kind}" (available: ${[...kinds.keys()].join(', ') || 'none'})`);
-    upstreams.set(name, make(name, options, context(`upstream ${name}`, options)));
-  }
-  for (const model of config.models) {
+    return make(name, options, context(`upstream ${name}`, options, current));
+  };
+  const upstreams = new Map(Object.keys(config.upstreams).map((name) => [name, makeUpstream(config, name)]));
+  resolveModels(config.models, upstreams, codecs);
+  return { plugins, codecs, upstreams, routes, makeUpstream };
+}
+
+/** Records on each model which families it serves and how; throws when its channels speak different families. */
+export function resolveModels(models: ModelConfig[], upstreams: Map<string, Upstream>, codecs: Codec[]): void {
+  for (const model of models) {
     const family = upstreams.get(model.upstream)!.family;
     const other = model.channels.find((c) => upstreams.get(c.upstream)!.family !== family);
     if (other) throw new Error(`models.${model.id}.channels: every channel must speak one family (${model.upstream} speaks ${family}, ${other.upstream} ${upstreams.get(other.upstream)!.family})`);
     resolveFamilies(model, family, codecs);
   }
-  return { plugins, codecs, upstreams, routes };
 }
 
 function resolveFamilies(model: ModelConfig, upstreamFamily: string, codecs: Codec[]): void {
@@ -93,9 +107,11 @@ export async function openStore(dataDir: string, journal: JournalOptions = { own
 }
 
 export function adminService(store: CachedStore, config: Config, loaded: Loaded): AdminService {
-  const channels = [...loaded.upstreams.values()].map((u) => ({ name: u.name, kind: config.upstreams[u.name]!.kind, family: u.family }));
-  return new AdminService(store, config.models, channels, loaded.codecs.map((c) => c.family));
+  return new AdminService(store, config.models, channelInfo(config, loaded.upstreams), loaded.codecs.map((c) => c.family));
 }
+
+const channelInfo = (config: Config, upstreams: Map<string, Upstream>) =>
+  [...upstreams.values()].map((u) => ({ name: u.name, kind: config.upstreams[u.name]!.kind, family: u.family }));
 
 export interface Gateway {
   port: number;
@@ -103,10 +119,13 @@ export interface Gateway {
   adminToken: string;
   /** Set only on the first start: shown once, never stored. */
   firstStart?: { demoKey: string };
+  /** Reads the config file again and applies it (SIGHUP, POST /admin/reload); `via` names who asked. */
+  reload(via: string): ReloadOutcome;
   shutdown(): Promise<void>;
 }
 
-export async function startGateway(config: Config, log: Logger): Promise<Gateway> {
+/** `source` is how `config` was loaded: a reload loads it the same way again. */
+export async function startGateway(config: Config, log: Logger, source: LoadOptions = {}): Promise<Gateway> {
   const store = await openStore(config.dataDir, { owner: true, fsync: config.usage.journalFsync, log });
   let loaded: Loaded;
   let adminToken: string;
@@ -119,19 +138,33 @@ export async function startGateway(config: Config, log: Logger): Promise<Gateway
   }
   const { plugins, codecs, upstreams } = loaded;
 
+  const retirements = new Retirements(log);
   const models = new Map<string, ModelConfig>(config.models.map((m) => [m.id, m]));
   const pipeline = new Pipeline({
-    plugins,
-    routing: { models, upstreams },
+    plugins: [...plugins, retirements.plugin],
+    routing: { models, upstreams, channels: new ChannelTable(config.models, config.upstreams, upstreams) },
     codecs: new Map(codecs.map((c) => [c.family, c])),
     log,
     maxUpstreamBodyBytes: config.server.maxUpstreamBodyBytes,
     maxEventBytes: config.server.maxEventBytes,
   });
+  const admin = adminService(store, config, loaded);
+  admin.upstreamReport = () => pipeline.currentRouting().channels.report();
+  const reloader = new Reloader({
+    load: () => loadConfig(source),
+    config,
+    upstreams,
+    makeUpstream: loaded.makeUpstream,
+    resolveModels: (models, upstreams) => resolveModels(models, upstreams, codecs),
+    pipeline,
+    retirements,
+    applied: (next, upstreams) => admin.reconfigure(next.models, channelInfo(next, upstreams)),
+    log,
+  });
   const release = async () => {
     try {
       for (const plugin of plugins) await plugin.close?.();
-      await Promise.all([...upstreams.values()].map((u) => u.close?.()));
+      await reloader.closeAll();
     } finally {
       await store.close();
     }
@@ -144,7 +177,14 @@ export async function startGateway(config: Config, log: Logger): Promise<Gateway
       limits: config.server,
       codecs,
       pipeline,
-      jsonRoutes: { ...loaded.routes, '/admin/': adminRoutes(adminService(store, config, loaded), new Sessions(adminToken), { proxies: new TrustedProxies(config.server.trustedProxies), allowedOrigins: config.admin.allowedOrigins }) },
+      jsonRoutes: {
+        ...loaded.routes,
+        '/admin/': adminRoutes(admin, new Sessions(adminToken), {
+          proxies: new TrustedProxies(config.server.trustedProxies),
+          allowedOrigins: config.admin.allowedOrigins,
+          reload: (actor) => reloader.reload(actor),
+        }),
+      },
       log,
     });
   } catch (err) {
@@ -166,6 +206,7 @@ export async function startGateway(config: Config, log: Logger): Promise<Gateway
     store,
     adminToken,
     firstStart,
+    reload: (via) => reloader.reload(via),
     shutdown: () =>
       (closing ??= (async () => {
         await server.drain(config.server.shutdownTimeoutMs);

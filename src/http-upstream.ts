@@ -1,7 +1,8 @@
 /**
- * An upstream reached over HTTP: an undici pool with keep-alive and connect, first-byte and idle
- * timeouts, shared by the upstream plugins that differ only in wire family and auth header. Calls
- * beyond the pool's connections wait in a bounded queue for a bounded time, then get a 503.
+ * An upstream reached over HTTP: an undici pool with keep-alive and four deadlines per call
+ * (connect, first byte, idle between chunks, total), shared by the upstream plugins that differ
+ * only in wire family and auth header. Calls beyond the pool's connections wait in a bounded queue
+ * for a bounded time, then get a 503.
  */
 import { Pool } from 'undici';
 import type { ResponseSink, Upstream, UpstreamCall, UpstreamRequest } from './contracts.js';
@@ -16,8 +17,22 @@ export interface HttpUpstreamOptions {
   queueTimeoutMs?: number;
   /** How many calls may wait for a connection (default 4 × connections). */
   maxQueue?: number;
-  timeouts?: { connectMs?: number; firstByteMs?: number; idleMs?: number };
+  timeouts?: Partial<Timeouts>;
 }
+
+/** A call's deadlines, in milliseconds; each failure names the one that fired. */
+export interface Timeouts {
+  /** Until the TCP (and TLS) connection is up. */
+  connectMs: number;
+  /** From sending the request until the answer's status and headers. */
+  firstByteMs: number;
+  /** Between two chunks of the answer. */
+  idleMs: number;
+  /** The whole call, from sending (or queueing) to the answer's last byte. */
+  totalMs: number;
+}
+
+export const defaultTimeouts: Timeouts = { connectMs: 10_000, firstByteMs: 120_000, idleMs: 120_000, totalMs: 1_800_000 };
 
 function readOptions(name: string, raw: Record<string, unknown>): HttpUpstreamOptions {
   const o = raw as Partial<HttpUpstreamOptions>;
@@ -34,12 +49,29 @@ function readOptions(name: string, raw: Record<string, unknown>): HttpUpstreamOp
   return o as HttpUpstreamOptions;
 }
 
+const timeoutByCode: Record<string, keyof Timeouts> = {
+  UND_ERR_CONNECT_TIMEOUT: 'connectMs',
+  UND_ERR_HEADERS_TIMEOUT: 'firstByteMs',
+  UND_ERR_BODY_TIMEOUT: 'idleMs',
+};
+
+const timeoutWhat: Record<keyof Timeouts, string> = {
+  connectMs: 'did not accept a connection',
+  firstByteMs: 'sent no first byte',
+  idleMs: 'sent nothing more',
+  totalMs: 'did not finish its answer',
+};
+
+/** A deadline fired: the message says which, and `param` names its option (`timeouts.firstByteMs`). */
+export function timeoutError(upstream: string, which: keyof Timeouts, ms: number): GatewayError {
+  return new GatewayError('upstream_timeout', `Upstream \`${upstream}\` ${timeoutWhat[which]} within ${ms} ms (timeouts.${which}).`, `timeouts.${which}`);
+}
+
 /** Maps a transport failure to the gateway's terms: refused → 503, timed out → 504, else 502. */
-export function transportError(upstream: string, err: Error & { code?: string }): GatewayError {
+export function transportError(upstream: string, err: Error & { code?: string }, timeouts: Timeouts): GatewayError {
   const code = err.code ?? (err.cause as { code?: string } | undefined)?.code;
-  if (code === 'UND_ERR_CONNECT_TIMEOUT' || code === 'UND_ERR_HEADERS_TIMEOUT' || code === 'UND_ERR_BODY_TIMEOUT') {
-    return new GatewayError('upstream_timeout', `Upstream \`${upstream}\` timed out (${code}).`);
-  }
+  const which = code && timeoutByCode[code];
+  if (which) return timeoutError(upstream, which, timeouts[which]);
   if (code === 'ECONNREFUSED' || code === 'ENOTFOUND' || code === 'EHOSTUNREACH' || code === 'EAI_AGAIN') {
     return new GatewayError('upstream_unavailable', `Upstream \`${upstream}\` is unreachable (${code}).`);
   }
@@ -56,13 +88,13 @@ export function createHttpUpstream(kind: HttpUpstreamKind, name: string, raw: Re
   const options = readOptions(name, raw);
   const url = new URL(options.baseUrl);
   const basePath = url.pathname.replace(/\/+$/, '');
-  const timeouts = options.timeouts ?? {};
+  const timeouts: Timeouts = { ...defaultTimeouts, ...options.timeouts };
   const connections = options.connections ?? 256;
   const pool = new Pool(url.origin, {
     connections,
-    connectTimeout: timeouts.connectMs ?? 10_000,
-    headersTimeout: timeouts.firstByteMs ?? 120_000,
-    bodyTimeout: timeouts.idleMs ?? 120_000,
+    connectTimeout: timeouts.connectMs,
+    headersTimeout: timeouts.firstByteMs,
+    bodyTimeout: timeouts.idleMs,
     keepAliveTimeout: 30_000,
   });
   const fixedHeaders: Record<string, string> = { ...options.headers };
@@ -76,21 +108,21 @@ export function createHttpUpstream(kind: HttpUpstreamKind, name: string, raw: Re
       {
         onRequestStart(c) {
           call.controller = c;
-          if (call.aborted) c.abort(new Error('client went away'));
+          if (call.stopped) c.abort(new Error('call stopped'));
         },
         onResponseStart(_c, status, headers) {
-          sink.start(status, headers);
+          if (!call.stopped) sink.start(status, headers);
         },
         onResponseData(c, chunk) {
-          if (!sink.data(chunk)) c.pause();
+          if (!call.stopped && !sink.data(chunk)) c.pause();
         },
         onResponseEnd() {
           gate.release(call);
-          sink.end();
+          if (call.settle()) sink.end();
         },
         onResponseError(_c, err) {
           gate.release(call);
-          if (!call.aborted) sink.error(transportError(name, err));
+          if (call.settle()) sink.error(transportError(name, err, timeouts));
         },
       },
     );
@@ -101,6 +133,7 @@ export function createHttpUpstream(kind: HttpUpstreamKind, name: string, raw: Re
     family: kind.family,
     send(req, sink) {
       const call = new HttpCall(req, sink, gate);
+      call.deadline = setTimeout(() => call.fail(timeoutError(name, 'totalMs', timeouts.totalMs)), timeouts.totalMs);
       gate.admit(call, dispatch);
       return call;
     },
@@ -111,9 +144,12 @@ export function createHttpUpstream(kind: HttpUpstreamKind, name: string, raw: Re
 /** One call to an HTTP upstream: waiting for a connection, or dispatched. */
 class HttpCall implements UpstreamCall {
   controller: { pause(): void; resume(): void; abort(reason: Error): void } | undefined;
-  aborted = false;
+  /** The sink has heard the end (or the client left): nothing more reaches it. */
+  stopped = false;
   /** Set while the call waits for a connection. */
   waiting: NodeJS.Timeout | undefined;
+  /** The total deadline. */
+  deadline: NodeJS.Timeout | undefined;
 
   constructor(
     readonly req: UpstreamRequest,
@@ -129,11 +165,30 @@ class HttpCall implements UpstreamCall {
     this.controller?.resume();
   }
 
+  /** The client went away. */
   abort(): void {
-    if (this.aborted) return;
-    this.aborted = true;
+    if (this.settle()) this.stopTransport();
+  }
+
+  /** The call fails now (a deadline, a full queue): the sink hears it at once, undici stops as soon as it can. */
+  fail(err: GatewayError): void {
+    if (!this.settle()) return;
+    this.stopTransport();
+    this.sink.error(err);
+  }
+
+  /** Marks the call over for its sink; false when it already was. */
+  settle(): boolean {
+    if (this.stopped) return false;
+    this.stopped = true;
+    clearTimeout(this.deadline);
+    return true;
+  }
+
+  /** A waiting call leaves the queue; a dispatched one is aborted (undici then frees its connection). */
+  private stopTransport(): void {
     if (this.waiting) this.gate.release(this);
-    this.controller?.abort(new Error('client went away'));
+    this.controller?.abort(new Error('call stopped'));
   }
 }
 
@@ -192,6 +247,6 @@ class ConnectionGate {
 
   private refuse(call: HttpCall, message: string): void {
     // Never from inside send(): the caller has not got the call object yet.
-    queueMicrotask(() => call.sink.error(new GatewayError('upstream_busy', message, null, undefined, undefined, 1)));
+    queueMicrotask(() => call.fail(new GatewayError('upstream_busy', message, null, undefined, undefined, 1)));
   }
 }

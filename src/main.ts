@@ -1,33 +1,45 @@
 #!/usr/bin/env node
 /**
- * The command line: `serve` runs the gateway; `groups`, `keys` and `usage` manage the data
- * directory directly, with the same rules as the admin API.
+ * The command line: `serve` runs the gateway; `groups`, `keys`, `usage` and the rest work on the
+ * data directory and the config file directly, with the same rules as the admin API.
  */
 import { userInfo } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { AdminError } from './admin/service.js';
 import { ConfigError, loadConfig, type Config } from './config.js';
-import { adminService, loadPlugins, openStore, startGateway, type Gateway } from './gateway.js';
+import { adminService, loadPlugins, openStore, startGateway, type Gateway, type Loaded } from './gateway.js';
 import { createLogger } from './log.js';
+import type { Budget, Limits } from './store/store.js';
 
 const usage = `Usage: sluice <command> [options]
 
   serve                                   run the gateway (default)
-  groups list
-  groups create NAME --models a,b|* --families chat,...
-  groups update NAME [--rename NEW] [--models ...] [--families ...]
+  groups list                             with each budget's spend in its current period
+  groups create NAME --models a,b|* --families chat,... [LIMITS]
+  groups update NAME [--rename NEW] [--models ...] [--families ...] [LIMITS]
   groups delete NAME
-  keys list
-  keys create --group NAME [--name LABEL] [--expires ISO-TIME]  prints the secret once
-  keys update ID [--name LABEL] [--group NAME] [--expires ISO-TIME|none]
+  keys list                               with each budget's spend in its current period
+  keys create --group NAME [--name LABEL] [--expires ISO-TIME] [LIMITS]  prints the secret once
+  keys update ID [--name LABEL] [--group NAME] [--expires ISO-TIME|none] [LIMITS]
   keys disable ID | keys enable ID | keys delete ID
   keys move ID --group NAME
   models list                             models, how they serve each family, channel health
+  upstreams list                          each upstream's channels as configured; breaker states
+                                          live only in the running gateway (GET /admin/upstreams
+                                          or the console's Models page)
   usage [--key ID] [--group NAME] [--model ID] [--since DATE] [--until DATE] [--limit N] [--csv]
   usage series [--bucket MS] [same filters]  usage over time
   requests [--status 4xx|503] [same filters]  the latest exchanges, with their errors
   audit [--action ACTION] [--since DATE] [--until DATE] [--limit N]  who changed what
+
+LIMITS (a group's are its keys' defaults; a key's replace them field by field):
+  --rpm N  --tpm N  --concurrency N      requests per minute, tokens per minute, requests at once;
+                                          "none" removes that one (e.g. --tpm none)
+  --no-limits                             removes every limit
+  --budget AMOUNT/PERIOD                  PERIOD is day, month (both from midnight UTC) or total,
+                                          AMOUNT in the models' prices' currency: --budget 25/month;
+                                          --budget none removes it
 
 Options: --config PATH (or SLUICE_CONFIG); SLUICE_DATA_DIR, SLUICE_HOST, SLUICE_PORT,
 SLUICE_ADMIN_TOKEN and SLUICE_LOG_LEVEL override the config file.`;
@@ -51,6 +63,11 @@ const { values, positionals } = parseArgs({
     expires: { type: 'string' },
     status: { type: 'string' },
     action: { type: 'string' },
+    rpm: { type: 'string' },
+    tpm: { type: 'string' },
+    concurrency: { type: 'string' },
+    'no-limits': { type: 'boolean' },
+    budget: { type: 'string' },
     help: { type: 'boolean', short: 'h' },
   },
 });
@@ -61,6 +78,55 @@ class Csv {
 }
 
 const list = (s: string | undefined) => s?.split(',').map((x) => x.trim()).filter(Boolean);
+
+const usageError = (message: string) => new AdminError(400, 'usage', message);
+
+/**
+ * `limits` and `budget` from --rpm, --tpm, --concurrency, --no-limits and --budget, for a body;
+ * the limits given are laid over `current` (an update changes only the fields named).
+ */
+function limitOptions(current: Limits | null = null): { limits?: Limits | null; budget?: Budget | null } {
+  const named = (['rpm', 'tpm', 'concurrency'] as const).filter((f) => values[f] !== undefined);
+  const out: { limits?: Limits | null; budget?: Budget | null } = {};
+  if (values['no-limits']) {
+    if (named.length) throw usageError(`--no-limits removes every limit: give it without --${named.join(', --')}`);
+    out.limits = null;
+  } else if (named.length) {
+    const limits: Limits = { ...current };
+    for (const f of named) {
+      const v = values[f]!;
+      if (v === 'none') delete limits[f];
+      else if (/^\d+$/.test(v)) limits[f] = Number(v);
+      else throw usageError(`--${f} takes a whole number, or none to remove it (got "${v}")`);
+    }
+    out.limits = Object.keys(limits).length ? limits : null;
+  }
+  if (values.budget !== undefined) {
+    const m = /^(\d+(?:\.\d+)?)\/(day|month|total)$/.exec(values.budget);
+    if (values.budget === 'none') out.budget = null;
+    else if (m) out.budget = { amount: Number(m[1]), period: m[2] as Budget['period'] };
+    else throw usageError(`--budget takes AMOUNT/PERIOD with PERIOD day, month or total (25/month), or none (got "${values.budget}")`);
+  }
+  return out;
+}
+
+/**
+ * What `upstreams list` shows: the configured channels of each upstream. Breaker states live in
+ * the running gateway's memory, which the CLI does not reach.
+ */
+function configuredUpstreams(config: Config, loaded: Loaded) {
+  return {
+    note: 'channels as configured; breaker states live only in the running gateway: GET /admin/upstreams or the console',
+    data: [...loaded.upstreams.values()].map((u) => ({
+      name: u.name,
+      kind: config.upstreams[u.name]!.kind,
+      family: u.family,
+      channels: config.models.flatMap((m) =>
+        m.channels.filter((c) => c.upstream === u.name).map((c) => ({ model: m.id, channel: c.name, upstreamModel: c.upstreamModel, priority: c.priority, weight: c.weight })),
+      ),
+    })),
+  };
+}
 
 /**
  * What every start prints: where to go and where the admin token is. Secrets appear only on the
@@ -80,7 +146,8 @@ function startBanner(config: Config, gateway: Gateway, url: string): string {
 
 async function serve(config: Config): Promise<void> {
   const log = createLogger(config.log.level);
-  const gateway = await startGateway(config, log);
+  // The same file as main() loaded: a reload reads it again.
+  const gateway = await startGateway(config, log, { path: values.config ?? process.env.SLUICE_CONFIG });
   const url = `http://${config.server.host}:${gateway.port}`;
   process.stdout.write(startBanner(config, gateway, url));
   log.info({ url, models: config.models.map((m) => m.id) }, 'sluice listening');
@@ -100,13 +167,16 @@ async function serve(config: Config): Promise<void> {
   };
   process.once('SIGTERM', () => stop('SIGTERM'));
   process.once('SIGINT', () => stop('SIGINT'));
+  // The reload logs its outcome: the changes, or why the running config stays.
+  process.on('SIGHUP', () => gateway.reload('SIGHUP'));
 }
 
 async function manage(config: Config, [resource, action, target]: string[]): Promise<unknown> {
   const log = createLogger('error');
   const store = await openStore(config.dataDir);
   try {
-    const admin = adminService(store, config, await loadPlugins(config, store, log));
+    const loaded = await loadPlugins(config, store, log);
+    const admin = adminService(store, config, loaded);
     const filters = { key: values.key, group: values.group, model: values.model, since: values.since, until: values.until, limit: values.limit };
     const actor = `cli:${userInfo().username}`;
     const expires = values.expires === undefined ? {} : { expiresAt: values.expires === 'none' ? null : values.expires };
@@ -118,7 +188,7 @@ async function manage(config: Config, [resource, action, target]: string[]): Pro
       case 'groups list':
         return await admin.listGroups();
       case 'groups create':
-        return await admin.createGroup({ name: need('a NAME'), models: list(values.models) ?? [], families: list(values.families) ?? [] }, actor);
+        return await admin.createGroup({ name: need('a NAME'), models: list(values.models) ?? [], families: list(values.families) ?? [], ...limitOptions() }, actor);
       case 'groups update':
         return await admin.updateGroup(
           need('a NAME'),
@@ -126,6 +196,7 @@ async function manage(config: Config, [resource, action, target]: string[]): Pro
             ...(values.rename && { name: values.rename }),
             ...(values.models && { models: list(values.models) }),
             ...(values.families && { families: list(values.families) }),
+            ...limitOptions((await admin.listGroups()).find((g) => g.name === target)?.limits),
           },
           actor,
         );
@@ -135,11 +206,16 @@ async function manage(config: Config, [resource, action, target]: string[]): Pro
       case 'keys list':
         return await admin.listKeys();
       case 'keys create':
-        return await admin.createKey({ group: values.group ?? 'default', ...(values.name && { name: values.name }), ...expires }, actor);
+        return await admin.createKey({ group: values.group ?? 'default', ...(values.name && { name: values.name }), ...expires, ...limitOptions() }, actor);
       case 'keys update':
         return await admin.updateKey(
           need('an ID'),
-          { ...(values.name !== undefined && { name: values.name }), ...(values.group && { group: values.group }), ...expires },
+          {
+            ...(values.name !== undefined && { name: values.name }),
+            ...(values.group && { group: values.group }),
+            ...expires,
+            ...limitOptions((await admin.getKey(need('an ID'))).limits),
+          },
           actor,
         );
       case 'keys disable':
@@ -152,6 +228,8 @@ async function manage(config: Config, [resource, action, target]: string[]): Pro
         return { deleted: true, id: target };
       case 'models list':
         return await admin.listModels();
+      case 'upstreams list':
+        return configuredUpstreams(config, loaded);
       case 'usage list':
         return values.csv ? new Csv(await admin.usageCsv(filters)) : await admin.usage(filters);
       case 'usage series':

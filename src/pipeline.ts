@@ -6,8 +6,10 @@
  * any plugin or callback), the exchange ends through `finish`, once.
  */
 import type { Logger } from 'pino';
+import { Failover } from './channels/failover.js';
+import type { Channel, ChannelTable } from './channels/table.js';
 import type { ModelConfig } from './config.js';
-import type { Codec, Plugin, PhaseResult, Upstream, UpstreamRequest } from './contracts.js';
+import type { Codec, Plugin, PhaseResult, Upstream, UpstreamCall } from './contracts.js';
 import { GatewayError, asGatewayError } from './errors.js';
 import type { Exchange, Outcome } from './exchange.js';
 import { applyModelRules } from './model-rules.js';
@@ -38,6 +40,8 @@ export interface ClientResponse {
 export interface Routing {
   models: Map<string, ModelConfig>;
   upstreams: Map<string, Upstream>;
+  /** Each model's channels with their breakers; a reload builds it from the running one to keep their state. */
+  channels: ChannelTable;
 }
 
 export interface PipelineOptions {
@@ -82,6 +86,11 @@ export class Pipeline {
   /** Serves new exchanges from `routing`; those under way finish on the one they began with. */
   reconfigure(routing: Routing): void {
     this.routing = routing;
+  }
+
+  /** What new exchanges are served from. */
+  currentRouting(): Routing {
+    return this.routing;
   }
 
   /**
@@ -263,24 +272,37 @@ export class Pipeline {
   }
 
   private send(ex: Exchange, res: ClientResponse, routing: Routing): void {
-    const upstream = ex.upstream;
-    if (!upstream) throw new GatewayError('upstream_unavailable', `No upstream is configured for model \`${ex.modelId}\`.`);
-    if (!ex.model!.families[ex.family]) {
+    const model = ex.model!;
+    const channels = routing.channels.of(model.id);
+    if (channels.length === 0) throw new GatewayError('upstream_unavailable', `No upstream is configured for model \`${ex.modelId}\`.`);
+    if (!model.families[ex.family]) {
       throw new GatewayError('unsupported_parameter', `Model \`${ex.modelId}\` is not offered on the ${ex.family} endpoints.`, 'model');
     }
-    const upstreamCodec = upstream.family === ex.family ? ex.codec : this.codecs.get(upstream.family);
-    if (!upstreamCodec) throw new GatewayError('upstream_unavailable', `No codec is loaded for the ${upstream.family} family of upstream \`${upstream.name}\`.`);
+    // Every channel of a model speaks one family (checked at boot).
+    const upstreamFamily = channels[0]!.upstream.family;
+    const upstreamCodec = upstreamFamily === ex.family ? ex.codec : this.codecs.get(upstreamFamily);
+    if (!upstreamCodec) throw new GatewayError('upstream_unavailable', `No codec is loaded for the ${upstreamFamily} family of model \`${ex.modelId}\`.`);
     // One model-rules step for every family, on the canonical request; passthrough keeps the client's bytes.
-    const canonical = ex.codec.toCanonical(ex, upstream.family);
+    const canonical = ex.codec.toCanonical(ex, upstreamFamily);
     const rules = applyModelRules(ex, canonical, upstreamCodec);
-    const req: UpstreamRequest = upstreamCodec === ex.codec ? ex.codec.prepare(ex, upstream, rules) : upstreamCodec.fromCanonical(canonical, ex);
-    const relay = new Relay(this, ex, res, upstream, upstreamCodec, this.framePlugins);
-    ex.set(activeRelay, relay);
     ex.stage = 'upstream';
-    ex.channel = ex.model!.channels[0];
-    ex.attempts++;
-    relay.call = upstream.send(req, relay);
-    ex.onCancel(() => relay.call?.abort());
+    // Each call names its channel on the exchange: the one that served is the last one made.
+    const call = (channel: Channel): UpstreamCall => {
+      ex.model = channel.model;
+      ex.upstream = channel.upstream;
+      ex.channel = channel.config;
+      ex.attempts++;
+      const req =
+        upstreamCodec === ex.codec
+          ? ex.codec.prepare(ex, channel.upstream, rules)
+          : upstreamCodec.fromCanonical({ ...canonical, model: channel.model.upstreamModel }, ex);
+      const relay = new Relay(this, ex, res, channel.upstream, upstreamCodec, this.framePlugins, failover);
+      ex.set(activeRelay, relay);
+      return (relay.call = channel.upstream.send(req, relay));
+    };
+    const failover: Failover = new Failover(ex, channels, call, (step) => this.attempt(ex, res, step), this.log);
+    ex.onCancel(() => failover.cancel());
+    failover.begin();
   }
 
   /**

@@ -4,6 +4,7 @@
  * the exchange in the family's terms; the pipeline owns the exchange's end.
  */
 import type { Event, Response } from './canonical.js';
+import { retryAfterMs, type Failover } from './channels/failover.js';
 import type { ClientStream, Codec, Plugin, ResponseSink, Upstream, UpstreamCall, Usage } from './contracts.js';
 import { GatewayError } from './errors.js';
 import { StateKey, type Exchange, type Outcome } from './exchange.js';
@@ -24,6 +25,8 @@ export const activeRelay = new StateKey<Relay>('active relay');
 export class Relay implements ResponseSink {
   call: UpstreamCall | undefined;
   private status = 0;
+  /** The upstream's Retry-After on a 429 or 503. */
+  private retryAfter: string | string[] | undefined;
   private stream: ClientStream | undefined;
   private readonly collected: Buffer[] = [];
   private collectedBytes = 0;
@@ -43,6 +46,8 @@ export class Relay implements ResponseSink {
     private readonly upstream: Upstream,
     private readonly upstreamCodec: Codec,
     private readonly framePlugins: Plugin[],
+    /** Hears how the call went; before anything reached the client, it may try another channel. */
+    private readonly failover: Failover,
   ) {
     this.splitter = new SseSplitter(pipeline.maxEventBytes);
     const key = ex.codec.modelKey;
@@ -76,6 +81,7 @@ export class Relay implements ResponseSink {
     const { ex, res } = this;
     this.pipeline.attempt(ex, res, () => {
       this.status = status;
+      if (status === 429 || status === 503) this.retryAfter = headers['retry-after'];
       if (!ex.stream || status < 200 || status >= 300) return;
       if (String(headers['content-type'] ?? '').includes('text/event-stream')) this.startStream();
       else this.sniffing = true;
@@ -136,8 +142,16 @@ export class Relay implements ResponseSink {
         this.writeRenamed();
         res.end((stream.take?.() ?? '') + stream.end());
         ex.usage ??= stream.usage();
+        // A failure event inside the stream is the channel's failure too.
+        if (ex.error) this.failover.failed(ex.error, undefined, false);
+        else this.failover.succeeded();
       } else {
-        this.finishCollected(Buffer.concat(this.collected, this.collectedBytes));
+        const body = Buffer.concat(this.collected, this.collectedBytes);
+        const failure = this.channelFailure(body);
+        // Nothing has reached the client yet: another channel may answer instead.
+        if (failure && this.failover.failed(failure, retryAfterMs(this.retryAfter), true)) return;
+        if (!failure) this.failover.succeeded();
+        this.finishCollected(body);
       }
       this.pipeline.finish(ex, res);
     });
@@ -146,6 +160,7 @@ export class Relay implements ResponseSink {
   error(err: GatewayError): void {
     const { ex, res } = this;
     this.pipeline.attempt(ex, res, () => {
+      if (this.failover.failed(err, undefined, !this.stream)) return;
       this.failed(err);
       this.pipeline.finish(ex, res);
     });
@@ -171,6 +186,17 @@ export class Relay implements ResponseSink {
   interrupted(outcome: Outcome): void {
     this.ex.usage ??= this.stream?.usage();
     if (outcome === 'shutdown') this.failed(new GatewayError('shutting_down', 'The gateway shut down before the answer was complete.'));
+  }
+
+  /**
+   * A complete non-2xx answer that says the channel is failing, not the client: a 5xx, a 429, or
+   * a refusal of the gateway's own credentials. Other 4xx are the client's own mistake.
+   */
+  private channelFailure(body: Buffer): GatewayError | undefined {
+    const { status } = this;
+    if (status < 500 && status !== 429 && status !== 401 && status !== 403) return undefined;
+    const err = this.upstreamCodec.readError(status, body);
+    return new GatewayError('upstream_error', `Upstream \`${this.upstream.name}\` answered ${status}: ${err.message}`);
   }
 
   /** A complete upstream body: the answer in the client's family, or a failure in its terms. */

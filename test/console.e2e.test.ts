@@ -4,7 +4,8 @@
  * It also writes a screenshot of every page to test-output/console/ (and, with
  * SLUICE_UPDATE_SCREENSHOTS=1, to docs/console/, the pictures the README shows).
  */
-import { existsSync, mkdirSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { chromium, type Page } from 'playwright-core';
 import t from 'tap';
@@ -18,7 +19,22 @@ const shots = fileURLToPath(new URL(process.env.SLUICE_UPDATE_SCREENSHOTS ? '../
 mkdirSync(shots, { recursive: true });
 
 const sim = await startSimulatorProcess();
-const gw = await startTestGateway(chatGatewayYaml(sim.url));
+// A priced model, and one whose first channel cannot be reached (its breaker has something to show).
+const gw = await startTestGateway(
+  chatGatewayYaml(
+    sim.url,
+    `  - id: sim-priced
+    upstream: sim
+    upstreamModel: sim-chat
+    prices: { input: 2, cachedInput: 1, output: 8 }
+    limits: { rpm: 600 }
+  - id: sim-failover
+    channels:
+      - { upstream: unreachable, upstreamModel: sim-chat }
+      - { upstream: sim, upstreamModel: sim-chat, priority: 1 }
+`,
+  ),
+);
 const browser = await chromium.launch({
   executablePath: chromiumPath,
   args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync'],
@@ -163,8 +179,8 @@ t.test('usage shows the call, with charts and a CSV export', async (t) => {
   t.match(text, /team-a/);
   const requests = page.locator('.stat').filter({ has: page.getByText('Requests', { exact: true }) }).locator('.stat-value');
   t.equal(await requests.textContent(), '4', 'the total counts every call');
-  t.equal(await page.locator('.chart-card').count(), 4, 'four charts');
-  t.equal(await page.locator('.chart-card canvas').count(), 4, 'each chart is drawn');
+  t.equal(await page.locator('.chart-card').count(), 5, 'five charts');
+  t.equal(await page.locator('.chart-card canvas').count(), 5, 'each chart is drawn');
   await page.locator('.chart-card', { hasText: 'Errors' }).locator('canvas').waitFor();
   await screenshot(page, 'usage');
 
@@ -254,6 +270,161 @@ t.test('the audit page lists the actions just done, by this console session', as
   t.match(text, /team-a/);
   t.match(await rows.filter({ hasText: 'group.create' }).first().textContent(), /console:[\w-]{8}@127\.0\.0\.1/);
   await screenshot(page, 'audit');
+});
+
+/** How the console shows an amount: two decimals, or two significant digits below a cent. */
+const money = (n: number) =>
+  n === 0 || Math.abs(n) >= 0.01
+    ? new Intl.NumberFormat('en-US', { minimumFractionDigits: 2, maximumFractionDigits: 2 }).format(n)
+    : new Intl.NumberFormat('en-US', { maximumSignificantDigits: 2 }).format(n);
+
+t.test("a group's limits and budget are edited in the console and stored", async (t) => {
+  await open(page, 'Groups');
+  await page.getByRole('button', { name: 'Edit group team-a' }).click();
+  await page.getByLabel('Requests per minute').fill('120');
+  await page.getByLabel('Tokens per minute').fill('50000');
+  await page.getByLabel('Concurrent requests').fill('3');
+  await page.getByLabel('Budget amount').fill('10');
+  await page.getByLabel('Budget period').selectOption('month');
+  await page.getByRole('button', { name: 'Save changes' }).click();
+  const row = page.locator('tr[data-group="team-a"]');
+  await row.getByText('120 rpm').waitFor();
+  t.match(await row.textContent(), /50K tpm.*3 at once/);
+  t.match(await row.textContent(), /0\.00 of 10\.00 per month.*10\.00 left/);
+  const team = async () => ((await gw.admin('GET', '/admin/groups')).body.data as { name: string }[]).find((g) => g.name === 'team-a') as Record<string, any>;
+  t.same((await team()).limits, { rpm: 120, tpm: 50000, concurrency: 3 }, 'the API has the limits');
+  t.same((await team()).budget, { amount: 10, period: 'month' }, 'and the budget');
+  t.match((await team()).spend, { period: 'month', spent: 0, remaining: 10 });
+  await screenshot(page, 'groups');
+
+  // A fraction is refused in the page; an emptied field removes that limit.
+  await page.getByRole('button', { name: 'Edit group team-a' }).click();
+  t.equal(await page.getByLabel('Requests per minute').inputValue(), '120', 'the form shows the stored limits');
+  await page.getByLabel('Requests per minute').fill('1.5');
+  await page.getByRole('button', { name: 'Save changes' }).click();
+  t.match(await page.getByRole('alert').textContent(), /Requests per minute: a whole number/);
+  t.same((await team()).limits, { rpm: 120, tpm: 50000, concurrency: 3 }, 'nothing was sent');
+  await page.getByLabel('Requests per minute').fill('120');
+  await page.getByLabel('Tokens per minute').fill('');
+  await page.getByRole('button', { name: 'Save changes' }).click();
+  await eventually(async () => (await row.textContent())?.includes('tpm') === false, 'the tpm limit gone from the list');
+  t.same((await team()).limits, { rpm: 120, concurrency: 3 }, 'tpm removed');
+});
+
+t.test("a key's own limits and budget override its group's", async (t) => {
+  await open(page, 'Keys');
+  await page.getByRole('button', { name: `Limits and budget of key ${keyName}` }).click();
+  const rpm = page.getByLabel('Requests per minute');
+  t.equal(await rpm.getAttribute('placeholder'), 'group: 120', "an empty field shows the group's limit it keeps");
+  await rpm.fill('30');
+  await page.getByLabel('Budget amount').fill('2.5');
+  await page.getByLabel('Budget period').selectOption('day');
+  await page.getByRole('button', { name: 'Save limits' }).click();
+  const row = page.getByRole('row', { name: new RegExp(keyName) });
+  await row.getByText('30 rpm').waitFor();
+  t.match(await row.textContent(), /3 at once · group/, "the group's concurrency still applies");
+  t.match(await row.textContent(), /of 2\.50 per day/);
+  const key = ((await gw.admin('GET', '/admin/keys')).body.data as { name: string }[]).find((k) => k.name === keyName) as Record<string, any>;
+  t.same(key.limits, { rpm: 30 });
+  t.same(key.budget, { amount: 2.5, period: 'day' });
+  t.match(key.spend, { period: 'day', spent: 0, remaining: 2.5 });
+});
+
+t.test('usage shows the cost of traffic on a priced model, and a spend chart per group', async (t) => {
+  // A second group that spends, so the chart has a line per group; its budget shows the spend.
+  t.equal((await gw.admin('POST', '/admin/groups', { name: 'team-b', models: ['*'], families: ['chat'], budget: { amount: 1, period: 'day' } })).status, 201);
+  const teamBKey = (await gw.admin('POST', '/admin/keys', { group: 'team-b', name: 'team-b-app' })).body.key as string;
+  for (const [key, tokens] of [[gw.key, 20], [teamBKey, 50], [teamBKey, 10]] as const) {
+    t.equal((await chat(key, 'sim-priced', `What does this cost? [[sim tokens=${tokens}]]`)).status, 200);
+  }
+  const priced = await eventually(async () => {
+    const { body } = await gw.admin('GET', '/admin/usage?model=sim-priced');
+    return body.records.length === 3 && body.records;
+  }, 'the priced records');
+  for (const r of priced) t.ok(r.cost > 0, `a cost at the model's prices (${r.cost})`);
+  const total = (await gw.admin('GET', '/admin/usage')).body.totals.cost as number;
+
+  await open(page, 'Usage');
+  const row = page.locator(`tr[data-request="${priced[0].requestId}"]`);
+  await row.waitFor();
+  // Columns: time, model, key, group, family, status, prompt, completion, cost, …
+  t.equal(await row.locator('td').nth(8).textContent(), money(priced[0].cost), 'the record shows its cost');
+  const cost = page.locator('.stat').filter({ has: page.getByText('Cost', { exact: true }) }).locator('.stat-value');
+  t.equal(await cost.textContent(), money(total), 'the total cost');
+  t.equal(await page.locator(`tr[data-request="${requestId}"]`).locator('td').nth(8).textContent(), '–', 'an unpriced model has no cost');
+
+  const spend = page.locator('.chart-card', { hasText: 'Spend by group' });
+  await spend.locator('canvas').waitFor();
+  t.equal(await spend.locator('.chart-empty').count(), 0, 'the spend chart has something to draw');
+  const legend = (await spend.locator('.u-legend').textContent()) ?? '';
+  t.match(legend, /default/);
+  t.match(legend, /team-b/);
+  t.notMatch(legend, /team-a/, 'a group that spent nothing has no line');
+  await screenshot(page, 'usage');
+
+  await open(page, 'Groups');
+  const teamB = ((await gw.admin('GET', '/admin/groups')).body.data as { name: string }[]).find((g) => g.name === 'team-b') as Record<string, any>;
+  t.ok(teamB.spend.spent > 0, 'team-b spent some of its budget');
+  const budget = (await page.locator('tr[data-group="team-b"] .budget').textContent()) ?? '';
+  t.match(budget, `${money(teamB.spend.spent)} of 1.00 per day`, "the period's spend");
+  t.match(budget, `${money(teamB.spend.remaining)} left`, 'what remains');
+});
+
+t.test('the models page shows each channel with its breaker, prices and limits', async (t) => {
+  // Five failures in a row open a breaker (the default policy).
+  for (let i = 0; i < 5; i++) t.equal((await chat(gw.key, 'sim-failover', 'Anyone? [[sim tokens=3]]')).status, 200, 'the second channel answers');
+  const { body } = await gw.admin('GET', '/admin/upstreams');
+  const states = new Map(
+    (body.data as { channels: { model: string; channel: string; state: string; recentErrors: number }[] }[]).flatMap((u) => u.channels.map((c) => [`${c.model} ${c.channel}`, c])),
+  );
+  const dead = states.get('sim-failover unreachable')!;
+  t.equal(dead.state, 'open', "the dead channel's breaker is open");
+
+  await open(page, 'Models');
+  const row = page.locator('tr[data-model="sim-failover"]');
+  await row.waitFor();
+  for (const name of ['unreachable', 'sim']) {
+    const channel = row.locator(`.channel[data-channel="${name}"]`);
+    t.equal(await channel.getAttribute('data-state'), states.get(`sim-failover ${name}`)!.state, `channel ${name}: the state the API reports`);
+  }
+  const deadText = (await row.locator('.channel[data-channel="unreachable"]').textContent()) ?? '';
+  t.match(deadText, /Open/);
+  t.match(deadText, new RegExp(`${dead.recentErrors} of \\d+ recent requests? failed`));
+  t.match(deadText, /unreachable/i);
+  const pricedRow = (await page.locator('tr[data-model="sim-priced"]').textContent()) ?? '';
+  t.match(pricedRow, /Input 2\.00.*Cached 1\.00.*Output 8\.00/, 'prices per million tokens');
+  t.match(pricedRow, /Requests\/min 600/, "the model's own limit");
+  t.match(await page.locator('tr[data-model="sim-chat"]').textContent(), /No prices/);
+  await screenshot(page, 'models');
+});
+
+t.test('Reload config applies the file, or shows why not and keeps the running one', async (t) => {
+  const file = join(gw.dataDir, 'sluice.yaml');
+  const original = readFileSync(file, 'utf8');
+  const reload = async () => {
+    await page.getByRole('button', { name: 'Reload config' }).click();
+    const dialog = page.getByRole('dialog');
+    t.match(await dialog.textContent(), /finish on the config they started with/, 'asks first');
+    await dialog.getByRole('button', { name: 'Reload config' }).click();
+  };
+  await open(page, 'Models');
+
+  writeFileSync(file, original + '  - { id: sim-late, upstream: sim, upstreamModel: sim-chat }\n');
+  await reload();
+  const status = page.getByRole('status').filter({ hasText: 'Config reloaded' });
+  await status.waitFor();
+  t.match(await status.textContent(), /models added: sim-late/);
+  await page.locator('tr[data-model="sim-late"]').waitFor();
+
+  writeFileSync(file, original.replace('upstream: sim\n', 'upstream: nowhere\n'));
+  await reload();
+  const alert = page.getByRole('alert').filter({ hasText: 'not reloaded' });
+  await alert.waitFor();
+  t.match(await alert.textContent(), /no upstream named "nowhere"/, 'the reason');
+  t.equal((await chat(gw.key, 'sim-late', 'Still here? [[sim tokens=2]]')).status, 200, 'the running config stays');
+
+  writeFileSync(file, original);
+  t.equal((await gw.admin('POST', '/admin/reload')).status, 200);
 });
 
 t.test('latencies under a millisecond read "< 1 ms"; usage defaults to the last 7 days', async (t) => {

@@ -69,7 +69,8 @@ export async function startTestGateway(yaml: (dataDir: string) => string, option
   const file = join(dataDir, 'sluice.yaml');
   const { writeFileSync } = await import('node:fs');
   writeFileSync(file, yaml(dataDir));
-  const config: Config = loadConfig({ path: file, env: { SLUICE_PORT: String(options.port ?? 0), SLUICE_DATA_DIR: dataDir } });
+  const source = { path: file, env: { SLUICE_PORT: String(options.port ?? 0), SLUICE_DATA_DIR: dataDir } };
+  const config: Config = loadConfig(source);
   const logs: Record<string, unknown>[] = [];
   const sink = new Writable({
     write(chunk, _enc, cb) {
@@ -77,7 +78,7 @@ export async function startTestGateway(yaml: (dataDir: string) => string, option
       cb();
     },
   });
-  const gateway = await startGateway(config, createLogger('info', sink));
+  const gateway = await startGateway(config, createLogger('info', sink), source);
   const url = `http://127.0.0.1:${gateway.port}`;
   return {
     gateway,

@@ -1,5 +1,6 @@
 /** The phase runner: order, sync and async plugins, local replies, and done exactly once. */
 import t from 'tap';
+import { ChannelTable } from '../src/channels/table.js';
 import type { Codec, Plugin } from '../src/contracts.js';
 import { GatewayError } from '../src/errors.js';
 import { Exchange } from '../src/exchange.js';
@@ -21,7 +22,7 @@ function run(plugins: Plugin[]) {
     finished: () => finished(),
   };
   const ex = new Exchange(codec, { method: 'post', path: '/x', kind: 'generate' }, 'POST', '/x', '', {}, []);
-  const pipeline = new Pipeline({ plugins, routing: { models: new Map(), upstreams: new Map() }, codecs: new Map(), log: createLogger('silent') });
+  const pipeline = new Pipeline({ plugins, routing: { models: new Map(), upstreams: new Map(), channels: new ChannelTable([], {}, new Map()) }, codecs: new Map(), log: createLogger('silent') });
   pipeline.accept(ex, res);
   return { done, replies, ex };
 }

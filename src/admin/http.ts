@@ -8,6 +8,7 @@
  * (the first characters of the session id, enough to tell sessions apart).
  */
 import type { JsonHandler, JsonReply, JsonRequest } from '../contracts.js';
+import type { ReloadOutcome } from '../reload.js';
 import type { ForwardedView, TrustedProxies } from '../trusted-proxies.js';
 import { checkOrigin, normalizeOrigin } from './origin.js';
 import { AdminError, type AdminService } from './service.js';
@@ -18,6 +19,8 @@ export interface AdminHttpOptions {
   proxies: TrustedProxies;
   /** Origins besides the gateway's own that may make state-changing calls (`admin.allowedOrigins`). */
   allowedOrigins: readonly string[];
+  /** Reads the config file again and applies it (`POST /admin/reload`); `actor` is who asked. */
+  reload(actor: string): ReloadOutcome;
 }
 
 const DEVICE_MAX_AGE_S = 365 * 24 * 60 * 60;
@@ -139,6 +142,17 @@ export function adminRoutes(service: AdminService, sessions: Sessions, options: 
           return { status: 200, body: { deleted: true, id } };
         case 'GET models':
           return { status: 200, body: await service.listModels() };
+        case 'GET upstreams':
+          return { status: 200, body: service.listUpstreams() };
+        case 'POST reload': {
+          if (body.length > 0) throw new AdminError(400, 'invalid_request', 'reload takes no body: it reads the config file again');
+          const outcome = options.reload(actor);
+          if (!outcome.applied) {
+            return { status: 400, body: { error: { message: outcome.reasons.join('\n'), type: 'admin_error', code: 'invalid_config', reasons: outcome.reasons } } };
+          }
+          await service.audit(actor, 'config.reload', null, JSON.stringify(outcome.changes));
+          return { status: 200, body: outcome };
+        }
         case 'GET usage':
           return { status: 200, body: await service.usage(filters) };
         case 'GET requests':

@@ -4,8 +4,10 @@
  * change is written to the audit log with the actor the caller names.
  */
 import { Ajv } from 'ajv';
-import type { ModelConfig } from '../config.js';
-import type { ApiKey, AuditQuery, KeyPatch, Store, UsageQuery, UsageRecord } from '../store/store.js';
+import type { UpstreamReport } from '../channels/table.js';
+import { budgetPeriod } from '../budget.js';
+import { limitsSchema, type ModelConfig } from '../config.js';
+import type { ApiKey, AuditQuery, Budget, KeyPatch, Limits, Store, UsageQuery, UsageRecord } from '../store/store.js';
 
 export class AdminError extends Error {
   constructor(
@@ -17,10 +19,27 @@ export class AdminError extends Error {
   }
 }
 
+/** Limits and a budget, on groups and keys alike; null clears them. */
+const limitFields = {
+  limits: { anyOf: [limitsSchema, { type: 'null' }] },
+  budget: {
+    anyOf: [
+      {
+        type: 'object',
+        required: ['amount', 'period'],
+        additionalProperties: false,
+        properties: { amount: { type: 'number', minimum: 0 }, period: { enum: ['day', 'month', 'total'] } },
+      },
+      { type: 'null' },
+    ],
+  },
+};
+
 const groupFields = {
   name: { type: 'string', pattern: '^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$' },
   models: { type: 'array', items: { type: 'string', minLength: 1 }, uniqueItems: true },
   families: { type: 'array', items: { type: 'string' }, uniqueItems: true },
+  ...limitFields,
 };
 
 /** An ISO 8601 date, or a time with its zone (a time without one would depend on the server's). */
@@ -34,7 +53,7 @@ const schemas = {
     type: 'object',
     required: ['group'],
     additionalProperties: false,
-    properties: { group: { type: 'string', minLength: 1 }, name: { type: ['string', 'null'], maxLength: 128 }, expiresAt: expiresAtField },
+    properties: { group: { type: 'string', minLength: 1 }, name: { type: ['string', 'null'], maxLength: 128 }, expiresAt: expiresAtField, ...limitFields },
   },
   updateKey: {
     type: 'object',
@@ -45,6 +64,7 @@ const schemas = {
       name: { type: ['string', 'null'], maxLength: 128 },
       group: { type: 'string', minLength: 1 },
       expiresAt: expiresAtField,
+      ...limitFields,
     },
   },
 } as const;
@@ -58,7 +78,8 @@ const validators = Object.fromEntries(Object.entries(schemas).map(([k, s]) => [k
 function check<T>(schema: keyof typeof schemas, input: unknown): T {
   const validate = validators[schema];
   if (!validate(input)) {
-    const e = validate.errors![0]!;
+    // The first error that is not an anyOf's summary names the field best.
+    const e = validate.errors!.find((err) => err.keyword !== 'anyOf' && !(err.keyword === 'type' && err.params.type === 'null')) ?? validate.errors![0]!;
     const field = e.instancePath ? e.instancePath.slice(1).replace(/\//g, '.') : 'body';
     const detail =
       e.keyword === 'additionalProperties'
@@ -84,8 +105,8 @@ const HEALTH_WINDOW_MS = 15 * 60 * 1000;
 const niceBuckets = [60_000, 300_000, 900_000, 3_600_000, 6 * 3_600_000, 86_400_000];
 
 const csvColumns: (keyof UsageRecord)[] = [
-  'time', 'requestId', 'keyId', 'group', 'model', 'upstream', 'family', 'status', 'promptTokens',
-  'completionTokens', 'estimated', 'latencyMs', 'ttfbMs', 'streamed', 'outcome', 'error', 'notes',
+  'time', 'requestId', 'keyId', 'group', 'model', 'upstream', 'channel', 'attempts', 'family', 'status', 'promptTokens',
+  'cachedInputTokens', 'completionTokens', 'reasoningTokens', 'cost', 'estimated', 'latencyMs', 'ttfbMs', 'streamed', 'outcome', 'error', 'notes',
 ];
 
 /**
@@ -99,15 +120,22 @@ function csvCell(value: unknown): string {
 }
 
 export class AdminService {
-  private readonly modelIds: string[];
+  private modelIds: string[];
 
   constructor(
     private readonly store: Store,
-    private readonly models: ModelConfig[],
-    private readonly channels: ChannelInfo[],
+    private models: ModelConfig[],
+    private channels: ChannelInfo[],
     /** Families the gateway speaks. */
     private readonly families: string[],
   ) {
+    this.modelIds = models.map((m) => m.id);
+  }
+
+  /** After a config reload: the models and channels shown, and the model ids grants may name. */
+  reconfigure(models: ModelConfig[], channels: ChannelInfo[]): void {
+    this.models = models;
+    this.channels = channels;
     this.modelIds = models.map((m) => m.id);
   }
 
@@ -131,27 +159,31 @@ export class AdminService {
       families: m.families,
       features: m.features,
       maxOutputTokens: m.maxOutputTokens,
+      channels: m.channels,
+      ...(m.prices && { prices: m.prices }),
+      ...(m.limits && { limits: m.limits }),
       contextTokens: m.contextTokens,
       ignoreParameters: m.ignoreParameters,
     }));
     return { data, upstreams, families: this.families };
   }
 
-  listGroups() {
-    return this.store.listGroups();
+  async listGroups(now = Date.now()) {
+    return Promise.all((await this.store.listGroups()).map((g) => this.withSpend(g, { group: g.name }, now)));
   }
 
   async createGroup(input: unknown, actor: string) {
-    const g = check<{ name: string; models: string[]; families: string[] }>('createGroup', input);
+    const g = check<{ name: string; models: string[]; families: string[]; limits?: Limits | null; budget?: Budget | null }>('createGroup', input);
     this.checkGrants(g);
     if (await this.store.getGroup(g.name)) throw new AdminError(409, 'conflict', `group "${g.name}" already exists`);
-    const group = await this.store.createGroup(g);
-    await this.audit(actor, 'group.create', g.name, `models ${g.models.join(',')}; families ${g.families.join(',')}`);
-    return group;
+    const group = await this.store.createGroup({ ...g, limits: cleared(g.limits), budget: g.budget ?? null });
+    await this.audit(actor, 'group.create', g.name, `models ${g.models.join(',')}; families ${g.families.join(',')}${limitsNote(g)}`);
+    return this.withSpend(group, { group: group.name });
   }
 
   async updateGroup(name: string, input: unknown, actor: string) {
-    const patch = check<{ name?: string; models?: string[]; families?: string[] }>('updateGroup', input);
+    const patch = check<{ name?: string; models?: string[]; families?: string[]; limits?: Limits | null; budget?: Budget | null }>('updateGroup', input);
+    if (patch.limits !== undefined) patch.limits = cleared(patch.limits);
     this.checkGrants(patch);
     if (patch.name && patch.name !== name && (await this.store.getGroup(patch.name))) {
       throw new AdminError(409, 'conflict', `group "${patch.name}" already exists`);
@@ -159,7 +191,7 @@ export class AdminService {
     const updated = await this.store.updateGroup(name, patch);
     if (!updated) throw new AdminError(404, 'not_found', `no group named "${name}"`);
     await this.audit(actor, 'group.update', name, JSON.stringify(patch));
-    return updated;
+    return this.withSpend(updated, { group: updated.name });
   }
 
   async deleteGroup(name: string, actor: string) {
@@ -171,32 +203,33 @@ export class AdminService {
     await this.audit(actor, 'group.delete', name, null);
   }
 
-  async listKeys() {
-    return (await this.store.listKeys()).map(present);
+  async listKeys(now = Date.now()) {
+    return Promise.all((await this.store.listKeys()).map((k) => this.presentKey(k, now)));
   }
 
   async getKey(id: string) {
     const key = await this.store.getKey(id);
     if (!key) throw new AdminError(404, 'not_found', `no key with id "${id}"`);
-    return present(key);
+    return this.presentKey(key);
   }
 
   /** The only place a secret is ever returned. */
   async createKey(input: unknown, actor: string) {
-    const k = check<{ group: string; name?: string | null; expiresAt?: string | null }>('createKey', input);
+    const k = check<{ group: string; name?: string | null; expiresAt?: string | null; limits?: Limits | null; budget?: Budget | null }>('createKey', input);
     await this.requireGroup(k.group);
-    const { key, secret } = await this.store.createKey({ ...k, expiresAt: parseExpiry(k.expiresAt) });
-    await this.audit(actor, 'key.create', key.id, `group ${key.group}${key.name ? `; name ${key.name}` : ''}${k.expiresAt ? `; expires ${k.expiresAt}` : ''}`);
-    return { ...present(key), key: secret };
+    const { key, secret } = await this.store.createKey({ ...k, limits: cleared(k.limits), expiresAt: parseExpiry(k.expiresAt) });
+    await this.audit(actor, 'key.create', key.id, `group ${key.group}${key.name ? `; name ${key.name}` : ''}${k.expiresAt ? `; expires ${k.expiresAt}` : ''}${limitsNote(k)}`);
+    return { ...(await this.presentKey(key)), key: secret };
   }
 
   async updateKey(id: string, input: unknown, actor: string) {
     const patch = check<Omit<KeyPatch, 'expiresAt'> & { expiresAt?: string | null }>('updateKey', input);
     if (patch.group) await this.requireGroup(patch.group);
+    if (patch.limits !== undefined) patch.limits = cleared(patch.limits);
     const key = await this.store.updateKey(id, { ...patch, expiresAt: parseExpiry(patch.expiresAt) });
     if (!key) throw new AdminError(404, 'not_found', `no key with id "${id}"`);
     await this.audit(actor, 'key.update', id, JSON.stringify(patch));
-    return present(key);
+    return this.presentKey(key);
   }
 
   async deleteKey(id: string, actor: string) {
@@ -247,6 +280,27 @@ export class AdminService {
     return [csvColumns.join(','), ...lines].join('\r\n') + '\r\n';
   }
 
+  private presentKey(key: ApiKey, now = Date.now()) {
+    return this.withSpend(present(key), { key: key.id }, now);
+  }
+
+  /** An item with a budget gains its spend in the current period, from the usage records. */
+  private async withSpend<T extends { budget: Budget | null }>(item: T, scope: UsageQuery, now = Date.now()) {
+    if (!item.budget) return { ...item, spend: null };
+    const period = budgetPeriod(item.budget, now);
+    const spent = (await this.store.queryUsage({ ...scope, since: period.since, limit: 1 })).totals.cost;
+    return {
+      ...item,
+      spend: {
+        period: item.budget.period,
+        since: new Date(period.since).toISOString(),
+        until: period.until === undefined ? null : new Date(period.until).toISOString(),
+        spent,
+        remaining: Math.max(0, Math.round((item.budget.amount - spent) * 1e9) / 1e9),
+      },
+    };
+  }
+
   private async requireGroup(name: string): Promise<void> {
     if (!(await this.store.getGroup(name))) throw new AdminError(400, 'invalid_request', `no group named "${name}"`);
   }
@@ -260,6 +314,14 @@ export class AdminService {
     if (unknownFamily) {
       throw new AdminError(400, 'invalid_request', `unknown family "${unknownFamily}"; known: ${this.families.join(', ')}`);
     }
+  }
+
+  /** The live channel table's report; the gateway points it at the pipeline's current routing. */
+  upstreamReport: () => UpstreamReport[] = () => [];
+
+  /** Every upstream with the circuit-breaker state of each model channel on it. */
+  listUpstreams() {
+    return { data: this.upstreamReport() };
   }
 }
 
@@ -307,4 +369,13 @@ function parseTime(name: string, value: string | undefined): number | undefined 
   const ms = /^\d+$/.test(value) ? Number(value) : Date.parse(value);
   if (!Number.isFinite(ms)) throw new AdminError(400, 'invalid_request', `${name} must be unix milliseconds or an ISO date`);
   return ms;
+}
+
+/** Limits with no field set are no limits. */
+function cleared(limits: Limits | null | undefined): Limits | null {
+  return limits && Object.keys(limits).length > 0 ? limits : null;
+}
+
+function limitsNote(item: { limits?: Limits | null; budget?: Budget | null }): string {
+  return `${item.limits ? `; limits ${JSON.stringify(item.limits)}` : ''}${item.budget ? `; budget ${item.budget.amount}/${item.budget.period}` : ''}`;
 }

@@ -4,14 +4,18 @@
  */
 import type {
   AuditEntry,
+  Budget,
   CreatedKey,
   Group,
   Key,
+  Limits,
   ModelsResponse,
+  ReloadChanges,
   SeriesResponse,
   Session,
   UsageFilter,
   UsageRecord,
+  UpstreamBreakers,
   UsageResponse,
 } from './types.js';
 
@@ -22,6 +26,8 @@ export class ApiError extends Error {
     readonly code?: string,
     /** Seconds, from a `retry-after` header (429). */
     readonly retryAfter?: number,
+    /** The answer's `error` object, for details beyond the message (a reload's reasons). */
+    readonly detail?: Record<string, unknown>,
   ) {
     super(message);
     this.name = 'ApiError';
@@ -80,7 +86,8 @@ export async function request<T>(method: string, path: string, opts: Options = {
   const message = typeof error?.message === 'string' && error.message ? error.message : `${res.status} ${res.statusText || 'error'}`.trim();
   const code = typeof error?.code === 'string' ? error.code : undefined;
   const retry = Number(res.headers.get('retry-after'));
-  const failure = new ApiError(message, res.status, code, Number.isFinite(retry) && retry > 0 ? retry : undefined);
+  const detail = error && typeof error === 'object' ? (error as Record<string, unknown>) : undefined;
+  const failure = new ApiError(message, res.status, code, Number.isFinite(retry) && retry > 0 ? retry : undefined, detail);
   if (res.status === 401 && !opts.sessionCall) {
     csrfToken = null;
     unauthorized?.();
@@ -126,19 +133,31 @@ export async function logout(): Promise<void> {
 
 // --- Resources -------------------------------------------------------------------------------
 
+/** What an operator sets on a group; `null` limits or budget clears them. */
+export type GroupInput = Pick<Group, 'name' | 'models' | 'families'> & { limits?: Limits | null; budget?: Budget | null };
+
 export const listGroups = (signal?: AbortSignal) => request<{ data: Group[] }>('GET', '/admin/groups', { signal }).then((r) => r.data);
-export const createGroup = (g: Pick<Group, 'name' | 'models' | 'families'>) => request<Group>('POST', '/admin/groups', { body: g });
-export const updateGroup = (name: string, patch: Partial<Pick<Group, 'name' | 'models' | 'families'>>) =>
-  request<Group>('PATCH', `/admin/groups/${seg(name)}`, { body: patch });
+export const createGroup = (g: GroupInput) => request<Group>('POST', '/admin/groups', { body: g });
+export const updateGroup = (name: string, patch: Partial<GroupInput>) => request<Group>('PATCH', `/admin/groups/${seg(name)}`, { body: patch });
 export const deleteGroup = (name: string) => request<unknown>('DELETE', `/admin/groups/${seg(name)}`);
 
 export const listKeys = (signal?: AbortSignal) => request<{ data: Key[] }>('GET', '/admin/keys', { signal }).then((r) => r.data);
-export const createKey = (k: { group: string; name?: string; expiresAt?: string | null }) => request<CreatedKey>('POST', '/admin/keys', { body: k });
-export const updateKey = (id: string, patch: { name?: string | null; group?: string; disabled?: boolean; expiresAt?: string | null }) =>
+export const createKey = (k: { group: string; name?: string; expiresAt?: string | null; limits?: Limits | null; budget?: Budget | null }) =>
+  request<CreatedKey>('POST', '/admin/keys', { body: k });
+export const updateKey = (
+  id: string,
+  patch: { name?: string | null; group?: string; disabled?: boolean; expiresAt?: string | null; limits?: Limits | null; budget?: Budget | null },
+) =>
   request<Key>('PATCH', `/admin/keys/${seg(id)}`, { body: patch });
 export const deleteKey = (id: string) => request<unknown>('DELETE', `/admin/keys/${seg(id)}`);
 
 export const listModels = (signal?: AbortSignal) => request<ModelsResponse>('GET', '/admin/models', { signal });
+
+/** Every upstream with its channels' circuit breakers, live. */
+export const upstreams = (signal?: AbortSignal) => request<{ data: UpstreamBreakers[] }>('GET', '/admin/upstreams', { signal }).then((r) => r.data);
+
+/** Re-reads the config file; a bad one is refused (400) and the running config stays. */
+export const reloadConfig = () => request<{ applied: true; changes: ReloadChanges }>('POST', '/admin/reload');
 
 function filterParams(f: UsageFilter) {
   return { key: f.key, group: f.group, model: f.model, since: f.since, until: f.until };

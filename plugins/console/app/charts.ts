@@ -20,6 +20,8 @@ export interface ChartSpec {
   bucketMs: number;
   /** Formats a y value for the axis and the legend. */
   format?: (v: number) => string;
+  /** Values are amounts, not counts: label fractional ticks too. */
+  fractional?: boolean;
   /** Shown over the chart when it has nothing to draw. */
   emptyText?: string;
 }
@@ -68,7 +70,7 @@ export function chart(spec: ChartSpec): Chart {
         size: 52,
         grid: { stroke: '#eef1f5', width: 1 },
         ticks: { show: false },
-        values: (_u, ticks) => ticks.map((v) => (v === Math.trunc(v) || v > 10 ? fmt(v) : '')),
+        values: (_u, ticks) => ticks.map((v) => (spec.fractional || v === Math.trunc(v) || v > 10 ? fmt(v) : '')),
       },
     ],
     series: [

@@ -63,3 +63,12 @@ export function fromLocalInput(value: string): number | undefined {
 }
 
 export const plural = (n: number, one: string, many = `${one}s`) => `${num(n)} ${n === 1 ? one : many}`;
+
+const moneyFmt = new Intl.NumberFormat('en-US', { minimumFractionDigits: 2, maximumFractionDigits: 2 });
+const centsFmt = new Intl.NumberFormat('en-US', { maximumSignificantDigits: 2 });
+
+/**
+ * An amount in the prices' currency, without a symbol (the config does not name one): two
+ * decimals, or two significant digits below a cent, where one request's cost usually lies.
+ */
+export const money = (n: number) => (n === 0 || Math.abs(n) >= 0.01 ? moneyFmt.format(n) : centsFmt.format(n));

@@ -1,8 +1,9 @@
-/** Groups: which models and families a group's keys may use. */
+/** Groups: which models and families a group's keys may use, their limits and their budget. */
 import * as api from './api.js';
 import { append, h, icon, icons, replace } from './dom.js';
 import { familyInfo, familyLabel } from './families.js';
 import { ago, dateTime, plural } from './format.js';
+import { budgetCell, budgetFields, FieldError, limitsCell, limitsFields } from './limits.js';
 import type { Page } from './page.js';
 import type { Group, Key, ModelsResponse } from './types.js';
 import { busy, button, card, checkboxes, chip, confirmDialog, empty, errorText, field, isAbort, loadFailed, loading, Notice, pageHead, table, toast, when } from './ui.js';
@@ -18,7 +19,7 @@ export const groupsPage: Page = (ctx) => {
   const newBtn = button([icon(icons.plus), 'New group'], () => openForm(), { kind: 'primary' });
   append(
     ctx.root,
-    pageHead('Groups', 'Every key belongs to a group. A group decides which models and API families its keys may use.', newBtn),
+    pageHead('Groups', 'Every key belongs to a group. A group decides which models and API families its keys may use, how fast and how much.', newBtn),
     notice.el,
     formSlot,
     listSlot,
@@ -65,6 +66,8 @@ export const groupsPage: Page = (ctx) => {
         h('td', null, h('strong', null, g.name)),
         h('td', null, h('div', { class: 'chips' }, g.models.length === 0 ? h('span', { class: 'muted' }, 'none') : g.models.map((m) => (m === '*' ? chip('All models (*)') : chip(m))))),
         h('td', null, h('div', { class: 'chips' }, g.families.length === 0 ? h('span', { class: 'muted' }, 'none') : g.families.map((f) => chip(f, familyLabel(f))))),
+        h('td', null, limitsCell(g.limits)),
+        h('td', null, budgetCell(g.budget, g.spend)),
         h('td', { class: 'num' }, count === null ? '–' : h('a', { href: `#/keys?group=${encodeURIComponent(g.name)}`, title: `Keys of ${g.name}` }, String(count))),
         h('td', null, when(g.createdAt, ago, dateTime)),
         h(
@@ -77,7 +80,7 @@ export const groupsPage: Page = (ctx) => {
     });
     replace(
       listSlot,
-      card(`All groups`, table(['Name', 'Models', 'Families', { label: 'Keys', class: 'num' }, 'Created', { label: '', class: 'row-actions' }], rows, 'Groups'), {
+      card(`All groups`, table(['Name', 'Models', 'Families', 'Limits', 'Budget', { label: 'Keys', class: 'num' }, 'Created', { label: '', class: 'row-actions' }], rows, 'Groups'), {
         actions: h('span', { class: 'muted small' }, plural(groups.length, 'group')),
       }),
     );
@@ -168,6 +171,9 @@ function groupForm(models: ModelsResponse, existing: Group | undefined, on: { ca
     existing?.families ?? [],
   );
 
+  const limits = limitsFields(existing?.limits);
+  const budget = budgetFields(existing?.budget, existing?.spend);
+
   const submit = h('button', { type: 'submit', class: 'btn btn-primary' }, existing ? 'Save changes' : 'Create group');
   const form = h(
     'form',
@@ -188,17 +194,18 @@ function groupForm(models: ModelsResponse, existing: Group | undefined, on: { ca
           name.focus();
           return;
         }
-        const body = { name: newName, models: all.checked ? ['*'] : modelBoxes.values(), families: familyBoxes.values() };
         try {
+          const body = { name: newName, models: all.checked ? ['*'] : modelBoxes.values(), families: familyBoxes.values(), limits: limits.read(), budget: budget.read() };
           const g = await busy(submit, () => {
             if (!existing) return api.createGroup(body);
-            const patch: Partial<typeof body> = { models: body.models, families: body.families };
+            const patch: Partial<typeof body> = { models: body.models, families: body.families, limits: body.limits, budget: body.budget };
             if (newName !== existing.name) patch.name = newName;
             return api.updateGroup(existing.name, patch);
           });
           on.saved(g);
         } catch (err) {
           notice.error(err);
+          if (err instanceof FieldError) err.input.focus();
         }
       },
     },
@@ -208,6 +215,8 @@ function groupForm(models: ModelsResponse, existing: Group | undefined, on: { ca
       { class: 'form-grid form-grid-2' },
       modelBoxes.el,
       familyBoxes.el,
+      limits.el,
+      budget.el,
     ),
     notice.el,
     h('div', { class: 'form-actions' }, submit, button('Cancel', on.cancel, { kind: 'ghost' })),

@@ -1,7 +1,11 @@
-/** Keys: create (the secret is shown once), rename, move, set an expiry, disable/enable, delete. */
+/**
+ * Keys: create (the secret is shown once), rename, move, set an expiry, limits and a budget,
+ * disable/enable, delete.
+ */
 import * as api from './api.js';
 import { append, h, icon, icons, replace } from './dom.js';
 import { ago, dateTime, plural } from './format.js';
+import { budgetCell, budgetFields, FieldError, limitsCell, limitsFields } from './limits.js';
 import type { Page } from './page.js';
 import type { CreatedKey, Group, Key } from './types.js';
 import { badge, busy, button, card, confirmDialog, empty, errorText, field, isAbort, loadFailed, loading, Notice, pageHead, table, toast, when } from './ui.js';
@@ -18,7 +22,7 @@ export const keysPage: Page = (ctx) => {
   const newBtn = button([icon(icons.plus), 'New key'], () => openForm(), { kind: 'primary' });
   append(
     ctx.root,
-    pageHead('Keys', 'Applications call the gateway with a key. Its group decides what it may use.', newBtn),
+    pageHead('Keys', 'Applications call the gateway with a key. Its group decides what it may use; a key may have its own limits and budget.', newBtn),
     notice.el,
     secretSlot,
     formSlot,
@@ -77,7 +81,7 @@ export const keysPage: Page = (ctx) => {
       card(
         'All keys',
         rows.length
-          ? table(['Name / ID', 'Prefix', 'Group', 'Status', 'Expires (UTC)', 'Created', 'Last used', { label: '', class: 'row-actions' }], rows, 'Keys')
+          ? table(['Name / ID / prefix', 'Group', 'Status', 'Limits & budget', 'Expires (UTC)', 'Last used', { label: '', class: 'row-actions' }], rows, 'Keys')
           : empty('No keys in this group', `Group “${groupFilter}” has no keys yet.`),
         { actions: h('div', { class: 'inline' }, h('span', { class: 'muted small' }, plural(shown.length, 'key')), filter) },
       ),
@@ -87,7 +91,13 @@ export const keysPage: Page = (ctx) => {
   function keyRow(k: Key): HTMLTableRowElement {
     const label = k.name ?? k.id;
     const nameSlot = h('div');
-    const nameCell = h('td', { class: 'nowrap' }, nameSlot, h('div', { class: 'sub mono', title: 'Key id' }, k.id));
+    const nameCell = h(
+      'td',
+      { class: 'nowrap' },
+      nameSlot,
+      h('div', { class: 'sub mono', title: 'Key id' }, k.id),
+      h('div', { class: 'sub' }, h('code', { title: 'How the secret starts' }, `${k.prefix}…`)),
+    );
     const showName = () => replace(nameSlot, k.name ? h('strong', null, k.name) : h('span', { class: 'muted' }, 'unnamed'));
     showName();
 
@@ -192,17 +202,27 @@ export const keysPage: Page = (ctx) => {
       'tr',
       { 'data-key': k.id, class: k.disabled ? 'is-disabled' : undefined },
       nameCell,
-      h('td', null, h('code', null, `${k.prefix}…`)),
       h('td', null, move),
       h('td', null, k.disabled ? badge('Disabled', 'bad') : expired ? badge('Expired', 'bad') : badge('Active', 'ok')),
+      h(
+        'td',
+        null,
+        h(
+          'div',
+          { class: 'key-limits' },
+          limitsCell(k.limits, groups.find((g) => g.name === k.group)?.limits ?? null),
+          budgetCell(k.budget, k.spend, 'No own budget'),
+          button('Edit', () => openLimits(k), { small: true, label: `Limits and budget of key ${label}` }),
+        ),
+      ),
       h('td', { class: 'nowrap', title: k.expiresAt ?? 'never expires' }, expiry),
-      h('td', { class: 'nowrap' }, when(k.createdAt, ago, dateTime)),
       h(
         'td',
         { class: 'nowrap' },
         k.lastUsedAt === null
           ? when(null, ago, dateTime)
           : h('a', { href: `#/usage?key=${encodeURIComponent(k.id)}`, title: `${dateTime(k.lastUsedAt)}: see this key's usage` }, ago(k.lastUsedAt)),
+        h('div', { class: 'sub' }, 'created ', when(k.createdAt, ago, dateTime)),
       ),
       h(
         'td',
@@ -254,6 +274,45 @@ export const keysPage: Page = (ctx) => {
     );
     replace(formSlot, card('New key', form, { class: 'card-form' }));
     name.focus();
+  }
+
+  /** A key's own limits (over its group's) and budget. */
+  function openLimits(k: Key): void {
+    notice.clear();
+    const label = k.name ?? k.id;
+    const formNotice = new Notice();
+    const limits = limitsFields(k.limits, groups.find((g) => g.name === k.group)?.limits ?? null);
+    const budget = budgetFields(k.budget, k.spend);
+    const submit = h('button', { type: 'submit', class: 'btn btn-primary' }, 'Save limits');
+    const form = h(
+      'form',
+      {
+        class: 'form',
+        novalidate: true,
+        onsubmit: async (ev: SubmitEvent) => {
+          ev.preventDefault();
+          formNotice.clear();
+          try {
+            const patch = { limits: limits.read(), budget: budget.read() };
+            await busy(submit, () => api.updateKey(k.id, patch));
+            replace(formSlot);
+            toast(`Limits of key “${label}” saved`);
+            await load();
+          } catch (err) {
+            formNotice.error(err);
+            if (err instanceof FieldError) err.input.focus();
+          }
+        },
+      },
+      h('p', { class: 'muted' }, `Limits set here replace those of group “${k.group}” for this key alone. A budget here is checked besides the group's: a request needs room in both.`),
+      h('div', { class: 'form-grid form-grid-2' }, limits.el, budget.el),
+      formNotice.el,
+      h('div', { class: 'form-actions' }, submit, button('Cancel', () => replace(formSlot), { kind: 'ghost' })),
+    );
+    const panel = card(`Limits and budget of key “${label}”`, form, { class: 'card-form' });
+    replace(formSlot, panel);
+    panel.scrollIntoView({ block: 'nearest' });
+    panel.querySelector('input')?.focus();
   }
 
   /** The secret, shown once. It lives only in this panel: dismissing it drops it for good. */

@@ -5,11 +5,41 @@ export interface Session {
   expiresAt: number;
 }
 
+/** Request limits; an absent field is unlimited (on a key: the group's applies). */
+export interface Limits {
+  rpm?: number;
+  tpm?: number;
+  concurrency?: number;
+}
+
+export type BudgetPeriod = 'day' | 'month' | 'total';
+
+/** A spending limit, in the currency of the models' prices. */
+export interface Budget {
+  amount: number;
+  period: BudgetPeriod;
+}
+
+/** What the current budget period has spent so far. */
+export interface Spend {
+  period: BudgetPeriod;
+  spent: number;
+  remaining: number;
+  /** Start of the period, ISO 8601. */
+  since: string;
+  /** When the period ends (ISO 8601), or null for `total`. */
+  until: string | null;
+}
+
 export interface Group {
   name: string;
   /** Model ids, or `*` for every model. */
   models: string[];
   families: string[];
+  limits: Limits | null;
+  budget: Budget | null;
+  /** Null without a budget. */
+  spend: Spend | null;
   createdAt: number;
 }
 
@@ -23,6 +53,10 @@ export interface Key {
   lastUsedAt: number | null;
   /** ISO 8601, or null for never. */
   expiresAt: string | null;
+  /** Overrides of the group's limits, field by field. */
+  limits: Limits | null;
+  budget: Budget | null;
+  spend: Spend | null;
 }
 
 /** The answer to creating a key: the only time `key` (the secret) is ever sent. */
@@ -32,12 +66,32 @@ export interface CreatedKey extends Key {
 
 export type Serving = 'native' | 'bridge' | 'translated';
 
+export interface Channel {
+  name: string;
+  upstream: string;
+  upstreamModel: string;
+  /** Lower is tried first. */
+  priority: number;
+  weight: number;
+}
+
+/** Per million tokens. */
+export interface Prices {
+  input: number;
+  cachedInput: number;
+  output: number;
+  reasoning: number;
+}
+
 export interface Model {
   id: string;
   upstream: string;
   upstreamModel: string;
   upstreamKind: string;
   upstreamFamily: string;
+  channels: Channel[];
+  prices?: Prices;
+  limits?: Limits;
   families: Partial<Record<string, Serving>>;
   features: {
     tools: boolean;
@@ -61,6 +115,31 @@ export interface Upstream {
   health: { status: Health; requests: number; errors: number; lastError: string | null; lastSeen: number | null };
 }
 
+export type BreakerState = 'closed' | 'open' | 'half-open';
+
+/** A channel's circuit breaker, live from the gateway. */
+export interface ChannelState {
+  model: string;
+  channel: string;
+  priority: number;
+  weight: number;
+  state: BreakerState;
+  consecutiveFailures: number;
+  recentRequests: number;
+  recentErrors: number;
+  lastError: string | null;
+  /** ISO 8601, while open or half-open. */
+  openedAt: string | null;
+  nextProbeAt: string | null;
+}
+
+export interface UpstreamBreakers {
+  name: string;
+  kind: string;
+  family: string;
+  channels: ChannelState[];
+}
+
 export interface ModelsResponse {
   data: Model[];
   upstreams: Upstream[];
@@ -78,11 +157,18 @@ export interface UsageRecord {
   status: number;
   promptTokens: number;
   completionTokens: number;
+  cachedInputTokens: number | null;
+  reasoningTokens: number | null;
+  /** Null when the model has no prices. */
+  cost: number | null;
+  /** The channel that served, after any failover. */
+  channel: string | null;
+  attempts: number;
   estimated: boolean;
   latencyMs: number;
   ttfbMs: number | null;
   streamed: boolean;
-  outcome: 'finished' | 'aborted' | 'error';
+  outcome: 'finished' | 'aborted' | 'error' | 'client_stalled' | 'shutdown';
   /** What went wrong, when something did. */
   error?: string | null;
   /** What the model rules dropped from the request. */
@@ -101,6 +187,7 @@ export interface UsageTotals {
   requests: number;
   promptTokens: number;
   completionTokens: number;
+  cost: number;
   errors: number;
 }
 
@@ -114,6 +201,7 @@ export interface SeriesPoint {
   requests: number;
   promptTokens: number;
   completionTokens: number;
+  cost: number;
   errors: number;
   avgLatencyMs: number | null;
   maxLatencyMs: number | null;
@@ -132,3 +220,6 @@ export interface UsageFilter {
   since?: number;
   until?: number;
 }
+
+/** Names each section of the config gained, lost or changed in a reload. */
+export type ReloadChanges = Record<string, { added: string[]; removed: string[]; changed: string[] }>;

@@ -53,14 +53,15 @@ export class Notice {
     this.show('success', text);
   }
 
-  show(kind: 'error' | 'success' | 'info', text: string): void {
+  /** `details` are listed under the text (a refused reload's reasons). */
+  show(kind: 'error' | 'success' | 'info', text: string, details: string[] = []): void {
     replace(
       this.el,
       h(
         'div',
         { class: `notice notice-${kind}`, role: kind === 'error' ? 'alert' : 'status' },
         icon(kind === 'error' ? icons.alert : icons.check),
-        h('span', null, text),
+        h('div', null, h('span', null, text), details.length ? h('ul', { class: 'notice-list' }, details.map((d) => h('li', null, d))) : null),
       ),
     );
   }

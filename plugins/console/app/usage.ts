@@ -1,10 +1,10 @@
-/** Usage: filters, totals, charts over time, the latest records and a CSV export. */
+/** Usage: filters, totals and cost, charts over time (spend per group among them), the latest records and a CSV export. */
 import * as api from './api.js';
 import { bucketFor, bucketTimes, chart, type Chart } from './charts.js';
 import { append, h, icon, icons, replace } from './dom.js';
-import { compact, dateTime, duration, fromLocalInput, num, shortTime, toLocalInput } from './format.js';
+import { compact, dateTime, duration, fromLocalInput, money, num, shortTime, toLocalInput } from './format.js';
 import type { Page } from './page.js';
-import type { Group, Key, Model, SeriesResponse, UsageFilter, UsageRecord, UsageResponse } from './types.js';
+import type { Group, Key, Model, SeriesPoint, SeriesResponse, UsageFilter, UsageRecord, UsageResponse } from './types.js';
 import { badge, button, card, empty, errorText, isAbort, loading, Notice, pageHead, table } from './ui.js';
 
 type Preset = '1h' | '24h' | '7d' | '30d' | 'custom';
@@ -26,6 +26,15 @@ const state: { key: string; group: string; model: string; preset: Preset; from?:
 };
 
 const colors = { requests: '#2563eb', prompt: '#7c3aed', completion: '#0d9488', errors: '#dc2626', avg: '#0891b2', max: '#d97706' };
+/** One line per group in the spend chart; the groups that spent most get a line each. */
+const groupColors = ['#2563eb', '#d97706', '#0d9488', '#db2777', '#7c3aed', '#65a30d', '#0891b2', '#dc2626'];
+
+/** A group's cost over time, from the series filtered to it. */
+interface GroupSpend {
+  group: string;
+  points: SeriesPoint[];
+  total: number;
+}
 
 export const usagePage: Page = (ctx) => {
   for (const k of ['key', 'group', 'model'] as const) {
@@ -42,7 +51,7 @@ export const usagePage: Page = (ctx) => {
   const records = h('div', null);
   append(
     ctx.root,
-    pageHead('Usage', 'Requests and tokens through the gateway, by key, group and model.', refreshBtn, csv),
+    pageHead('Usage', 'Requests, tokens and cost through the gateway, by key, group and model.', refreshBtn, csv),
     card(null, filters, { class: 'card-filters', label: 'Filters' }),
     notice.el,
     totals,
@@ -51,6 +60,7 @@ export const usagePage: Page = (ctx) => {
   );
 
   let keys: Key[] = [];
+  let groupNames: string[] = [];
   let charts: Chart[] = [];
   let seq = 0;
 
@@ -180,9 +190,9 @@ export const usagePage: Page = (ctx) => {
     if (!totals.firstChild) replace(totals, loading());
     try {
       const bucket = bucketFor(r[1] - r[0]);
-      const [u, s] = await Promise.all([api.usage(f, LIMIT, ctx.signal), api.usageSeries(f, bucket, ctx.signal)]);
+      const [u, s, spend] = await Promise.all([api.usage(f, LIMIT, ctx.signal), api.usageSeries(f, bucket, ctx.signal), groupSpend(f, bucket)]);
       if (ctx.signal.aborted || mine !== seq) return;
-      render(u, s, r);
+      render(u, s, spend, r);
     } catch (err) {
       if (isAbort(err) || ctx.signal.aborted || mine !== seq) return;
       notice.error(`Could not load usage: ${errorText(err)}`);
@@ -192,7 +202,17 @@ export const usagePage: Page = (ctx) => {
     }
   }
 
-  function render(u: UsageResponse, s: SeriesResponse, r: [number, number]): void {
+  /** The series once per group (the API filters by one group at a time); groups that spent nothing are left out. */
+  async function groupSpend(f: UsageFilter, bucket: number): Promise<GroupSpend[]> {
+    const names = f.group ? [f.group] : groupNames;
+    const series = await Promise.all(names.map((group) => api.usageSeries({ ...f, group }, bucket, ctx.signal)));
+    return names
+      .map((group, i) => ({ group, points: series[i]!.points, total: series[i]!.points.reduce((sum, p) => sum + p.cost, 0) }))
+      .filter((g) => g.total > 0)
+      .sort((a, b) => b.total - a.total);
+  }
+
+  function render(u: UsageResponse, s: SeriesResponse, spend: GroupSpend[], r: [number, number]): void {
     const t = u.totals;
     const errorRate = t.requests ? (t.errors / t.requests) * 100 : 0;
     replace(
@@ -200,9 +220,10 @@ export const usagePage: Page = (ctx) => {
       stat('Requests', num(t.requests), rangeText()),
       stat('Prompt tokens', num(t.promptTokens), t.requests ? `${compact(t.promptTokens / t.requests)} per request on average` : undefined),
       stat('Completion tokens', num(t.completionTokens), t.requests ? `${compact(t.completionTokens / t.requests)} per request on average` : undefined),
+      stat('Cost', money(t.cost), t.cost ? `${money(t.cost / t.requests)} per request on average` : 'Only models with prices cost anything'),
       stat('Errors', num(t.errors), t.requests ? `${errorRate === 0 || errorRate >= 10 ? Math.round(errorRate) : errorRate.toFixed(1)}% of requests` : undefined, t.errors > 0),
     );
-    renderCharts(s, r);
+    renderCharts(s, spend, r);
     renderRecords(u);
   }
 
@@ -214,7 +235,7 @@ export const usagePage: Page = (ctx) => {
     return presets.find((p) => p.id === state.preset)?.text ?? '';
   }
 
-  function renderCharts(s: SeriesResponse, r: [number, number]): void {
+  function renderCharts(s: SeriesResponse, spend: GroupSpend[], r: [number, number]): void {
     destroyCharts();
     const bucketMs = s.bucketMs > 0 ? s.bucketMs : bucketFor(r[1] - r[0]);
     const byTime = new Map(s.points.map((p) => [p.t, p]));
@@ -224,7 +245,23 @@ export const usagePage: Page = (ctx) => {
       return p ? f(p) : missing;
     });
     const base = { times, range: r, bucketMs };
-    const specs: { title: string; c: Chart }[] = [
+    const shownGroups = spend.slice(0, groupColors.length);
+    const specs: { title: string; c: Chart; wide?: boolean; note?: string }[] = [
+      {
+        title: 'Spend by group',
+        wide: true,
+        note: spend.length > shownGroups.length ? `the ${shownGroups.length} groups that spent most` : undefined,
+        c: chart({
+          ...base,
+          series: shownGroups.map((g, i) => {
+            const cost = new Map(g.points.map((p) => [p.t, p.cost]));
+            return { label: g.group, color: groupColors[i]!, kind: 'line' as const, values: times.map((tm) => cost.get(tm) ?? 0) };
+          }),
+          format: money,
+          fractional: true,
+          emptyText: 'No spend in this period',
+        }),
+      },
       { title: 'Requests', c: chart({ ...base, series: [{ label: 'Requests', color: colors.requests, kind: 'bars', values: col((p) => p.requests, 0) }], emptyText: 'No requests in this period' }) },
       {
         title: 'Tokens',
@@ -255,7 +292,14 @@ export const usagePage: Page = (ctx) => {
     const per = bucketLabel(bucketMs);
     replace(
       chartsEl,
-      specs.map(({ title, c }) => h('section', { class: 'card chart-card', 'aria-label': `${title} chart` }, h('div', { class: 'card-head' }, h('h2', null, title), h('span', { class: 'muted small' }, per)), c.el)),
+      specs.map(({ title, c, wide, note }) =>
+        h(
+          'section',
+          { class: `card chart-card${wide ? ' chart-wide' : ''}`, 'aria-label': `${title} chart` },
+          h('div', { class: 'card-head' }, h('h2', null, title), h('span', { class: 'muted small' }, note ? `${per}, ${note}` : per)),
+          c.el,
+        ),
+      ),
     );
   }
 
@@ -264,7 +308,7 @@ export const usagePage: Page = (ctx) => {
     const shown = u.records.length;
     const list = shown
       ? table(
-          ['Time', 'Model', 'Key', 'Group', 'Family', 'Status', { label: 'Prompt', class: 'num' }, { label: 'Completion', class: 'num' }, { label: 'Latency', class: 'num' }, 'Outcome'],
+          ['Time', 'Model', 'Key', 'Group', 'Family', 'Status', { label: 'Prompt', class: 'num' }, { label: 'Completion', class: 'num' }, { label: 'Cost', class: 'num' }, { label: 'Latency', class: 'num' }, 'Outcome'],
           u.records.map((rec) => recordRow(rec, keyNames)),
           'Usage records',
         )
@@ -287,6 +331,7 @@ export const usagePage: Page = (ctx) => {
       const [k, g, m] = await Promise.all([api.listKeys(ctx.signal), api.listGroups(ctx.signal), api.listModels(ctx.signal)]);
       if (ctx.signal.aborted) return;
       keys = k.sort((a, b) => (a.name ?? a.id).localeCompare(b.name ?? b.id));
+      groupNames = g.map((x) => x.name);
       buildFilters(g.sort((a, b) => a.name.localeCompare(b.name)), m.data);
     } catch (err) {
       if (isAbort(err) || ctx.signal.aborted) return;
@@ -317,13 +362,19 @@ function recordRow(r: UsageRecord, keyNames: Map<string, string>): HTMLTableRowE
     'tr',
     { 'data-request': r.requestId },
     h('td', { class: 'nowrap' }, h('time', { datetime: new Date(r.time).toISOString(), title: `${dateTime(r.time)} · ${r.requestId}` }, shortTime(r.time))),
-    h('td', { class: 'mono nowrap' }, r.model ?? h('span', { class: 'muted' }, '–')),
+    h(
+      'td',
+      { class: 'mono nowrap' },
+      r.model ?? h('span', { class: 'muted' }, '–'),
+      r.attempts > 1 ? h('div', { class: 'sub', title: 'Upstream calls: the first channels failed before anything reached the client' }, `via ${r.channel ?? '?'} · ${r.attempts} attempts`) : null,
+    ),
     h('td', { class: 'nowrap' }, r.keyId ? h('span', { title: r.keyId }, keyNames.get(r.keyId) ?? r.keyId) : h('span', { class: 'muted' }, '–')),
     h('td', { class: 'nowrap' }, r.group ?? h('span', { class: 'muted' }, '–')),
     h('td', { class: 'nowrap' }, r.family, r.streamed ? h('span', { class: 'muted small', title: 'streamed' }, ' · stream') : null),
     h('td', null, badge(String(r.status), ok ? 'ok' : r.status >= 500 ? 'bad' : 'warn')),
-    h('td', { class: 'num' }, compact(r.promptTokens), r.estimated ? h('span', { class: 'est', title: 'Estimated with a tokenizer: the upstream reported no usage' }, '≈') : null),
-    h('td', { class: 'num' }, compact(r.completionTokens)),
+    h('td', { class: 'num', title: r.cachedInputTokens ? `${num(r.cachedInputTokens)} of them from the upstream's cache` : undefined }, compact(r.promptTokens), r.estimated ? h('span', { class: 'est', title: 'Estimated with a tokenizer: the upstream reported no usage' }, '≈') : null),
+    h('td', { class: 'num', title: r.reasoningTokens ? `${num(r.reasoningTokens)} of them reasoning` : undefined }, compact(r.completionTokens)),
+    h('td', { class: 'num', title: r.cost === null ? 'The model has no prices' : String(r.cost) }, r.cost === null ? h('span', { class: 'muted' }, '–') : money(r.cost)),
     h('td', { class: 'num', title: r.ttfbMs !== null ? `first byte after ${duration(r.ttfbMs)}` : undefined }, duration(r.latencyMs)),
     h('td', null, badge(r.outcome, outcomeTone, r.error ?? undefined), r.error ? h('div', { class: 'sub record-error', title: r.error }, r.error) : null),
   );

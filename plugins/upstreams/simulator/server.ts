@@ -5,13 +5,15 @@
  * POST /v1/responses, GET /v1/models, the Gemini API under /v1beta (POST
  * /v1beta/models/{model}:generateContent, :streamGenerateContent, :countTokens; GET /v1beta/models,
  * GET /v1beta/models/{id}), GET /healthz and GET /stats (what tests check the gateway sent);
- * `cut_after` drops the connection without ending the response.
+ * `cut_after` drops the connection without ending the response. POST /faults sets faults that
+ * fail every generation request of this process until cleared (faults.ts).
  */
 import { STATUS_CODES } from 'node:http';
 import { pathToFileURL } from 'node:url';
 import { parseArgs } from 'node:util';
 import uWS from 'uWebSockets.js';
 import { DEFAULT_MODELS } from './chat.js';
+import { parseFaults, faulted, type Faults } from './faults.js';
 import { DEFAULT_GEMINI_MODELS, geminiError, geminiNotFound, routeGemini } from './gemini.js';
 import { playReply, routeSimulator, type SimulatorRoutes } from './index.js';
 import { errorReply, notFound, type SimReply } from './reply.js';
@@ -56,6 +58,7 @@ interface Stats {
   aborted: number;
   /** Raw body of the latest generation request, parsed only when asked for. */
   lastBody?: Buffer;
+  faults: Faults;
 }
 
 export function startSimulatorServer(options: SimulatorServerOptions = {}): Promise<SimulatorServer> {
@@ -67,7 +70,7 @@ export function startSimulatorServer(options: SimulatorServerOptions = {}): Prom
   };
   // close() exists at runtime (it also drops open connections) but is missing from the typings.
   const app: uWS.TemplatedApp & { close?(): void } = uWS.App();
-  const stats: Stats = { requests: 0, aborted: 0 };
+  const stats: Stats = { requests: 0, aborted: 0, faults: {} };
   app.any('/*', (res, req) => handle(res, req, routes, stats));
   return new Promise((resolve, reject) => {
     app.listen(host, port, (listenSocket) => {
@@ -98,10 +101,21 @@ function handle(res: uWS.HttpResponse, req: uWS.HttpRequest, options: Required<P
   const route = (body?: Buffer): SimReply => {
     if (method === 'GET' && url === '/healthz') return json({ status: 'ok' });
     if (method === 'GET' && url === '/stats') return json({ requests: stats.requests, aborted: stats.aborted, lastRequest: parsed(stats.lastBody) });
+    if (method === 'POST' && url === '/faults') {
+      try {
+        return json((stats.faults = parseFaults(body)));
+      } catch (err) {
+        return errorReply(400, (err as Error).message, 'invalid_request_error', null, null);
+      }
+    }
     if (method === 'POST' && isGeneration(url) && body) {
       stats.requests++;
       stats.lastBody = body;
+      return faulted(stats.faults, () => generate(body), gemini);
     }
+    return generate(body);
+  };
+  const generate = (body?: Buffer): SimReply => {
     const search = query ? `?${query}` : '';
     // The Gemini API root serves only Gemini routes, with Google-shaped errors.
     if (gemini) return routeGemini(method, url.slice(GEMINI_ROOT.length - 1) + search, body, { models: options.geminiModels }) ?? geminiNotFound(method, url);

@@ -1,0 +1,165 @@
+/**
+ * One exchange's upstream calls: which channel goes first (lower priority first, by weight within
+ * a priority, skipping channels whose breaker is open), and, when a call fails before anything
+ * reached the client, whether and when another channel is tried. Each call's result goes to its
+ * channel's breaker, exactly once.
+ */
+import type { Logger } from 'pino';
+import type { UpstreamCall } from '../contracts.js';
+import { GatewayError } from '../errors.js';
+import type { Exchange } from '../exchange.js';
+import type { Channel } from './table.js';
+
+/** A channel the breaker let through, and when the call may start. */
+interface Attempt {
+  channel: Channel;
+  probe: boolean;
+  at: number;
+}
+
+export class Failover {
+  private readonly order: Channel[];
+  private readonly tried = new Set<Channel>();
+  /** Channels that asked for a short wait (Retry-After): called once more when it is over. */
+  private readonly resting = new Map<Channel, number>();
+  /** The call under way, or the next one while its backoff runs; its breaker ticket is held. */
+  private current: Attempt | undefined;
+  private call: UpstreamCall | undefined;
+  private timer: NodeJS.Timeout | undefined;
+  private retries = 0;
+
+  constructor(
+    private readonly ex: Exchange,
+    channels: Channel[],
+    /** Makes one upstream call on a channel. */
+    private readonly launch: (channel: Channel) => UpstreamCall,
+    /** Runs a step of the exchange so that an exception ends it in the family's terms. */
+    private readonly guard: (step: () => void) => void,
+    private readonly log: Logger,
+  ) {
+    this.order = inOrder(channels);
+  }
+
+  /**
+   * Makes the first call. When every channel's breaker is open it throws a 503 whose Retry-After
+   * says when the first of them lets a probe through.
+   */
+  begin(): void {
+    const now = Date.now();
+    const first = this.take(now);
+    if (!first) {
+      const at = Math.min(...this.order.map((c) => c.breaker.nextCallAt(now)));
+      const seconds = Math.max(1, Math.ceil((at - now) / 1000));
+      this.ex.upstream = undefined;
+      throw new GatewayError(
+        'upstream_unavailable',
+        `Every upstream channel of model \`${this.ex.model!.id}\` is failing (circuit open); the next try is in ${seconds} s.`,
+        null,
+        undefined,
+        undefined,
+        seconds,
+      );
+    }
+    this.start(first);
+  }
+
+  /** The call's channel answered (a stream ended, a complete answer came, or the client's own mistake). */
+  succeeded(): void {
+    const attempt = this.settle();
+    if (attempt) attempt.channel.breaker.succeeded(Date.now(), attempt.probe);
+  }
+
+  /**
+   * The call failed. With `retry` (nothing has reached the client yet) another channel is tried
+   * after a backoff, if the policy of the channel that failed allows one and a channel is left:
+   * returns true when it will be, and the exchange goes on.
+   */
+  failed(err: GatewayError, retryAfterMs: number | undefined, retry: boolean): boolean {
+    const attempt = this.settle();
+    if (!attempt) return false;
+    const { channel, probe } = attempt;
+    const now = Date.now();
+    // A full connection pool is the gateway's own limit, not the channel's health.
+    if (err.code === 'upstream_busy') channel.breaker.released(probe);
+    else channel.breaker.failed(now, probe, err.message);
+    if (!retry || this.ex.attempts >= channel.retry.attempts) return false;
+    if (retryAfterMs !== undefined && retryAfterMs <= channel.retry.maxRetryAfterSeconds * 1000) this.resting.set(channel, now + retryAfterMs);
+    const next = this.take(now);
+    if (!next) return false;
+    const backoff = channel.retry.backoffMs * 2 ** this.retries++ * (0.5 + Math.random());
+    const delayMs = Math.round(Math.max(backoff, next.at - now));
+    this.log.warn(
+      { req: this.ex.id, model: this.ex.model!.id, channel: channel.config.name, attempt: this.ex.attempts, err: err.message, next: next.channel.config.name, delayMs },
+      'upstream call failed before the answer started; trying again',
+    );
+    this.current = next;
+    this.timer = setTimeout(() => {
+      this.timer = undefined;
+      this.guard(() => this.start(next));
+    }, delayMs);
+    return true;
+  }
+
+  /** The exchange was cut short: no further call, the one under way is aborted, its ticket returned. */
+  cancel(): void {
+    clearTimeout(this.timer);
+    this.timer = undefined;
+    this.call?.abort();
+    const attempt = this.settle();
+    if (attempt) attempt.channel.breaker.released(attempt.probe);
+  }
+
+  private start(attempt: Attempt): void {
+    this.current = attempt;
+    this.call = this.launch(attempt.channel);
+  }
+
+  /** Ends the current attempt's hold on its breaker ticket; undefined when it was already settled. */
+  private settle(): Attempt | undefined {
+    const attempt = this.current;
+    this.current = undefined;
+    this.call = undefined;
+    return attempt;
+  }
+
+  /** The next channel to call: one not tried yet, in order, else one whose short Retry-After ends first. */
+  private take(now: number): Attempt | undefined {
+    for (const channel of this.order) {
+      if (this.tried.has(channel)) continue;
+      const ticket = channel.breaker.admit(now);
+      if (!ticket) continue;
+      this.tried.add(channel);
+      return { channel, probe: ticket.probe, at: now };
+    }
+    for (const [channel, at] of [...this.resting].sort((a, b) => a[1] - b[1])) {
+      const ticket = channel.breaker.admit(now);
+      if (!ticket) continue;
+      this.resting.delete(channel);
+      return { channel, probe: ticket.probe, at };
+    }
+    return undefined;
+  }
+}
+
+/**
+ * Channels by priority, and within a priority in a random order weighted by `weight` (each
+ * channel's key is an exponential draw with its weight as the rate: the smallest key is channel
+ * i with probability wᵢ / Σw, and so on down the list).
+ */
+function inOrder(channels: Channel[]): Channel[] {
+  if (channels.length < 2) return channels;
+  return channels
+    .map((c) => ({ c, key: -Math.log(1 - Math.random()) / c.config.weight }))
+    .sort((a, b) => a.c.config.priority - b.c.config.priority || a.key - b.key)
+    .map((k) => k.c);
+}
+
+/** A Retry-After header (seconds or an HTTP date) in milliseconds from now; undefined when absent or unreadable. */
+export function retryAfterMs(value: string | string[] | undefined, now = Date.now()): number | undefined {
+  const text = Array.isArray(value) ? value[0] : value;
+  if (!text) return undefined;
+  const trimmed = text.trim();
+  if (/^\d+(\.\d+)?$/.test(trimmed)) return Number(trimmed) * 1000;
+  const date = Date.parse(trimmed);
+  return Number.isFinite(date) ? Math.max(0, date - now) : undefined;
+}

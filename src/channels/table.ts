@@ -1,0 +1,80 @@
+/**
+ * Every model's channels, ready to call: the upstream, the model as that channel serves it, the
+ * upstream's retry policy and the channel's circuit breaker. A table is built from a config; a
+ * reload builds a new one from the running one, and channels that did not change keep their
+ * breaker (and so their state and counts).
+ */
+import type { ChannelConfig, ModelConfig, UpstreamConfig } from '../config.js';
+import type { Upstream } from '../contracts.js';
+import { Breaker, type BreakerSnapshot } from './breaker.js';
+import { breakerPolicy, retryPolicy, type RetryPolicy } from './policy.js';
+
+export class Channel {
+  constructor(
+    readonly config: ChannelConfig,
+    /** The model as this channel serves it: codecs read `upstream` and `upstreamModel` from it. */
+    readonly model: ModelConfig,
+    readonly upstream: Upstream,
+    readonly retry: RetryPolicy,
+    readonly breaker: Breaker,
+    /** The model, upstream, upstream model and upstream config: what must match to keep the breaker. */
+    readonly identity: string,
+  ) {}
+}
+
+/** One upstream and its channels, as GET /admin/upstreams shows them. */
+export interface UpstreamReport {
+  name: string;
+  kind: string;
+  family: string;
+  channels: ({ model: string; channel: string; priority: number; weight: number } & BreakerSnapshot)[];
+}
+
+export class ChannelTable {
+  private readonly byModel = new Map<string, Channel[]>();
+  private readonly kinds: Map<string, string>;
+
+  /**
+   * `previous` is the table in use when the config is reloaded: its breakers carry over to the
+   * channels that are the same in the new config.
+   */
+  constructor(
+    models: Iterable<ModelConfig>,
+    upstreamConfigs: Record<string, UpstreamConfig>,
+    private readonly upstreams: Map<string, Upstream>,
+    previous?: ChannelTable,
+  ) {
+    const kept = new Map<string, Breaker>();
+    for (const channels of previous?.byModel.values() ?? []) for (const c of channels) kept.set(c.identity, c.breaker);
+    this.kinds = new Map(Object.entries(upstreamConfigs).map(([name, c]) => [name, c.kind]));
+    for (const model of models) {
+      const channels = model.channels.map((config) => {
+        const upstreamConfig = upstreamConfigs[config.upstream]!;
+        const identity = JSON.stringify([model.id, config.upstream, config.upstreamModel, upstreamConfig]);
+        const breaker = kept.get(identity) ?? new Breaker(breakerPolicy(upstreamConfig));
+        const view: ModelConfig = { ...model, upstream: config.upstream, upstreamModel: config.upstreamModel };
+        return new Channel(config, view, upstreams.get(config.upstream)!, retryPolicy(upstreamConfig), breaker, identity);
+      });
+      this.byModel.set(model.id, channels);
+    }
+  }
+
+  /** A model's channels, by priority. */
+  of(modelId: string): Channel[] {
+    return this.byModel.get(modelId) ?? [];
+  }
+
+  /** Every upstream with the state of each model channel on it. */
+  report(now = Date.now()): UpstreamReport[] {
+    return [...this.upstreams.values()].map((u) => ({
+      name: u.name,
+      kind: this.kinds.get(u.name) ?? '',
+      family: u.family,
+      channels: [...this.byModel.values()].flatMap((channels) =>
+        channels
+          .filter((c) => c.config.upstream === u.name)
+          .map((c) => ({ model: c.model.id, channel: c.config.name, priority: c.config.priority, weight: c.config.weight, ...c.breaker.snapshot(now) })),
+      ),
+    }));
+  }
+}

@@ -1,0 +1,145 @@
+/**
+ * The CLI's limits, budgets and channels, as an operator runs it: `node dist/src/main.js` on a data
+ * dir, a gateway in between to spend some of a budget, then the CLI again to read the spend.
+ */
+import { execFile } from 'node:child_process';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { promisify } from 'node:util';
+import t from 'tap';
+import { loadConfig } from '../src/config.js';
+import { startGateway } from '../src/gateway.js';
+import { createLogger } from '../src/log.js';
+import { distRoot } from './helpers.js';
+
+const run = promisify(execFile);
+const main = join(distRoot, 'src/main.js');
+const dataDir = mkdtempSync(join(tmpdir(), 'sluice-cli-limits-'));
+t.teardown(() => rmSync(dataDir, { recursive: true, force: true }));
+const configFile = join(dataDir, 'sluice.yaml');
+// Two channels for one model, and prices, on the in-process simulator.
+writeFileSync(
+  configFile,
+  `upstreams:
+  primary: { kind: simulator }
+  backup: { kind: simulator }
+models:
+  - id: priced
+    channels:
+      - { upstream: primary, upstreamModel: sim-chat }
+      - { upstream: backup, upstreamModel: sim-chat, priority: 1, weight: 3 }
+    prices: { input: 2, output: 8 }
+`,
+);
+const env = { ...process.env, SLUICE_DATA_DIR: dataDir, SLUICE_CONFIG: configFile, SLUICE_LOG_LEVEL: 'warn' };
+const cli = async (...args: string[]) => JSON.parse((await run(process.execPath, [main, ...args], { env })).stdout);
+/** A refused command: its exit code and what it printed on stderr. */
+const refused = async (...args: string[]) => {
+  const err = await run(process.execPath, [main, ...args], { env }).then(
+    () => ({ code: 0, stderr: '' }),
+    (e: { code: number; stderr: string }) => e,
+  );
+  return { code: err.code, stderr: err.stderr };
+};
+
+let keyId = '';
+let secret = '';
+
+t.test('groups create and update set limits and a budget; update changes only the fields named', async (t) => {
+  const created = await cli('groups', 'create', 'team', '--models', '*', '--families', 'chat', '--rpm', '60', '--tpm', '10000', '--concurrency', '4', '--budget', '25/month');
+  t.same(created.limits, { rpm: 60, tpm: 10000, concurrency: 4 });
+  t.same(created.budget, { amount: 25, period: 'month' });
+  t.match(created.spend, { period: 'month', spent: 0, remaining: 25 });
+
+  const updated = await cli('groups', 'update', 'team', '--tpm', 'none', '--concurrency', '8');
+  t.same(updated.limits, { rpm: 60, concurrency: 8 }, 'tpm removed, concurrency changed, rpm kept');
+  t.same(updated.budget, { amount: 25, period: 'month' }, 'the budget stays');
+
+  const listed = (await cli('groups', 'list')).find((g: { name: string }) => g.name === 'team');
+  t.same(listed.limits, { rpm: 60, concurrency: 8 }, 'stored');
+  const monthStart = new Date();
+  monthStart.setUTCDate(1);
+  monthStart.setUTCHours(0, 0, 0, 0);
+  t.equal(listed.spend.since, monthStart.toISOString(), 'the month starts on the 1st, midnight UTC');
+
+  await cli('groups', 'create', 'scratch', '--models', 'priced', '--families', 'chat', '--rpm', '5', '--budget', '1/day');
+  const cleared = await cli('groups', 'update', 'scratch', '--no-limits', '--budget', 'none');
+  t.equal(cleared.limits, null, '--no-limits clears every limit');
+  t.equal(cleared.budget, null, '--budget none clears the budget');
+  t.equal(cleared.spend, null, 'no budget, no spend');
+});
+
+t.test('keys create and update take the same options', async (t) => {
+  const created = await cli('keys', 'create', '--group', 'team', '--name', 'ci', '--rpm', '5', '--budget', '1.5/day');
+  keyId = created.id;
+  secret = created.key;
+  t.same(created.limits, { rpm: 5 });
+  t.same(created.budget, { amount: 1.5, period: 'day' });
+
+  const updated = await cli('keys', 'update', keyId, '--budget', '3/total', '--tpm', '2000');
+  t.same(updated.limits, { rpm: 5, tpm: 2000 }, 'a limit added beside the one set');
+  t.same(updated.budget, { amount: 3, period: 'total' });
+  t.match(updated.spend, { period: 'total', spent: 0, remaining: 3, until: null });
+});
+
+t.test('bad values are refused with a message, exit code 2, and change nothing', async (t) => {
+  for (const [args, message] of [
+    [['groups', 'update', 'team', '--budget', '25/week'], /--budget takes AMOUNT\/PERIOD/],
+    [['groups', 'update', 'team', '--budget', 'lots'], /--budget takes AMOUNT\/PERIOD/],
+    [['groups', 'update', 'team', '--rpm', 'fast'], /--rpm takes a whole number/],
+    [['groups', 'update', 'team', '--rpm', '0'], /limits\.rpm must be >= 1/],
+    [['keys', 'update', keyId, '--no-limits', '--rpm', '5'], /--no-limits removes every limit/],
+  ] as const) {
+    const { code, stderr } = await refused(...args);
+    t.equal(code, 2, args.join(' '));
+    t.match(stderr, message);
+  }
+  const team = (await cli('groups', 'list')).find((g: { name: string }) => g.name === 'team');
+  t.same(team.limits, { rpm: 60, concurrency: 8 }, 'unchanged');
+  t.same(team.budget, { amount: 25, period: 'month' });
+});
+
+t.test('groups list and keys list show what a priced request spent', async (t) => {
+  const config = loadConfig({ path: configFile, env: { SLUICE_DATA_DIR: dataDir, SLUICE_PORT: '0' } });
+  const gateway = await startGateway(config, createLogger('error'));
+  let cost: number;
+  try {
+    const res = await fetch(`http://127.0.0.1:${gateway.port}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${secret}`, 'content-type': 'application/json' },
+      // Within the key's 2000 tokens a minute: the prompt plus this output ceiling are reserved.
+      body: JSON.stringify({ model: 'priced', max_tokens: 100, messages: [{ role: 'user', content: 'Spend a little [[sim tokens=40]]' }] }),
+    });
+    const body = await res.json();
+    t.equal(res.status, 200, res.status === 200 ? 'the priced request passes' : JSON.stringify(body));
+    const usage = (body as { usage: { prompt_tokens: number; completion_tokens: number } }).usage;
+    cost = (usage.prompt_tokens * 2 + usage.completion_tokens * 8) / 1e6;
+  } finally {
+    await gateway.shutdown();
+  }
+  t.ok(cost > 0);
+
+  const [record] = (await cli('usage', '--key', keyId)).records;
+  t.ok(Math.abs(record.cost - cost) < 1e-12, `the record carries the cost at the model's prices (${record.cost})`);
+  t.equal(record.channel, 'primary', 'served by the first channel');
+
+  const team = (await cli('groups', 'list')).find((g: { name: string }) => g.name === 'team');
+  t.equal(team.spend.spent, record.cost, "the group's spend this month");
+  t.equal(team.spend.remaining, Math.round((25 - record.cost) * 1e9) / 1e9);
+  const key = (await cli('keys', 'list')).find((k: { id: string }) => k.id === keyId);
+  t.equal(key.spend.spent, record.cost, "the key's spend in total");
+});
+
+t.test('upstreams list shows the configured channels and says where the live state is', async (t) => {
+  const out = await cli('upstreams', 'list');
+  t.match(out.note, /GET \/admin\/upstreams/);
+  const byName = Object.fromEntries(out.data.map((u: { name: string }) => [u.name, u]));
+  t.match(byName.primary, { kind: 'simulator', family: 'chat', channels: [{ model: 'priced', channel: 'primary', upstreamModel: 'sim-chat', priority: 0, weight: 1 }] });
+  t.match(byName.backup, { channels: [{ model: 'priced', channel: 'backup', priority: 1, weight: 3 }] });
+
+  const help = (await run(process.execPath, [main, '--help'], { env })).stdout;
+  t.match(help, /--budget AMOUNT\/PERIOD/);
+  t.match(help, /--budget none removes it/);
+  t.match(help, /--no-limits/);
+});
