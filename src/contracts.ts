@@ -32,7 +32,7 @@ export interface Plugin {
   catalog?(ex: Exchange): PhaseResult;
   /** The body is parsed and the model known: may this call go ahead? */
   admit?(ex: Exchange): PhaseResult;
-  /** Pick or override the upstream channel (ex.upstream is preset from the model config). */
+  /** Just before the upstream call: may refuse it. The model's channels choose the upstream (src/channels/). */
   route?(ex: Exchange): PhaseResult;
   /** Once per upstream SSE frame, synchronously: keep it cheap. */
   frame?(ex: Exchange, frame: Buffer): void;
