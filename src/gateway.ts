@@ -206,7 +206,14 @@ export async function startGateway(config: Config, log: Logger, source: LoadOpti
     store,
     adminToken,
     firstStart,
-    reload: (via) => reloader.reload(via),
+    reload: (via) => {
+      const outcome = reloader.reload(via);
+      // A reload by signal is audited like one through the admin API.
+      if (outcome.applied) {
+        admin.audit(`signal:${via}`, 'config.reload', null, JSON.stringify(outcome.changes)).catch((err) => log.error({ err }, 'auditing a reload failed'));
+      }
+      return outcome;
+    },
     shutdown: () =>
       (closing ??= (async () => {
         await server.drain(config.server.shutdownTimeoutMs);

@@ -89,10 +89,7 @@ export class MemoryLimiter implements Limiter<MemoryLease> {
 
   private async loadSpend(id: string, state: ScopeState, since: number): Promise<void> {
     try {
-      const spent = await this.spendSource(id, since);
-      // Reservations of the period that began before the load (none for a new period) carry over.
-      const reserved = state.spend?.since === since ? state.spend.reserved : 0;
-      state.spend = { since, spent, reserved };
+      state.spend = { since, spent: await this.spendSource(id, since), reserved: 0 };
     } finally {
       state.loading = undefined;
     }
@@ -160,6 +157,7 @@ export class MemoryLimiter implements Limiter<MemoryLease> {
     for (const state of lease.states) this.forgetIfIdle(state, now);
   }
 
+  /** What the limiter counts for a scope's budget period, when it has counted it. */
   spend(scope: string, since: number): { spent: number; reserved: number } | undefined {
     const spend = this.scopes.get(scope)?.spend;
     return spend?.since === since ? { spent: spend.spent, reserved: spend.reserved } : undefined;

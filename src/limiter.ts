@@ -47,8 +47,6 @@ export interface Limiter<L = unknown> {
   acquire(scopes: LimitScope[], ask: Amounts, now?: number): Decision<L> | Promise<Decision<L>>;
   /** Exactly once per granted lease: reconciles the reservation with `used` and frees the slot. */
   settle(lease: L, used: Amounts, now?: number): void | Promise<void>;
-  /** Spend counted in a scope's current budget period (settled plus reserved), when the limiter knows it. */
-  spend?(scope: string, since: number): { spent: number; reserved: number } | undefined;
   close?(): Promise<void>;
 }
 

@@ -6,7 +6,7 @@
  * any plugin or callback), the exchange ends through `finish`, once.
  */
 import type { Logger } from 'pino';
-import { Failover } from './channels/failover.js';
+import { Failover, betweenCalls } from './channels/failover.js';
 import type { Channel, ChannelTable } from './channels/table.js';
 import type { ModelConfig } from './config.js';
 import type { Codec, Plugin, PhaseResult, Upstream, UpstreamCall } from './contracts.js';
@@ -191,7 +191,8 @@ export class Pipeline {
     this.inFlight.delete(ex);
     // What reached the upstream is counted even when it never reported usage (a cut or aborted
     // stream): estimated from the prompt and the output delivered. A refusal here consumed nothing.
-    if (!ex.usage && ex.upstream && ex.endpoint.kind === 'generate' && (ex.status === 200 || ex.aborted || ex.outcome === 'shutdown')) {
+    const reachedUpstream = ex.upstream && !ex.get(betweenCalls);
+    if (!ex.usage && reachedUpstream && ex.endpoint.kind === 'generate' && (ex.status === 200 || ex.aborted || ex.outcome === 'shutdown')) {
       try {
         ex.usage = estimateUsage(ex);
       } catch (err) {

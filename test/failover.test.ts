@@ -250,6 +250,7 @@ t.test('a client that leaves during the backoff leaves nothing running', async (
     return found.length > 0 && found;
   }, 'the usage record');
   t.match(record, { outcome: 'aborted', attempts: 1, channel: 'patient' });
+  t.match(record, { promptTokens: 0, completionTokens: 0, estimated: false }, 'the failed call used nothing: no estimate is billed');
   // Longer than the longest backoff (1000 ms · 1.5): a call it had scheduled would have reached the simulator.
   await new Promise((r) => setTimeout(r, 1800));
   t.equal(await requestsSeen(good), goodBefore, 'no call after the client left');

@@ -4,7 +4,7 @@
  * the start-up message and the running config stays.
  */
 import { execFile, spawn } from 'node:child_process';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
@@ -199,6 +199,9 @@ t.test('SIGHUP makes `sluice serve` reload its config file', async (t) => {
   t.same((await childClient.models.list()).data.map((m) => m.id).sort(), ['alpha', 'beta']);
   const answer = await childClient.chat.completions.create({ model: 'beta', messages: [{ role: 'user', content: 'hi' }] });
   t.match(answer, { model: 'beta', choices: [{ finish_reason: 'stop' }] }, 'the new model answers');
+  const adminToken = readFileSync(join(dir, 'admin-token'), 'utf8').trim();
+  const audit = (await (await fetch(`http://127.0.0.1:${port}/admin/audit?action=config.reload`, { headers: { authorization: `Bearer ${adminToken}` } })).json()) as { data: unknown[] };
+  t.match(audit.data, [{ actor: 'signal:SIGHUP', action: 'config.reload', detail: /beta/ }], 'a reload by signal is audited');
 
   writeFileSync(file, config('  - { id: gamma, upstream: nowhere }\n'));
   child.kill('SIGHUP');

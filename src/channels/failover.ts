@@ -7,7 +7,7 @@
 import type { Logger } from 'pino';
 import type { UpstreamCall } from '../contracts.js';
 import { GatewayError } from '../errors.js';
-import type { Exchange } from '../exchange.js';
+import { StateKey, type Exchange } from '../exchange.js';
 import type { Channel } from './table.js';
 
 /** A channel the breaker let through, and when the call may start. */
@@ -17,11 +17,16 @@ interface Attempt {
   at: number;
 }
 
+/** Set while an exchange waits between a failed call and the next one. */
+export const betweenCalls = new StateKey<boolean>('between upstream calls');
+
 export class Failover {
   private readonly order: Channel[];
   private readonly tried = new Set<Channel>();
   /** Channels that asked for a short wait (Retry-After): called once more when it is over. */
   private readonly resting = new Map<Channel, number>();
+  /** Channels already given their one more call. */
+  private readonly rested = new Set<Channel>();
   /** The call under way, or the next one while its backoff runs; its breaker ticket is held. */
   private current: Attempt | undefined;
   private call: UpstreamCall | undefined;
@@ -83,7 +88,10 @@ export class Failover {
     if (err.code === 'upstream_busy') channel.breaker.released(probe);
     else channel.breaker.failed(now, probe, err.message);
     if (!retry || this.ex.attempts >= channel.retry.attempts) return false;
-    if (retryAfterMs !== undefined && retryAfterMs <= channel.retry.maxRetryAfterSeconds * 1000) this.resting.set(channel, now + retryAfterMs);
+    if (retryAfterMs !== undefined && retryAfterMs <= channel.retry.maxRetryAfterSeconds * 1000 && !this.rested.has(channel)) {
+      this.resting.set(channel, now + retryAfterMs);
+      this.rested.add(channel);
+    }
     const next = this.take(now);
     if (!next) return false;
     const backoff = channel.retry.backoffMs * 2 ** this.retries++ * (0.5 + Math.random());
@@ -93,6 +101,8 @@ export class Failover {
       'upstream call failed before the answer started; trying again',
     );
     this.current = next;
+    // Between calls nothing is at the upstream: an exchange cut short now used nothing.
+    this.ex.set(betweenCalls, true);
     this.timer = setTimeout(() => {
       this.timer = undefined;
       this.guard(() => this.start(next));
@@ -110,6 +120,7 @@ export class Failover {
   }
 
   private start(attempt: Attempt): void {
+    this.ex.set(betweenCalls, false);
     this.current = attempt;
     this.call = this.launch(attempt.channel);
   }

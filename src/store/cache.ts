@@ -32,8 +32,10 @@ export class CachedStore implements Store {
     if (hit && hit.expires > Date.now()) return hit.found;
     let loading = this.loading.get(secret);
     if (!loading) {
-      loading = this.load(secret).finally(() => this.loading.delete(secret));
-      this.loading.set(secret, loading);
+      const started: Promise<KeyLookup | undefined> = this.load(secret).finally(() => {
+        if (this.loading.get(secret) === started) this.loading.delete(secret);
+      });
+      this.loading.set(secret, (loading = started));
     }
     return loading;
   }
@@ -53,6 +55,8 @@ export class CachedStore implements Store {
   forget(): void {
     this.generation++;
     this.keys.clear();
+    // A lookup that began before a write must not be joined by requests that came after it.
+    this.loading.clear();
   }
 
   private async changing<T>(write: Promise<T>): Promise<T> {
