@@ -51,7 +51,7 @@ export async function runMicro(): Promise<Record<string, string>[]> {
     time: Date.now(), requestId: `bench-${++requestNo}`, keyId: 'key_0123456789abcdef', group: 'default', model: 'sim-chat',
     upstream: 'simulator', family: 'chat', status: 200, promptTokens: 12, completionTokens: 256, estimated: false,
     latencyMs: 12.34, ttfbMs: 1.23, streamed: true, outcome: 'finished', error: null, notes: null,
-    cachedInputTokens: null, reasoningTokens: null, cost: null, channel: 'simulator', attempts: 1,
+    cachedInputTokens: null, cacheWriteTokens: null, reasoningTokens: null, cost: null, channel: 'simulator', attempts: 1,
   });
   const recordBytes = JSON.stringify(usage()).length + 1;
 

@@ -49,6 +49,8 @@ export interface Prices {
   input: number;
   /** Prompt tokens read from the upstream's cache; defaults to `input`. */
   cachedInput: number;
+  /** Prompt tokens written to the upstream's cache (Anthropic prices them apart); defaults to `input`. */
+  cacheWrite: number;
   output: number;
   /** Reasoning tokens (counted within the output); defaults to `output`. */
   reasoning: number;
@@ -336,7 +338,7 @@ const schema = {
             type: 'object',
             required: ['input', 'output'],
             additionalProperties: false,
-            properties: Object.fromEntries(['input', 'cachedInput', 'output', 'reasoning'].map((k) => [k, { type: 'number', minimum: 0 }])),
+            properties: Object.fromEntries(['input', 'cachedInput', 'cacheWrite', 'output', 'reasoning'].map((k) => [k, { type: 'number', minimum: 0 }])),
           },
           limits: limitsSchema,
           maxOutputTokens: {
@@ -439,7 +441,7 @@ function resolve(raw: RawConfig, env: NodeJS.ProcessEnv, source: string, path?: 
       upstream: channels[0]!.upstream,
       upstreamModel: channels[0]!.upstreamModel,
       channels,
-      ...(m.prices && { prices: { cachedInput: m.prices.input!, reasoning: m.prices.output!, ...m.prices } as Prices }),
+      ...(m.prices && { prices: { cachedInput: m.prices.input!, cacheWrite: m.prices.input!, reasoning: m.prices.output!, ...m.prices } as Prices }),
       ...(m.limits && Object.keys(m.limits).length > 0 && { limits: m.limits }),
       maxOutputTokens: ceiling,
       features: {

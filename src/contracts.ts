@@ -11,11 +11,17 @@ import type { Limiter } from './limiter.js';
 import type * as canonical from './canonical.js';
 import type { RuleOutcome } from './model-rules.js';
 
-/** Token usage in family-neutral terms. Output tokens include reasoning tokens. */
+/**
+ * Token usage in family-neutral terms, counted as OpenAI counts it: input tokens include those read
+ * from and written to the prompt cache, output tokens include reasoning tokens.
+ */
 export interface Usage {
   inputTokens: number;
   outputTokens: number;
+  /** Of the input tokens, those read from the prompt cache. */
   cachedTokens?: number;
+  /** Of the input tokens, those written to the prompt cache (Anthropic's cache_creation_input_tokens). */
+  cacheWriteTokens?: number;
   reasoningTokens?: number;
   /** True when counted locally with a tokenizer because the upstream never reported it. */
   estimated?: boolean;

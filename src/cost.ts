@@ -8,10 +8,12 @@ import type { Usage } from './contracts.js';
 
 export function costOf(usage: Usage, prices: Prices): number {
   const cached = Math.min(usage.cachedTokens ?? 0, usage.inputTokens);
+  const written = Math.min(usage.cacheWriteTokens ?? 0, usage.inputTokens - cached);
   const reasoning = Math.min(usage.reasoningTokens ?? 0, usage.outputTokens);
   const micro =
-    (usage.inputTokens - cached) * prices.input +
+    (usage.inputTokens - cached - written) * prices.input +
     cached * prices.cachedInput +
+    written * prices.cacheWrite +
     (usage.outputTokens - reasoning) * prices.output +
     reasoning * prices.reasoning;
   // Rounded to a billionth so sums of many records do not drift in binary fractions.

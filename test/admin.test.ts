@@ -103,7 +103,7 @@ t.test('usage series and CSV', async (t) => {
   t.match(csv.headers.get('content-type'), /text\/csv/);
   t.match(csv.headers.get('content-disposition'), /attachment/);
   const lines = (await csv.text()).trim().split('\r\n');
-  t.equal(lines[0], 'time,requestId,keyId,group,model,upstream,channel,attempts,family,status,promptTokens,cachedInputTokens,completionTokens,reasoningTokens,cost,estimated,latencyMs,ttfbMs,streamed,outcome,error,notes');
+  t.equal(lines[0], 'time,requestId,keyId,group,model,upstream,channel,attempts,family,status,promptTokens,cachedInputTokens,cacheWriteTokens,completionTokens,reasoningTokens,cost,estimated,latencyMs,ttfbMs,streamed,outcome,error,notes');
   t.equal(lines.length, 2);
   t.match(lines[1], /,sim-broken,broken,broken,\d+,chat,503,.*,upstream_unavailable: Upstream `broken` is unreachable \(ECONNREFUSED\)\.,$/);
 });

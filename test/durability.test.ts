@@ -100,6 +100,7 @@ const record = (i: number): UsageRecord => ({
   error: null,
   notes: null,
   cachedInputTokens: null,
+  cacheWriteTokens: null,
   reasoningTokens: null,
   cost: null,
   channel: 'simulator',

@@ -26,6 +26,7 @@ export default definePlugin(({ store }) => ({
       promptTokens: usage?.inputTokens ?? 0,
       completionTokens: usage?.outputTokens ?? 0,
       cachedInputTokens: usage?.cachedTokens ?? null,
+      cacheWriteTokens: usage?.cacheWriteTokens ?? null,
       reasoningTokens: usage?.reasoningTokens ?? null,
       cost: prices ? (usage ? costOf(usage, prices) : 0) : null,
       channel: ex.channel?.name ?? null,

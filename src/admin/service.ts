@@ -106,7 +106,7 @@ const niceBuckets = [60_000, 300_000, 900_000, 3_600_000, 6 * 3_600_000, 86_400_
 
 const csvColumns: (keyof UsageRecord)[] = [
   'time', 'requestId', 'keyId', 'group', 'model', 'upstream', 'channel', 'attempts', 'family', 'status', 'promptTokens',
-  'cachedInputTokens', 'completionTokens', 'reasoningTokens', 'cost', 'estimated', 'latencyMs', 'ttfbMs', 'streamed', 'outcome', 'error', 'notes',
+  'cachedInputTokens', 'cacheWriteTokens', 'completionTokens', 'reasoningTokens', 'cost', 'estimated', 'latencyMs', 'ttfbMs', 'streamed', 'outcome', 'error', 'notes',
 ];
 
 /**

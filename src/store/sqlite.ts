@@ -76,6 +76,7 @@ const migrations: string[] = [
    ALTER TABLE usage ADD COLUMN channel TEXT;
    ALTER TABLE usage ADD COLUMN attempts INTEGER NOT NULL DEFAULT 1;
    CREATE INDEX usage_group_time ON usage(group_name, time);`,
+  `ALTER TABLE usage ADD COLUMN cache_write_tokens INTEGER;`,
 ];
 
 function usageFilter(query: UsageQuery): { filter: string; args: Record<string, unknown> } {
@@ -103,7 +104,7 @@ function usageFilter(query: UsageQuery): { filter: string; args: Record<string, 
 const absentUsage: Record<keyof UsageRecord, null> = {
   time: null, requestId: null, keyId: null, group: null, model: null, upstream: null, family: null, status: null, promptTokens: null,
   completionTokens: null, estimated: null, latencyMs: null, ttfbMs: null, streamed: null, outcome: null, error: null, notes: null,
-  cachedInputTokens: null, reasoningTokens: null, cost: null, channel: null, attempts: null,
+  cachedInputTokens: null, cacheWriteTokens: null, reasoningTokens: null, cost: null, channel: null, attempts: null,
 };
 
 export function hashSecret(secret: string): string {
@@ -151,6 +152,7 @@ interface UsageRow {
   error: string | null;
   notes: string | null;
   cached_tokens: number | null;
+  cache_write_tokens: number | null;
   reasoning_tokens: number | null;
   cost: number | null;
   channel: string | null;
@@ -194,6 +196,7 @@ const toUsage = (r: UsageRow): UsageRecord => ({
   promptTokens: r.prompt_tokens,
   completionTokens: r.completion_tokens,
   cachedInputTokens: r.cached_tokens,
+  cacheWriteTokens: r.cache_write_tokens,
   reasoningTokens: r.reasoning_tokens,
   cost: r.cost,
   channel: r.channel,
@@ -232,10 +235,10 @@ export class SqliteStore implements StoreBackend {
       insertUsage: this.db.prepare(
         `INSERT OR IGNORE INTO usage (time, request_id, key_id, group_name, model, upstream, family, status,
            prompt_tokens, completion_tokens, estimated, latency_ms, ttfb_ms, streamed, outcome, error, notes,
-           cached_tokens, reasoning_tokens, cost, channel, attempts)
+           cached_tokens, cache_write_tokens, reasoning_tokens, cost, channel, attempts)
          VALUES (@time, @requestId, @keyId, @group, @model, @upstream, @family, @status,
            @promptTokens, @completionTokens, @estimated, @latencyMs, @ttfbMs, @streamed, @outcome, @error, @notes,
-           @cachedInputTokens, @reasoningTokens, @cost, @channel, COALESCE(@attempts, 1))`,
+           @cachedInputTokens, @cacheWriteTokens, @reasoningTokens, @cost, @channel, COALESCE(@attempts, 1))`,
       ),
       touchKey: this.db.prepare('UPDATE keys SET last_used_at = MAX(COALESCE(last_used_at, 0), ?) WHERE id = ?'),
     };

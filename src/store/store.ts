@@ -99,6 +99,8 @@ export interface UsageRecord {
   completionTokens: number;
   /** Of the prompt tokens, those read from the upstream's prompt cache, when it reports them. */
   cachedInputTokens: number | null;
+  /** Of the prompt tokens, those written to the upstream's prompt cache, when it reports them. */
+  cacheWriteTokens: number | null;
   /** Of the completion tokens, those spent reasoning, when the upstream reports them. */
   reasoningTokens: number | null;
   /** What the exchange cost at the model's prices, or null when the model has none. */
