@@ -7,7 +7,7 @@ import type { Exchange, StateKey } from '../src/exchange.js';
 import { replaceStringField } from '../src/json-splice.js';
 import { SseSplitter, frameData } from '../src/sse.js';
 import codecPlugin from '../plugins/codecs/chat/index.js';
-import type { Codec } from '../src/contracts.js';
+import type { ClientFamily } from '../src/contracts.js';
 import { createLogger } from '../src/log.js';
 import { JournaledStore } from '../src/store/journal.js';
 import { SqliteStore } from '../src/store/sqlite.js';
@@ -27,8 +27,8 @@ function chatStream(tokens: number, withUsage: boolean): Buffer {
 }
 
 export async function runMicro(): Promise<Record<string, string>[]> {
-  let codec: Codec | undefined;
-  await codecPlugin({ addCodec: (c: Codec) => (codec = c) } as never);
+  let family: ClientFamily | undefined;
+  await codecPlugin({ addFamily: (f: ClientFamily) => (family = f), addDialect: () => {} } as never);
   const stream = chatStream(256, true);
   // Upstream TCP reads rarely align with frames: split into 1400-byte pieces like real segments.
   const pieces: Buffer[] = [];
@@ -63,7 +63,7 @@ export async function runMicro(): Promise<Record<string, string>[]> {
     })
     .add('chat passthrough: split + usage scan + drop usage chunk', () => {
       const splitter = new SseSplitter();
-      const pass = codec!.passthroughStream(fakeExchange);
+      const pass = family!.passthroughStream(fakeExchange);
       for (const p of pieces) splitter.push(p, pass.frame, (b) => (sink += b.length));
       if (!pass.usage()) throw new Error('usage not found');
     })

@@ -1,7 +1,8 @@
 /**
  * The canonical pivot between wire families. A request, answer or stream from family A reaches
- * family B as `codec[A] → canonical → codec[B]`: N codecs, not N² converters. It carries what
- * every family can express; what only one family can say stays in passthrough.
+ * an upstream of family B as `family[A] → canonical → dialect[B]` (and back): N of each, not N²
+ * converters. It carries what every family can express; what only one family can say stays in
+ * passthrough.
  */
 import type { Usage } from './contracts.js';
 import { GatewayError } from './errors.js';

@@ -80,8 +80,11 @@ export interface ModelConfig {
   prices?: Prices;
   /** Limits across every key, to protect the upstream's own quota. */
   limits?: Limits;
-  /** Output-token ceiling: `default` is sent when the client sets none; above `max` is refused. */
-  maxOutputTokens: { default?: number; max?: number };
+  /**
+   * Output-token ceiling: `default` is sent when the client sets none; above `max` is refused, or
+   * with `overMax: clamp` lowered to `max` (for clients that always ask for more than most models give).
+   */
+  maxOutputTokens: { default?: number; max?: number; overMax?: 'reject' | 'clamp' };
   features: ModelFeatures;
   /** Families the model is offered on, and how; filled in at boot from the upstream's family. */
   families: Record<string, FamilyMode>;
@@ -171,9 +174,11 @@ export const defaultPlugins = [
   'codecs/chat',
   'codecs/responses',
   'codecs/gemini',
+  'codecs/messages',
   'upstreams/openai-chat',
   'upstreams/openai-responses',
   'upstreams/gemini',
+  'upstreams/anthropic',
   'upstreams/simulator',
   'usage',
   'access-log',
@@ -186,16 +191,18 @@ const embeddedDefault: { upstreams: Record<string, UpstreamConfig>; models: NonN
     simulator: { kind: 'simulator' },
     'simulator-responses': { kind: 'simulator', family: 'responses' },
     'simulator-gemini': { kind: 'simulator', family: 'gemini' },
+    'simulator-messages': { kind: 'simulator', family: 'messages' },
   },
   models: [
     // Bridged and translated models drop server-side tools (Codex always sends web_search).
-    { id: 'sim-chat', upstream: 'simulator', maxOutputTokens: { default: 1024, max: 8192 }, features: { unsupportedTools: 'drop' } },
-    { id: 'sim-responses', upstream: 'simulator-responses', maxOutputTokens: { default: 1024, max: 8192 }, features: { serverTools: ['web_search'] } },
-    { id: 'sim-gemini', upstream: 'simulator-gemini', maxOutputTokens: { default: 1024, max: 8192 }, features: { unsupportedTools: 'drop' } },
+    { id: 'sim-chat', upstream: 'simulator', maxOutputTokens: { default: 1024, max: 8192, overMax: 'clamp' }, features: { unsupportedTools: 'drop' } },
+    { id: 'sim-responses', upstream: 'simulator-responses', maxOutputTokens: { default: 1024, max: 8192, overMax: 'clamp' }, features: { serverTools: ['web_search'] } },
+    { id: 'sim-gemini', upstream: 'simulator-gemini', maxOutputTokens: { default: 1024, max: 8192, overMax: 'clamp' }, features: { unsupportedTools: 'drop' } },
+    { id: 'sim-messages', upstream: 'simulator-messages', maxOutputTokens: { default: 1024, max: 8192, overMax: 'clamp' }, features: { unsupportedTools: 'drop' } },
     {
       id: 'sim-chat-basic',
       upstream: 'simulator',
-      maxOutputTokens: { default: 256, max: 1024 },
+      maxOutputTokens: { default: 256, max: 1024, overMax: 'clamp' },
       features: { tools: false, jsonSchema: false, vision: false, temperature: false, reasoning: false, unsupportedTools: 'drop' },
     },
   ],
@@ -344,7 +351,7 @@ const schema = {
           maxOutputTokens: {
             type: 'object',
             additionalProperties: false,
-            properties: { default: { type: 'integer', minimum: 1 }, max: { type: 'integer', minimum: 1 } },
+            properties: { default: { type: 'integer', minimum: 1 }, max: { type: 'integer', minimum: 1 }, overMax: { enum: ['reject', 'clamp'] } },
           },
           features: {
             type: 'object',

@@ -48,14 +48,24 @@ export interface Plugin {
   close?(): void | Promise<void>;
 }
 
-/** An HTTP route a codec serves. */
+/** An HTTP route a client family serves. */
 export interface Endpoint {
-  method: 'get' | 'post';
+  method: 'get' | 'post' | 'head';
   /** uWS pattern, e.g. `/v1/chat/completions` or `/v1beta/models/:target`. */
   path: string;
-  /** `socket`: a WebSocket channel whose messages each run as one generate exchange. */
-  kind: 'generate' | 'models' | 'socket';
-  /** Families whose keys may call it; the codec's own family when absent. */
+  /**
+   * `socket`: a WebSocket channel whose messages each run as one generate exchange. `count`: the
+   * prompt's tokens, counted locally after the same checks as a generation (no upstream call, no
+   * usage record). `probe`: answered 200 at once, without a key (a client's start-up check).
+   */
+  kind: 'generate' | 'models' | 'socket' | 'count' | 'probe';
+  /**
+   * Serves a request only when this holds (a header says which API the client speaks). Of the
+   * families that declare one method and path, the first whose condition holds serves it; one
+   * without a condition serves the rest.
+   */
+  when?(headers: Record<string, string>): boolean;
+  /** Families whose keys may call it; the serving family when absent. */
   families?: string[];
 }
 
@@ -64,6 +74,11 @@ export interface UpstreamRequest {
   method: 'GET' | 'POST';
   path: string;
   headers: Record<string, string>;
+  /**
+   * The upstream's name for the model (the channel's `upstreamModel`), set by the pipeline for
+   * upstreams that name it in the URL rather than the body (an Azure deployment).
+   */
+  model?: string;
   body?: Buffer | string;
 }
 
@@ -144,20 +159,18 @@ export interface SocketTurnInfo {
 export const socketTurn = new StateKey<SocketTurnInfo>('socket turn');
 
 /**
- * A wire family: how its clients authenticate, what they send and what they expect back, and how
- * its messages map to and from the canonical pivot when client and upstream families differ.
+ * A client family: what a client speaks. How it authenticates, what it sends (decoded, and
+ * expressed canonically), what it reads back (answers, stream frames, errors in its shape), and the
+ * same-family passthrough, where the client's bytes go upstream and the upstream's come back.
+ * Paired with an UpstreamDialect of the same name when upstreams speak it too (docs/plugins.md).
  */
-export interface Codec {
-  readonly family: string;
+export interface ClientFamily {
+  /** The family's name (`chat`): keys' groups grant it, upstreams and dialects name it. */
+  readonly name: string;
   readonly endpoints: Endpoint[];
-  /**
-   * The JSON key that names the model in this family's answers and stream events (`"model"`,
-   * quotes included). A passthrough answer gets the client's name for the model spliced in there.
-   */
-  readonly modelKey?: string;
   /** Content type of a stream answer (most families: `text/event-stream`). */
   streamContentType(ex: Exchange): string;
-  /** The family's WebSocket protocol, for codecs with a `socket` endpoint. */
+  /** The family's WebSocket protocol, for families with a `socket` endpoint. */
   readonly socket?: SocketProtocol<any>;
   /** How this family is served from another family's upstream; 'translated' when absent. */
   translationMode?(upstreamFamily: string): FamilyMode;
@@ -165,16 +178,35 @@ export interface Codec {
   credential(ex: Exchange): string | undefined;
   /** Parse and validate ex.body: sets ex.request, ex.modelId and ex.stream. Throws GatewayError. */
   decode(ex: Exchange): void;
-  /** The model list in this family's shape (for codecs with a `models` endpoint). */
+  /** The model list in this family's shape (for families with a `models` endpoint). */
   modelList?(models: ModelConfig[], ex: Exchange): unknown;
   /** Error body in this family's shape. */
   errorBody(err: GatewayError): string;
+  /** The status of an error reply, where the family's API differs from the catalog's. */
+  errorStatus?(err: GatewayError): number;
+  /** The answer of a `count` endpoint, in this family's shape. */
+  tokenCount?(inputTokens: number, ex: Exchange): unknown;
   /** Text of the prompt, for a tokenizer estimate. */
   promptText(ex: Exchange): string;
   /** The output-token ceiling the client asked for, if it asked for one (the limits reserve it). */
   requestedOutputTokens?(ex: Exchange): number | undefined;
 
-  // Same-family passthrough.
+  /**
+   * The client's request canonically, for the model rules and, when translating, the upstream.
+   * For its own family's upstream it refuses nothing that upstream could take. Throws GatewayError.
+   */
+  toCanonical(ex: Exchange, upstreamFamily: string): canonical.Request;
+  /** A translated answer, in this family's shape. */
+  writeResponse(res: canonical.Response, ex: Exchange): string;
+  /** Writes canonical stream events as this family's frames. */
+  streamWriter(ex: Exchange): canonical.StreamWriter;
+
+  // Same-family passthrough: the upstream speaks this family, so its bytes are the client's.
+  /**
+   * The JSON key that names the model in this family's answers and stream events (`"model"`,
+   * quotes included). A passthrough answer gets the client's name for the model spliced in there.
+   */
+  readonly modelKey?: string;
   /** The upstream request from the client's bytes, with what the model rules dropped or added. */
   prepare(ex: Exchange, upstream: Upstream, rules: RuleOutcome): UpstreamRequest;
   passthroughStream(ex: Exchange): ClientStream;
@@ -182,17 +214,16 @@ export interface Codec {
   bodyUsage(body: Buffer): Usage | undefined;
   /** Text of delivered frames of this family, for a tokenizer estimate. */
   deliveredText(frames: Buffer[]): string;
+}
 
-  // Client side of a translation.
-  /**
-   * The client's request canonically, for the model rules and, when translating, the upstream.
-   * For its own family's upstream it refuses nothing that upstream could take. Throws GatewayError.
-   */
-  toCanonical(ex: Exchange, upstreamFamily: string): canonical.Request;
-  writeResponse(res: canonical.Response, ex: Exchange): string;
-  streamWriter(ex: Exchange): canonical.StreamWriter;
-
-  // Upstream side of a translation.
+/**
+ * An upstream dialect: what an upstream speaks. Builds the upstream request from the canonical one
+ * and reads the upstream's answers, streams and errors back into canonical terms. Upstream kinds
+ * name it by `Upstream.family`; many kinds (hosts, paths, auth headers) share one dialect.
+ */
+export interface UpstreamDialect {
+  /** The wire family it speaks: the `family` of the upstreams it serves. */
+  readonly family: string;
   /** Canonical fields this dialect cannot send; the model rules drop or refuse them. */
   readonly unsendable?: readonly canonical.SamplingParam[];
   fromCanonical(req: canonical.Request, ex: Exchange): UpstreamRequest;
@@ -211,7 +242,10 @@ export interface BootContext {
   log: Logger;
   /** This plugin's own options from config (`plugins[].options`). */
   options: Record<string, unknown>;
-  addCodec(codec: Codec): void;
+  /** Serve a client family's endpoints. */
+  addFamily(family: ClientFamily): void;
+  /** Speak to upstreams whose `family` is `dialect.family`. */
+  addDialect(dialect: UpstreamDialect): void;
   addUpstreamKind(kind: string, factory: UpstreamFactory): void;
   /** Serve plain HTTP under a path prefix (e.g. the web console under `/console`). */
   addRoute(prefix: string, handler: JsonHandler): void;

@@ -4,7 +4,7 @@
  */
 import { randomBytes } from 'node:crypto';
 import type { ChannelConfig, ModelConfig } from './config.js';
-import type { Codec, Endpoint, Upstream, Usage } from './contracts.js';
+import type { ClientFamily, Endpoint, Upstream, Usage } from './contracts.js';
 import type { GatewayError } from './errors.js';
 import type { ApiKey, Group } from './store/store.js';
 
@@ -76,7 +76,8 @@ export class Exchange {
   private readonly state = new Map<StateKey<unknown>, unknown>();
 
   constructor(
-    readonly codec: Codec,
+    /** The family the client speaks (chosen by the endpoint it called). */
+    readonly clientFamily: ClientFamily,
     readonly endpoint: Endpoint,
     readonly method: string,
     readonly path: string,
@@ -86,7 +87,7 @@ export class Exchange {
   ) {}
 
   get family(): string {
-    return this.codec.family;
+    return this.clientFamily.name;
   }
 
   /** Milliseconds since arrival. */

@@ -11,7 +11,7 @@ import { AdminService } from './admin/service.js';
 import { Sessions } from './admin/sessions.js';
 import { resolveAdminToken } from './admin/token.js';
 import { loadConfig, type Config, type LoadOptions, type ModelConfig } from './config.js';
-import type { BootContext, Codec, JsonHandler, Plugin, PluginFactory, Upstream, UpstreamFactory } from './contracts.js';
+import type { BootContext, ClientFamily, JsonHandler, Plugin, PluginFactory, Upstream, UpstreamDialect, UpstreamFactory } from './contracts.js';
 import { ChannelTable } from './channels/table.js';
 import { Pipeline } from './pipeline.js';
 import { Reloader, Retirements, type ReloadOutcome } from './reload.js';
@@ -26,7 +26,10 @@ import { TrustedProxies } from './trusted-proxies.js';
 /** What the plugins listed in config contribute. */
 export interface Loaded {
   plugins: Plugin[];
-  codecs: Codec[];
+  /** Client families, in plugin order (their endpoints are routed in that order). */
+  families: ClientFamily[];
+  /** Upstream dialects by the family they speak. */
+  dialects: Map<string, UpstreamDialect>;
   upstreams: Map<string, Upstream>;
   /** Extra HTTP routes by path prefix (the console). */
   routes: Record<string, JsonHandler>;
@@ -42,7 +45,8 @@ const pluginName = /^[a-z0-9-]+(\/[a-z0-9-]+)*$/;
  */
 export async function loadPlugins(config: Config, store: CachedStore, log: Logger): Promise<Loaded> {
   const plugins: Plugin[] = [];
-  const codecs: Codec[] = [];
+  const families: ClientFamily[] = [];
+  const dialects = new Map<string, UpstreamDialect>();
   const kinds = new Map<string, UpstreamFactory>();
   const routes: Record<string, JsonHandler> = {};
   const limiter = new MemoryLimiter(spendInUsage(store));
@@ -52,7 +56,14 @@ export async function loadPlugins(config: Config, store: CachedStore, log: Logge
     limiter,
     log: log.child({ plugin: name }),
     options,
-    addCodec: (codec) => codecs.push(codec),
+    addFamily: (family) => {
+      if (families.some((f) => f.name === family.name)) throw new Error(`plugins: the ${family.name} family is added twice (by "${name}")`);
+      families.push(family);
+    },
+    addDialect: (dialect) => {
+      if (dialects.has(dialect.family)) throw new Error(`plugins: a dialect of the ${dialect.family} family is added twice (by "${name}")`);
+      dialects.set(dialect.family, dialect);
+    },
     addUpstreamKind: (kind, make) => kinds.set(kind, make),
     addRoute: (prefix, handler) => (routes[prefix] = handler),
   });
@@ -75,25 +86,25 @@ export async function loadPlugins(config: Config, store: CachedStore, log: Logge
     return make(name, options, context(`upstream ${name}`, options, current));
   };
   const upstreams = new Map(Object.keys(config.upstreams).map((name) => [name, makeUpstream(config, name)]));
-  resolveModels(config.models, upstreams, codecs);
-  return { plugins, codecs, upstreams, routes, makeUpstream };
+  resolveModels(config.models, upstreams, families, dialects);
+  return { plugins, families, dialects, upstreams, routes, makeUpstream };
 }
 
 /** Records on each model which families it serves and how; throws when its channels speak different families. */
-export function resolveModels(models: ModelConfig[], upstreams: Map<string, Upstream>, codecs: Codec[]): void {
+export function resolveModels(models: ModelConfig[], upstreams: Map<string, Upstream>, families: ClientFamily[], dialects: Map<string, UpstreamDialect>): void {
   for (const model of models) {
     const family = upstreams.get(model.upstream)!.family;
     const other = model.channels.find((c) => upstreams.get(c.upstream)!.family !== family);
     if (other) throw new Error(`models.${model.id}.channels: every channel must speak one family (${model.upstream} speaks ${family}, ${other.upstream} ${upstreams.get(other.upstream)!.family})`);
-    resolveFamilies(model, family, codecs);
+    // Without a dialect for the upstream's family the model is offered on no family.
+    if (dialects.has(family)) resolveFamilies(model, family, families);
   }
 }
 
-function resolveFamilies(model: ModelConfig, upstreamFamily: string, codecs: Codec[]): void {
-  for (const codec of codecs) {
-    if (model.offeredFamilies && !model.offeredFamilies.includes(codec.family)) continue;
-    if (codec.family === upstreamFamily) model.families[codec.family] = 'native';
-    else if (codecs.some((c) => c.family === upstreamFamily)) model.families[codec.family] = codec.translationMode?.(upstreamFamily) ?? 'translated';
+function resolveFamilies(model: ModelConfig, upstreamFamily: string, families: ClientFamily[]): void {
+  for (const family of families) {
+    if (model.offeredFamilies && !model.offeredFamilies.includes(family.name)) continue;
+    model.families[family.name] = family.name === upstreamFamily ? 'native' : (family.translationMode?.(upstreamFamily) ?? 'translated');
   }
 }
 
@@ -107,7 +118,7 @@ export async function openStore(dataDir: string, journal: JournalOptions = { own
 }
 
 export function adminService(store: CachedStore, config: Config, loaded: Loaded): AdminService {
-  return new AdminService(store, config.models, channelInfo(config, loaded.upstreams), loaded.codecs.map((c) => c.family));
+  return new AdminService(store, config.models, channelInfo(config, loaded.upstreams), loaded.families.map((f) => f.name));
 }
 
 const channelInfo = (config: Config, upstreams: Map<string, Upstream>) =>
@@ -136,14 +147,14 @@ export async function startGateway(config: Config, log: Logger, source: LoadOpti
     await store.close();
     throw err;
   }
-  const { plugins, codecs, upstreams } = loaded;
+  const { plugins, families, dialects, upstreams } = loaded;
 
   const retirements = new Retirements(log);
   const models = new Map<string, ModelConfig>(config.models.map((m) => [m.id, m]));
   const pipeline = new Pipeline({
     plugins: [...plugins, retirements.plugin],
     routing: { models, upstreams, channels: new ChannelTable(config.models, config.upstreams, upstreams) },
-    codecs: new Map(codecs.map((c) => [c.family, c])),
+    dialects,
     log,
     maxUpstreamBodyBytes: config.server.maxUpstreamBodyBytes,
     maxEventBytes: config.server.maxEventBytes,
@@ -155,7 +166,7 @@ export async function startGateway(config: Config, log: Logger, source: LoadOpti
     config,
     upstreams,
     makeUpstream: loaded.makeUpstream,
-    resolveModels: (models, upstreams) => resolveModels(models, upstreams, codecs),
+    resolveModels: (models, upstreams) => resolveModels(models, upstreams, families, dialects),
     pipeline,
     retirements,
     applied: (next, upstreams) => admin.reconfigure(next.models, channelInfo(next, upstreams)),
@@ -175,7 +186,7 @@ export async function startGateway(config: Config, log: Logger, source: LoadOpti
       host: config.server.host,
       port: config.server.port,
       limits: config.server,
-      codecs,
+      families,
       pipeline,
       jsonRoutes: {
         ...loaded.routes,
@@ -195,7 +206,7 @@ export async function startGateway(config: Config, log: Logger, source: LoadOpti
   // Only once listening: a start that fails must not use up the one-time demo key.
   let firstStart: Gateway['firstStart'];
   if ((await store.listGroups()).length === 0) {
-    await store.createGroup({ name: 'default', models: ['*'], families: codecs.map((c) => c.family) });
+    await store.createGroup({ name: 'default', models: ['*'], families: families.map((f) => f.name) });
     const { secret } = await store.createKey({ group: 'default', name: 'demo' });
     firstStart = { demoKey: secret };
   }

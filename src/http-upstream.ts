@@ -1,7 +1,7 @@
 /**
  * An upstream reached over HTTP: an undici pool with keep-alive and four deadlines per call
  * (connect, first byte, idle between chunks, total), shared by the upstream plugins that differ
- * only in wire family and auth header. Calls beyond the pool's connections wait in a bounded queue
+ * only in wire family, auth header and, at most, where each request goes. Calls beyond the pool's connections wait in a bounded queue
  * for a bounded time, then get a 503.
  */
 import { Pool } from 'undici';
@@ -79,9 +79,15 @@ export function transportError(upstream: string, err: Error & { code?: string },
 }
 
 export interface HttpUpstreamKind {
+  /** The wire family spoken: the dialect of that name builds the requests and reads the answers. */
   family: string;
   /** Headers that carry the upstream API key. */
   authHeaders(apiKey: string): Record<string, string>;
+  /**
+   * Where `req` goes, as a path and query under the base URL's path, when the kind's URLs differ
+   * from its dialect's (a deployment in the path, an api-version query); `req.path` when absent.
+   */
+  target?(req: UpstreamRequest): string;
 }
 
 export function createHttpUpstream(kind: HttpUpstreamKind, name: string, raw: Record<string, unknown>): Upstream {
@@ -104,7 +110,7 @@ export function createHttpUpstream(kind: HttpUpstreamKind, name: string, raw: Re
   const dispatch = (call: HttpCall) => {
     const { req, sink } = call;
     pool.dispatch(
-      { method: req.method, path: basePath + req.path, headers: { ...req.headers, ...fixedHeaders }, body: req.body },
+      { method: req.method, path: basePath + (kind.target ? kind.target(req) : req.path), headers: { ...req.headers, ...fixedHeaders }, body: req.body },
       {
         onRequestStart(c) {
           call.controller = c;

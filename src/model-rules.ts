@@ -2,17 +2,21 @@
  * The model rules, applied once to the canonical request of every exchange, whatever the client's
  * family and whether the upstream is native (passthrough) or translated: what the model cannot do
  * is refused, parameters and server-side tools its upstream cannot take are dropped or refused by
- * the model's policy, and the output ceiling is checked or defaulted. Codecs only express requests
- * canonically; no rule lives in a codec, so every family gets the same answer.
+ * the model's policy, and the output ceiling is checked or defaulted. Families only express requests
+ * canonically and dialects only say what they cannot send; no rule lives in either, so every family
+ * gets the same answer.
  */
 import type { ParamName, Request, ServerTool } from './canonical.js';
 import type { ModelConfig, ParameterPolicy } from './config.js';
-import type { Codec } from './contracts.js';
+import type { UpstreamDialect } from './contracts.js';
 import { GatewayError } from './errors.js';
 import { StateKey, type Exchange } from './exchange.js';
 
 export interface RuleOutcome {
-  /** The output ceiling Sluice set because the client set none. */
+  /**
+   * The output ceiling Sluice set: because the client set none, or (`overMax: clamp`) in place of
+   * one above the model's max. Passthrough writes it into the client's body.
+   */
   defaultOutputTokens?: number;
   /** Server-side tools removed from the request. */
   droppedTools: ServerTool[];
@@ -25,16 +29,16 @@ export const modelRuleNotes = new StateKey<string>('model rule notes');
 
 
 /**
- * Applies the rules of `ex.model` to `req` in place, for an upstream spoken by `upstreamCodec`.
+ * Applies the rules of `ex.model` to `req` in place, for an upstream that speaks `dialect`.
  * Throws the GatewayError the client gets; records what was dropped on the exchange.
  */
-export function applyModelRules(ex: Exchange, req: Request, upstreamCodec: Codec): RuleOutcome {
+export function applyModelRules(ex: Exchange, req: Request, dialect: UpstreamDialect): RuleOutcome {
   const model = ex.model!;
-  const native = upstreamCodec.family === ex.family;
+  const native = dialect.family === ex.family;
   const param = (name: ParamName) => req.params?.[name] ?? name;
   checkFeatures(req, model, param);
-  const outcome: RuleOutcome = { droppedTools: dropServerTools(req, model, native, upstreamCodec.family), droppedParams: [] };
-  if (!native) outcome.droppedParams = dropUnexpressible(req, model, upstreamCodec, param);
+  const outcome: RuleOutcome = { droppedTools: dropServerTools(req, model, native, dialect.family), droppedParams: [] };
+  if (!native) outcome.droppedParams = dropUnexpressible(req, model, dialect, param);
   applyCeiling(req, model, param, outcome);
   const notes = [
     outcome.droppedTools.length ? `dropped tools: ${outcome.droppedTools.map((t) => t.type).join(', ')}` : '',
@@ -81,14 +85,14 @@ function dropServerTools(req: Request, model: ModelConfig, native: boolean, upst
 }
 
 /** Parameters the upstream's dialect has no way to say, by the model's parameter policy. */
-function dropUnexpressible(req: Request, model: ModelConfig, upstreamCodec: Codec, param: (name: ParamName) => string): string[] {
+function dropUnexpressible(req: Request, model: ModelConfig, dialect: UpstreamDialect, param: (name: ParamName) => string): string[] {
   const policy = model.features.unsupportedParameters;
   const dropped: string[] = [];
   const settle = (name: string, path: string, drop: () => unknown) => {
     if (decide(policy, name) === 'reject') {
       throw new GatewayError(
         'unsupported_parameter',
-        `Unsupported parameter: '${path}': model \`${model.id}\` is served by an upstream that speaks ${upstreamCodec.family}, which cannot take it. The model config can drop it instead: features.unsupportedParameters.drop: [${name}].`,
+        `Unsupported parameter: '${path}': model \`${model.id}\` is served by an upstream that speaks ${dialect.family}, which cannot take it. The model config can drop it instead: features.unsupportedParameters.drop: [${name}].`,
         path,
       );
     }
@@ -96,7 +100,7 @@ function dropUnexpressible(req: Request, model: ModelConfig, upstreamCodec: Code
     dropped.push(path);
   };
   for (const [name, path] of Object.entries(req.extra ?? {})) settle(name, path, () => delete req.extra![name]);
-  for (const name of upstreamCodec.unsendable ?? []) {
+  for (const name of dialect.unsendable ?? []) {
     const value = req[name];
     if (value === undefined || (Array.isArray(value) && !value.length)) continue;
     settle(name, param(name), () => (req[name] = undefined));
@@ -113,6 +117,10 @@ function applyCeiling(req: Request, model: ModelConfig, param: (name: ParamName)
     const ceiling = byDefault ?? max;
     if (ceiling !== undefined) req.maxOutputTokens = outcome.defaultOutputTokens = ceiling;
   } else if (max !== undefined && req.maxOutputTokens > max) {
+    if (model.maxOutputTokens.overMax === 'clamp') {
+      req.maxOutputTokens = outcome.defaultOutputTokens = max;
+      return;
+    }
     const path = param('maxOutputTokens');
     throw new GatewayError('invalid_value', `${path} is too large: ${req.maxOutputTokens}. Model \`${model.id}\` supports at most ${max} output tokens.`, path);
   }

@@ -9,12 +9,13 @@ import type { Logger } from 'pino';
 import { Failover, betweenCalls } from './channels/failover.js';
 import type { Channel, ChannelTable } from './channels/table.js';
 import type { ModelConfig } from './config.js';
-import type { Codec, Plugin, PhaseResult, Upstream, UpstreamCall } from './contracts.js';
+import type { Plugin, PhaseResult, Upstream, UpstreamCall, UpstreamDialect } from './contracts.js';
 import { GatewayError, asGatewayError } from './errors.js';
 import type { Exchange, Outcome } from './exchange.js';
 import { applyModelRules } from './model-rules.js';
 import { Relay, activeRelay } from './relay.js';
 import { echoed } from './request-caps.js';
+import { estimateTokens } from './tokens.js';
 import { estimateUsage } from './usage-estimate.js';
 
 /** What the pipeline needs from the client's side of the connection to answer one exchange. */
@@ -47,7 +48,8 @@ export interface Routing {
 export interface PipelineOptions {
   plugins: Plugin[];
   routing: Routing;
-  codecs: Map<string, Codec>;
+  /** The loaded upstream dialects by the family they speak. */
+  dialects: Map<string, UpstreamDialect>;
   log: Logger;
   /** Largest complete (non-stream) upstream answer that is read; beyond it the answer is refused. */
   maxUpstreamBodyBytes?: number;
@@ -67,7 +69,7 @@ export class Pipeline {
   private readonly framePlugins: Plugin[];
   private readonly donePlugins: Plugin[];
   private routing: Routing;
-  private readonly codecs: Map<string, Codec>;
+  private readonly dialects: Map<string, UpstreamDialect>;
   /** Answers given by the gateway itself instead of an upstream (a WebSocket warm-up). */
   private readonly localAnswers = new WeakMap<Exchange, () => void>();
 
@@ -77,7 +79,7 @@ export class Pipeline {
     this.framePlugins = having('frame');
     this.donePlugins = having('done');
     this.routing = options.routing;
-    this.codecs = options.codecs;
+    this.dialects = options.dialects;
     this.log = options.log;
     this.maxUpstreamBodyBytes = options.maxUpstreamBodyBytes ?? 64 * 1024 * 1024;
     this.maxEventBytes = options.maxEventBytes ?? 16 * 1024 * 1024;
@@ -244,13 +246,13 @@ export class Pipeline {
     ex.catalog = [...this.routing.models.values()].filter((m) => families.some((f) => m.families[f]));
     this.then(ex, res, this.phase('catalog', ex, res), () => {
       ex.status = 200;
-      res.reply(200, { 'content-type': 'application/json' }, JSON.stringify(ex.codec.modelList!(ex.catalog, ex)));
+      res.reply(200, { 'content-type': 'application/json' }, JSON.stringify(ex.clientFamily.modelList!(ex.catalog, ex)));
       this.finish(ex, res);
     });
   }
 
   private decode(ex: Exchange, res: ClientResponse): void {
-    ex.codec.decode(ex);
+    ex.clientFamily.decode(ex);
     ex.stage = 'decoded';
     const routing = this.routing;
     ex.model = routing.models.get(ex.modelId);
@@ -259,6 +261,7 @@ export class Pipeline {
     }
     this.then(ex, res, this.phase('admit', ex, res), () => {
       ex.stage = 'admitted';
+      if (ex.endpoint.kind === 'count') return this.countTokens(ex, res);
       ex.upstream = routing.upstreams.get(ex.model!.upstream);
       this.then(ex, res, this.phase('route', ex, res), () => {
         ex.stage = 'routed';
@@ -272,6 +275,14 @@ export class Pipeline {
     });
   }
 
+  /** A `count` endpoint: the prompt's tokens by the tokenizer, answered here without an upstream. */
+  private countTokens(ex: Exchange, res: ClientResponse): void {
+    const tokens = estimateTokens(ex.clientFamily.promptText(ex));
+    ex.status = 200;
+    res.reply(200, { 'content-type': 'application/json' }, JSON.stringify(ex.clientFamily.tokenCount!(tokens, ex)));
+    this.finish(ex, res);
+  }
+
   private send(ex: Exchange, res: ClientResponse, routing: Routing): void {
     const model = ex.model!;
     const channels = routing.channels.of(model.id);
@@ -281,11 +292,13 @@ export class Pipeline {
     }
     // Every channel of a model speaks one family (checked at boot).
     const upstreamFamily = channels[0]!.upstream.family;
-    const upstreamCodec = upstreamFamily === ex.family ? ex.codec : this.codecs.get(upstreamFamily);
-    if (!upstreamCodec) throw new GatewayError('upstream_unavailable', `No codec is loaded for the ${upstreamFamily} family of model \`${ex.modelId}\`.`);
+    const dialect = this.dialects.get(upstreamFamily);
+    if (!dialect) throw new GatewayError('upstream_unavailable', `No dialect is loaded for the ${upstreamFamily} family of model \`${ex.modelId}\`.`);
+    // Same family on both sides: the client's bytes go upstream (the family prepares them).
+    const passthrough = upstreamFamily === ex.family;
     // One model-rules step for every family, on the canonical request; passthrough keeps the client's bytes.
-    const canonical = ex.codec.toCanonical(ex, upstreamFamily);
-    const rules = applyModelRules(ex, canonical, upstreamCodec);
+    const canonical = ex.clientFamily.toCanonical(ex, upstreamFamily);
+    const rules = applyModelRules(ex, canonical, dialect);
     ex.stage = 'upstream';
     // Each call names its channel on the exchange: the one that served is the last one made.
     const call = (channel: Channel): UpstreamCall => {
@@ -293,11 +306,11 @@ export class Pipeline {
       ex.upstream = channel.upstream;
       ex.channel = channel.config;
       ex.attempts++;
-      const req =
-        upstreamCodec === ex.codec
-          ? ex.codec.prepare(ex, channel.upstream, rules)
-          : upstreamCodec.fromCanonical({ ...canonical, model: channel.model.upstreamModel }, ex);
-      const relay = new Relay(this, ex, res, channel.upstream, upstreamCodec, this.framePlugins, failover);
+      const req = passthrough
+        ? ex.clientFamily.prepare(ex, channel.upstream, rules)
+        : dialect.fromCanonical({ ...canonical, model: channel.model.upstreamModel }, ex);
+      req.model = channel.model.upstreamModel;
+      const relay = new Relay(this, ex, res, channel.upstream, dialect, this.framePlugins, failover);
       ex.set(activeRelay, relay);
       return (relay.call = channel.upstream.send(req, relay));
     };
@@ -339,9 +352,9 @@ export class Pipeline {
     ex.error = err;
     if (ex.outcome === 'finished') ex.outcome = 'error';
     if (ex.aborted) return;
-    ex.status = err.status;
+    ex.status = ex.clientFamily.errorStatus?.(err) ?? err.status;
     const headers: Record<string, string> = { 'content-type': 'application/json' };
     if (err.retryAfterSeconds !== undefined) headers['retry-after'] = String(err.retryAfterSeconds);
-    res.reply(err.status, headers, ex.codec.errorBody(err));
+    res.reply(ex.status, headers, ex.clientFamily.errorBody(err));
   }
 }

@@ -5,7 +5,7 @@
  */
 import type { Event, Response } from './canonical.js';
 import { retryAfterMs, type Failover } from './channels/failover.js';
-import type { ClientStream, Codec, Plugin, ResponseSink, Upstream, UpstreamCall, Usage } from './contracts.js';
+import type { ClientStream, Plugin, ResponseSink, Upstream, UpstreamCall, UpstreamDialect, Usage } from './contracts.js';
 import { GatewayError } from './errors.js';
 import { StateKey, type Exchange, type Outcome } from './exchange.js';
 import { replaceStringField } from './json-splice.js';
@@ -18,8 +18,8 @@ export const activeRelay = new StateKey<Relay>('active relay');
 
 /**
  * Relays one upstream answer to the client. A same-family stream is forwarded as the upstream's
- * own bytes (frames are only looked at); otherwise the upstream codec reads it into canonical
- * events and the client codec writes them. Every callback is guarded: an exception ends the
+ * own bytes (frames are only looked at); otherwise the upstream dialect reads it into canonical
+ * events and the client family writes them. Every callback is guarded: an exception ends the
  * exchange in the family's terms instead of reaching the upstream's transport.
  */
 export class Relay implements ResponseSink {
@@ -38,20 +38,23 @@ export class Relay implements ResponseSink {
   private readonly rename: ((json: Buffer) => Buffer) | undefined;
   /** Renamed frames of the current chunk, written together after it. */
   private readonly renamed: Buffer[] = [];
+  /** The upstream speaks the client's family: its bytes are the client's. */
+  private readonly passthrough: boolean;
 
   constructor(
     private readonly pipeline: Pipeline,
     private readonly ex: Exchange,
     private readonly res: ClientResponse,
     private readonly upstream: Upstream,
-    private readonly upstreamCodec: Codec,
+    private readonly dialect: UpstreamDialect,
     private readonly framePlugins: Plugin[],
     /** Hears how the call went; before anything reached the client, it may try another channel. */
     private readonly failover: Failover,
   ) {
     this.splitter = new SseSplitter(pipeline.maxEventBytes);
-    const key = ex.codec.modelKey;
-    if (upstreamCodec === ex.codec && key && ex.modelId !== ex.model!.upstreamModel) {
+    this.passthrough = dialect.family === ex.family;
+    const key = ex.clientFamily.modelKey;
+    if (this.passthrough && key && ex.modelId !== ex.model!.upstreamModel) {
       const quotedKey = Buffer.from(key);
       const name = Buffer.from(JSON.stringify(ex.modelId));
       this.rename = (json) => replaceStringField(json, quotedKey, name);
@@ -90,10 +93,10 @@ export class Relay implements ResponseSink {
 
   private startStream(): void {
     const { ex, res } = this;
-    this.stream = this.upstreamCodec === ex.codec ? recording(ex, ex.codec.passthroughStream(ex)) : translating(ex, this.upstreamCodec);
+    this.stream = this.passthrough ? recording(ex, ex.clientFamily.passthroughStream(ex)) : translating(ex, this.dialect);
     ex.status = 200;
     ex.stage = 'streaming';
-    res.startStream(200, { 'content-type': ex.codec.streamContentType(ex), 'cache-control': 'no-cache', 'x-accel-buffering': 'no' });
+    res.startStream(200, { 'content-type': ex.clientFamily.streamContentType(ex), 'cache-control': 'no-cache', 'x-accel-buffering': 'no' });
   }
 
   data(chunk: Buffer): boolean {
@@ -195,30 +198,29 @@ export class Relay implements ResponseSink {
   private channelFailure(body: Buffer): GatewayError | undefined {
     const { status } = this;
     if (status < 500 && status !== 429 && status !== 401 && status !== 403) return undefined;
-    const err = this.upstreamCodec.readError(status, body);
+    const err = this.dialect.readError(status, body);
     return new GatewayError('upstream_error', `Upstream \`${this.upstream.name}\` answered ${status}: ${err.message}`);
   }
 
   /** A complete upstream body: the answer in the client's family, or a failure in its terms. */
   private finishCollected(body: Buffer): void {
-    const { ex, res, upstream, upstreamCodec, status } = this;
-    const sameFamily = upstreamCodec === ex.codec;
+    const { ex, res, upstream, dialect, status, passthrough } = this;
     if (status >= 200 && status < 300) {
       ex.status = status;
       ex.ttfbMs ??= ex.elapsedMs();
-      if (sameFamily) {
-        ex.usage = ex.codec.bodyUsage(body);
+      if (passthrough) {
+        ex.usage = ex.clientFamily.bodyUsage(body);
         res.reply(status, { 'content-type': 'application/json' }, this.rename ? this.rename(body) : body);
         return;
       }
       // A 200 can still be a refusal (a blocked prompt) or an unreadable body: readResponse throws.
-      const answer: Response = upstreamCodec.readResponse(body, ex);
+      const answer: Response = dialect.readResponse(body, ex);
       answer.usage ??= estimateUsage(ex, answerText(answer));
       ex.usage = answer.usage;
-      res.reply(status, { 'content-type': 'application/json' }, ex.codec.writeResponse(answer, ex));
+      res.reply(status, { 'content-type': 'application/json' }, ex.clientFamily.writeResponse(answer, ex));
       return;
     }
-    const err = upstreamCodec.readError(status, body);
+    const err = dialect.readError(status, body);
     if (err.status === 401 || err.status === 403) {
       this.pipeline.fail(ex, res, new GatewayError('upstream_error', `Upstream \`${upstream.name}\` rejected the gateway's credentials (${status}).`));
     } else if (status >= 400 && status < 500) {
@@ -226,10 +228,11 @@ export class Relay implements ResponseSink {
       ex.error = err;
       ex.outcome = 'error';
       ex.status = status;
-      res.reply(status, { 'content-type': 'application/json' }, sameFamily ? body : ex.codec.errorBody(err));
+      res.reply(status, { 'content-type': 'application/json' }, passthrough ? body : ex.clientFamily.errorBody(err));
     } else {
       const message = `Upstream \`${upstream.name}\` answered ${status}: ${err.message}`;
-      this.pipeline.fail(ex, res, new GatewayError(status === 503 ? 'upstream_unavailable' : status === 504 ? 'upstream_timeout' : 'upstream_error', message));
+      // The dialect's reading of the status counts (Anthropic's 529, overloaded, is a 503).
+      this.pipeline.fail(ex, res, new GatewayError(err.status === 503 ? 'upstream_unavailable' : err.status === 504 ? 'upstream_timeout' : 'upstream_error', message));
     }
   }
 }
@@ -242,7 +245,7 @@ function recording(ex: Exchange, stream: ClientStream): ClientStream {
   const frames: Buffer[] = [];
   let sampled = 0;
   let delivered = 0;
-  ex.set(deliveredOutput, () => (frames.length ? ex.codec.deliveredText(frames) : ''));
+  ex.set(deliveredOutput, () => (frames.length ? ex.clientFamily.deliveredText(frames) : ''));
   ex.set(deliveredScale, () => (sampled ? delivered / sampled : 1));
   return {
     ...stream,
@@ -262,9 +265,9 @@ function recording(ex: Exchange, stream: ClientStream): ClientStream {
 }
 
 /** Reads upstream frames into canonical events and writes them as client frames, one write per chunk. */
-function translating(ex: Exchange, upstreamCodec: Codec): ClientStream {
-  const reader = upstreamCodec.streamReader(ex);
-  const writer = ex.codec.streamWriter(ex);
+function translating(ex: Exchange, dialect: UpstreamDialect): ClientStream {
+  const reader = dialect.streamReader(ex);
+  const writer = ex.clientFamily.streamWriter(ex);
   let usage: Usage | undefined;
   let sample = '';
   let delivered = 0;

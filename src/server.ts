@@ -8,7 +8,7 @@ import { STATUS_CODES } from 'node:http';
 import uWS, { type HttpRequest, type HttpResponse, type us_listen_socket } from './uws.js';
 import type { Logger } from 'pino';
 import type { Config } from './config.js';
-import type { Codec, JsonHandler, JsonReply } from './contracts.js';
+import type { ClientFamily, Endpoint, JsonHandler, JsonReply } from './contracts.js';
 import { GatewayError } from './errors.js';
 import { Exchange } from './exchange.js';
 import type { ClientResponse, Pipeline } from './pipeline.js';
@@ -18,7 +18,8 @@ export interface ServerOptions {
   host: string;
   port: number;
   limits: Config['server'];
-  codecs: Codec[];
+  /** The client families whose endpoints are served. */
+  families: ClientFamily[];
   pipeline: Pipeline;
   /** Extra routes by path prefix, e.g. `/admin/` (a prefix without a trailing slash also matches itself). */
   jsonRoutes?: Record<string, JsonHandler>;
@@ -45,6 +46,12 @@ export function assertNativeUws(): void {
 }
 
 const statusLine = (status: number) => `${status} ${STATUS_CODES[status] ?? ''}`;
+
+/** A 404 for whatever no family endpoint or route serves. */
+function noRoute(res: HttpResponse, req: HttpRequest): void {
+  const body = { error: { message: `No route for ${req.getMethod().toUpperCase()} ${req.getUrl()}.`, type: 'invalid_request_error', param: null, code: 'not_found' } };
+  res.cork(() => res.writeStatus(statusLine(404)).writeHeader('content-type', 'application/json').end(JSON.stringify(body)));
+}
 
 /**
  * Writes are handed to uWS in slices of this size: one slice and its chunk framing fit uWS's 16 KB
@@ -95,8 +102,10 @@ export function startServer(options: ServerOptions): Promise<RunningServer> {
 
   const overloaded = () => pipeline.inFlight.size + sockets.size >= limits.maxConnections;
 
-  for (const codec of options.codecs) {
-    addSocketRoutes(app, codec, pipeline, {
+  /** Endpoints by method and path: families may share one (a model list), told apart by `when`. */
+  const routes = new Map<string, { family: ClientFamily; endpoint: Endpoint }[]>();
+  for (const family of options.families) {
+    addSocketRoutes(app, family, pipeline, {
       limits: limits.websocket,
       maxMessageBytes: limits.maxBodyBytes,
       writeStallMs: limits.writeStallMs,
@@ -104,23 +113,37 @@ export function startServer(options: ServerOptions): Promise<RunningServer> {
       sockets,
       refuse: () => (draining ? 'shutting_down' : overloaded() ? 'overloaded' : undefined),
     });
-    for (const endpoint of codec.endpoints) {
+    for (const endpoint of family.endpoints) {
       if (endpoint.kind === 'socket') continue;
-      const paramCount = endpoint.path.split('/').filter((s) => s.startsWith(':')).length;
-      app[endpoint.method](endpoint.path, (res, req) => {
-        const { headers, repeated } = copyHeaders(req);
-        const params = Array.from({ length: paramCount }, (_, i) => req.getParameter(i) ?? '');
-        const ex = new Exchange(codec, endpoint, req.getMethod().toUpperCase(), req.getUrl(), req.getQuery() ?? '', headers, params);
-        const framing = endpoint.method === 'post' ? bodyFraming(headers, repeated, limits.maxBodyBytes) : { length: 0 };
-        const out = new UwsResponse(res, context, ex, framing);
-        if (framing.error) return pipeline.reject(ex, out, framing.error);
-        if (draining) return pipeline.reject(ex, out, new GatewayError('shutting_down', 'The gateway is shutting down.', null, undefined, undefined, 5));
-        if (overloaded()) {
-          return pipeline.reject(ex, out, new GatewayError('overloaded', 'The gateway is at capacity; try again shortly.', null, undefined, undefined, 1));
-        }
-        pipeline.accept(ex, out);
-      });
+      const key = `${endpoint.method} ${endpoint.path}`;
+      routes.set(key, [...(routes.get(key) ?? []), { family, endpoint }]);
     }
+  }
+  for (const candidates of routes.values()) {
+    // Endpoints with a condition are asked first; one without takes what they leave.
+    candidates.sort((a, b) => Number(!a.endpoint.when) - Number(!b.endpoint.when));
+    const { method, path, kind } = candidates[0]!.endpoint;
+    if (kind === 'probe') {
+      app[method](path, (res) => void res.cork(() => res.writeStatus(statusLine(200)).endWithoutBody(0)));
+      continue;
+    }
+    const paramCount = path.split('/').filter((s) => s.startsWith(':')).length;
+    app[method](path, (res, req) => {
+      const { headers, repeated } = copyHeaders(req);
+      const chosen = candidates.find((c) => !c.endpoint.when || c.endpoint.when(headers));
+      if (!chosen) return noRoute(res, req);
+      const { family, endpoint } = chosen;
+      const params = Array.from({ length: paramCount }, (_, i) => req.getParameter(i) ?? '');
+      const ex = new Exchange(family, endpoint, req.getMethod().toUpperCase(), req.getUrl(), req.getQuery() ?? '', headers, params);
+      const framing = endpoint.method === 'post' ? bodyFraming(headers, repeated, limits.maxBodyBytes) : { length: 0 };
+      const out = new UwsResponse(res, context, ex, framing);
+      if (framing.error) return pipeline.reject(ex, out, framing.error);
+      if (draining) return pipeline.reject(ex, out, new GatewayError('shutting_down', 'The gateway is shutting down.', null, undefined, undefined, 5));
+      if (overloaded()) {
+        return pipeline.reject(ex, out, new GatewayError('overloaded', 'The gateway is at capacity; try again shortly.', null, undefined, undefined, 1));
+      }
+      pipeline.accept(ex, out);
+    });
   }
 
   for (const [prefix, handler] of Object.entries(options.jsonRoutes ?? {})) {
@@ -162,10 +185,7 @@ export function startServer(options: ServerOptions): Promise<RunningServer> {
     res.cork(() => res.writeHeader('content-type', 'application/json').end(draining ? '{"status":"draining"}' : '{"status":"ok"}'));
   });
 
-  app.any('/*', (res, req) => {
-    const body = { error: { message: `No route for ${req.getMethod().toUpperCase()} ${req.getUrl()}.`, type: 'invalid_request_error', param: null, code: 'not_found' } };
-    res.cork(() => res.writeStatus(statusLine(404)).writeHeader('content-type', 'application/json').end(JSON.stringify(body)));
-  });
+  app.any('/*', noRoute);
 
   return new Promise((resolve, reject) => {
     // Exclusive: a second Sluice on the same port fails here instead of silently taking half the traffic.

@@ -11,7 +11,7 @@
 import { STATUS_CODES } from 'node:http';
 import type { HttpRequest, HttpResponse, TemplatedApp, WebSocket } from './uws.js';
 import type { WebSocketLimits } from './config.js';
-import { socketTurn, type Codec, type SocketProtocol } from './contracts.js';
+import { socketTurn, type ClientFamily, type SocketProtocol } from './contracts.js';
 import { GatewayError, asGatewayError, type ErrorCode } from './errors.js';
 import { Exchange } from './exchange.js';
 import type { ClientResponse, Pipeline } from './pipeline.js';
@@ -78,9 +78,9 @@ export interface SocketOptions {
   refuse(): ErrorCode | undefined;
 }
 
-export function addSocketRoutes(app: TemplatedApp, codec: Codec, pipeline: Pipeline, options: SocketOptions): void {
-  const protocol = codec.socket;
-  const generate = codec.endpoints.find((e) => e.kind === 'generate');
+export function addSocketRoutes(app: TemplatedApp, family: ClientFamily, pipeline: Pipeline, options: SocketOptions): void {
+  const protocol = family.socket;
+  const generate = family.endpoints.find((e) => e.kind === 'generate');
   if (!protocol || !generate) return;
   const { limits, sockets } = options;
   const blocked = new Set<WebSocket<Connection>>();
@@ -131,7 +131,7 @@ export function addSocketRoutes(app: TemplatedApp, codec: Codec, pipeline: Pipel
 
   /** One turn's exchange, named for the logs. */
   const turnExchange = (connection: Connection, turn: number, lane: string | undefined) => {
-    const ex = new Exchange(codec, generate, 'WS', generate.path, '', connection.headers, []);
+    const ex = new Exchange(family, generate, 'WS', generate.path, '', connection.headers, []);
     ex.set(socketTurn, { socket: connection.id, turn, lane });
     return ex;
   };
@@ -178,7 +178,7 @@ export function addSocketRoutes(app: TemplatedApp, codec: Codec, pipeline: Pipel
     });
   };
 
-  for (const endpoint of codec.endpoints.filter((e) => e.kind === 'socket')) {
+  for (const endpoint of family.endpoints.filter((e) => e.kind === 'socket')) {
     app.ws<Connection>(endpoint.path, {
       maxPayloadLength: options.maxMessageBytes,
       idleTimeout: limits.idleTimeoutSeconds,
@@ -189,7 +189,7 @@ export function addSocketRoutes(app: TemplatedApp, codec: Codec, pipeline: Pipel
         const key = req.getHeader('sec-websocket-key');
         const subprotocol = req.getHeader('sec-websocket-protocol');
         const extensions = req.getHeader('sec-websocket-extensions');
-        const ex = new Exchange(codec, endpoint, 'GET', req.getUrl(), req.getQuery() ?? '', headers, []);
+        const ex = new Exchange(family, endpoint, 'GET', req.getUrl(), req.getQuery() ?? '', headers, []);
         let aborted = false;
         const refusal = httpReply(res, () => aborted);
         res.onAborted(() => {

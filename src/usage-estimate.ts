@@ -21,7 +21,7 @@ export const deliveredScale = new StateKey<() => number>('delivered output scale
  * prompt, and the output delivered (by default the stream's bounded sample, scaled up).
  */
 export function estimateUsage(ex: Exchange, output = ex.get(deliveredOutput)?.() ?? '', scale = ex.get(deliveredScale)?.() ?? 1): Usage {
-  return { inputTokens: estimateTokens(ex.codec.promptText(ex)), outputTokens: Math.round(estimateTokens(output) * scale), estimated: true };
+  return { inputTokens: estimateTokens(ex.clientFamily.promptText(ex)), outputTokens: Math.round(estimateTokens(output) * scale), estimated: true };
 }
 
 /** The output text of a complete answer, for an estimate. */

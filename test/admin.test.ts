@@ -81,7 +81,7 @@ t.test('models with channel health', async (t) => {
   t.equal((await chat('sim-broken', 'hi')).status, 503);
   const res = await call('GET', '/admin/models', { headers: { authorization: `Bearer ${gw.adminToken}` } });
   const body = (await res.json()) as any;
-  t.same(body.families, ['chat', 'responses', 'gemini']);
+  t.same(body.families, ['chat', 'responses', 'gemini', 'messages']);
   t.match(body.data.find((m: any) => m.id === 'sim-chat'), { upstream: 'sim', upstreamKind: 'simulator', upstreamFamily: 'chat', families: { chat: 'native', responses: 'bridge' } });
   const health = Object.fromEntries(body.upstreams.map((u: any) => [u.name, u.health]));
   t.match(health.sim, { status: 'ok', errors: 0 });

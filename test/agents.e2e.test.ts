@@ -1,6 +1,7 @@
 /**
  * Real agents against a real gateway on the embedded default models: Codex CLI (Responses over HTTP
- * and WebSocket) and Gemini CLI, each run as a new user would run it, offline, on 127.0.0.1 only.
+ * and WebSocket), Gemini CLI and Claude Code, each run as a new user would run it, offline, on
+ * 127.0.0.1 only.
  *
  * The simulator calls the first tool an agent offers, then answers the tool result with text that
  * starts `The tool returned:`. So each run proves the whole agent loop: a tool call, the agent's
@@ -195,4 +196,36 @@ t.test('Gemini CLI', async (t) => {
   t.test('sim-chat drops the topK Gemini CLI always sends, and notes it', async (t) => {
     t.equal(await noted('sim-chat', /topK/), 'dropped parameters: generationConfig.topK');
   });
+});
+
+t.test('Claude Code', async (t) => {
+  const why = await unavailable('claude');
+  if (why) return t.plan(0, `Claude Code cannot run here: ${why}`);
+
+  // As in the README's client section: the base URL without /v1, a Sluice key, a model, and no
+  // traffic to the vendor. `--tools Read` offers one read-only tool for the simulator to call.
+  const home = join(scratch, 'claude');
+  mkdirSync(home);
+  const env = {
+    HOME: home,
+    ANTHROPIC_BASE_URL: gw.url,
+    ANTHROPIC_API_KEY: gw.key,
+    CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC: '1',
+  };
+  for (const model of ['sim-messages', 'sim-chat', 'sim-gemini']) {
+    t.test(`on ${model}`, async (t) => {
+      const work = join(home, `work-${model}`);
+      mkdirSync(work);
+      const args = ['-p', 'Read a file for me.', '--output-format', 'json', '--tools', 'Read'];
+      const { result: run, lines } = await logged(() => runAgent(bin('claude'), args, { ...env, ANTHROPIC_MODEL: model }, work));
+      t.equal(run.code, 0, `claude exits 0 (stderr: ${run.stderr.slice(-500)})`);
+      const out = JSON.parse(run.stdout);
+      t.match(out, { subtype: 'success', is_error: false, num_turns: 2 }, 'a tool call, then the answer to its result');
+      t.match(out.result, /^The tool returned: \S/, "the simulator's answer to the tool result is Claude Code's result");
+      t.ok(out.usage.input_tokens > 0 && out.usage.output_tokens > 0, 'Claude Code read the usage');
+      const calls = lines.filter((l) => l.path === '/v1/messages' && l.model === model);
+      t.ok(calls.length >= 2, 'both turns went through /v1/messages');
+      t.ok(calls.every((l) => l.status === 200), 'every request succeeded');
+    });
+  }
 });

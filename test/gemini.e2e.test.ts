@@ -208,6 +208,6 @@ t.test('model listing in Gemini shape', async (t) => {
   const one = await ai.models.get({ model: 'sim-gemini' });
   t.equal(one.name, 'models/sim-gemini');
   const openaiModels = (await (await fetch(`${gw.url}/v1/models`, { headers: { authorization: `Bearer ${gw.key}` } })).json()) as any;
-  t.same(openaiModels.data.find((m: any) => m.id === 'sim-gemini').families, { chat: 'translated', responses: 'translated', gemini: 'native' });
-  t.same(openaiModels.data.find((m: any) => m.id === 'gem-on-chat').families, { chat: 'native', responses: 'bridge', gemini: 'translated' });
+  t.same(openaiModels.data.find((m: any) => m.id === 'sim-gemini').families, { chat: 'translated', responses: 'translated', gemini: 'native', messages: 'translated' });
+  t.same(openaiModels.data.find((m: any) => m.id === 'gem-on-chat').families, { chat: 'native', responses: 'bridge', gemini: 'translated', messages: 'translated' });
 });

@@ -1,13 +1,13 @@
 /** The phase runner: order, sync and async plugins, local replies, and done exactly once. */
 import t from 'tap';
 import { ChannelTable } from '../src/channels/table.js';
-import type { Codec, Plugin } from '../src/contracts.js';
+import type { ClientFamily, Plugin } from '../src/contracts.js';
 import { GatewayError } from '../src/errors.js';
 import { Exchange } from '../src/exchange.js';
 import { createLogger } from '../src/log.js';
 import { Pipeline, type ClientResponse } from '../src/pipeline.js';
 
-const codec = { family: 'test', errorBody: (e: GatewayError) => JSON.stringify({ code: e.code }) } as unknown as Codec;
+const family = { name: 'test', errorBody: (e: GatewayError) => JSON.stringify({ code: e.code }) } as unknown as ClientFamily;
 
 function run(plugins: Plugin[]) {
   const replies: { status: number; body: string }[] = [];
@@ -21,8 +21,8 @@ function run(plugins: Plugin[]) {
     end() {},
     finished: () => finished(),
   };
-  const ex = new Exchange(codec, { method: 'post', path: '/x', kind: 'generate' }, 'POST', '/x', '', {}, []);
-  const pipeline = new Pipeline({ plugins, routing: { models: new Map(), upstreams: new Map(), channels: new ChannelTable([], {}, new Map()) }, codecs: new Map(), log: createLogger('silent') });
+  const ex = new Exchange(family, { method: 'post', path: '/x', kind: 'generate' }, 'POST', '/x', '', {}, []);
+  const pipeline = new Pipeline({ plugins, routing: { models: new Map(), upstreams: new Map(), channels: new ChannelTable([], {}, new Map()) }, dialects: new Map(), log: createLogger('silent') });
   pipeline.accept(ex, res);
   return { done, replies, ex };
 }

@@ -238,8 +238,8 @@ t.test('native: server-side web_search passes through; the bridge marks itself i
   const res = await openai.responses.create({ model: 'sim-responses', input: 'Please search for news', tools: [{ type: 'web_search' }] });
   t.ok(res.output.some((i) => i.type === 'web_search_call'));
   const models = (await openai.models.list()).data as any[];
-  t.same(models.find((m) => m.id === 'sim-chat').families, { chat: 'native', responses: 'bridge', gemini: 'translated' });
-  t.same(models.find((m) => m.id === 'sim-responses').families, { chat: 'translated', responses: 'native', gemini: 'translated' });
+  t.same(models.find((m) => m.id === 'sim-chat').families, { chat: 'native', responses: 'bridge', gemini: 'translated', messages: 'translated' });
+  t.same(models.find((m) => m.id === 'sim-responses').families, { chat: 'translated', responses: 'native', gemini: 'translated', messages: 'translated' });
 });
 
 t.test('400s: previous_response_id, bad items, unsupported parameters', async (t) => {

@@ -501,7 +501,7 @@ t.test('in-process upstream with family: gemini', async (t) => {
   if (!factory) throw new Error('simulator kind not registered');
   const upstream = factory('gem', { family: 'gemini' }, ctx);
   t.equal(upstream.family, 'gemini');
-  t.throws(() => simulatorUpstream('bad', { family: 'anthropic' }), /'chat', 'responses' or 'gemini'/);
+  t.throws(() => simulatorUpstream('bad', { family: 'anthropic' }), /'chat', 'responses', 'gemini' or 'messages'/);
   const post = (path: string, text: string) => ({ method: 'POST' as const, path, headers: {}, body: body({}, text) });
   const send = async (u: typeof upstream, req: Parameters<typeof upstream.send>[0]) => {
     const rec = recordingSink();

@@ -15,7 +15,7 @@ function mask(secret: string): string {
 export default definePlugin(({ store }) => ({
   name: 'auth',
   request(ex) {
-    const secret = ex.codec.credential(ex);
+    const secret = ex.clientFamily.credential(ex);
     if (secret === undefined) {
       return new GatewayError('missing_api_key', "You didn't provide an API key. Send it in the family's auth header.");
     }

@@ -42,9 +42,12 @@ export default definePlugin(({ limiter, log }) => {
     const prices = ex.model!.prices;
     const needsCost = prices !== undefined && scopes.some((s) => s.budget);
     if (!needsTokens && !needsCost) return { tokens: 0, cost: 0 };
-    const input = estimateTokens(ex.codec.promptText(ex));
+    const input = estimateTokens(ex.clientFamily.promptText(ex));
     const ceiling = ex.model!.maxOutputTokens;
-    const output = ex.codec.requestedOutputTokens?.(ex) ?? ceiling.default ?? ceiling.max ?? UNKNOWN_CEILING;
+    const asked = ex.clientFamily.requestedOutputTokens?.(ex);
+    // A model that clamps will not produce more than its max, whatever was asked.
+    const clamped = asked !== undefined && ceiling.overMax === 'clamp' && ceiling.max !== undefined ? Math.min(asked, ceiling.max) : asked;
+    const output = clamped ?? ceiling.default ?? ceiling.max ?? UNKNOWN_CEILING;
     return { tokens: input + output, cost: needsCost ? costOf({ inputTokens: input, outputTokens: output }, prices) : 0 };
   };
 

@@ -1,9 +1,9 @@
 /**
- * The chat completions family (`/v1/chat/completions`, `/v1/models`, OpenAI shape).
- * Same-family requests go upstream as the client's own bytes, with a minimal splice when Sluice
- * must add something (the upstream model name, a default output ceiling, a usage request).
+ * The chat completions family (`/v1/chat/completions`, `/v1/models`, OpenAI shape) and its upstream
+ * dialect. Same-family requests go upstream as the client's own bytes, with a minimal splice when
+ * Sluice must add something (the upstream model name, a default output ceiling, a usage request).
  */
-import { definePlugin, type Codec } from '../../../src/contracts.js';
+import { definePlugin, type ClientFamily, type UpstreamDialect } from '../../../src/contracts.js';
 import { GatewayError } from '../../../src/errors.js';
 import { bearerCredential, openAiErrorBody, readOpenAiError } from '../openai-common.js';
 import { StateKey, type Exchange } from '../../../src/exchange.js';
@@ -40,8 +40,8 @@ function textOf(content: unknown): string {
   return content.map((p) => (typeof p?.text === 'string' ? p.text : typeof p?.refusal === 'string' ? p.refusal : '')).join('');
 }
 
-const codec: Omit<Codec, 'decode'> = {
-  family: 'chat',
+const family: Omit<ClientFamily, 'decode'> = {
+  name: 'chat',
   modelKey: '"model"',
   endpoints: [
     { method: 'post', path: '/v1/chat/completions', kind: 'generate' },
@@ -77,7 +77,7 @@ const codec: Omit<Codec, 'decode'> = {
   },
 
   passthroughStream(ex) {
-    return chatPassthrough(ex, { dropUsageChunk: ex.get(usageInjected) === true, owesUsage: ex.get(usageOwed) === true }, codec.errorBody);
+    return chatPassthrough(ex, { dropUsageChunk: ex.get(usageInjected) === true, owesUsage: ex.get(usageOwed) === true }, openAiErrorBody);
   },
 
   bodyUsage: (body) => readChatUsage(jsonOrUndefined(body)?.usage),
@@ -123,7 +123,12 @@ const codec: Omit<Codec, 'decode'> = {
 
   writeResponse: (res, ex) => JSON.stringify(canonicalToChatResponse(res, ex)),
 
-  streamWriter: (ex) => chatStreamWriter(ex, codec.errorBody),
+  streamWriter: (ex) => chatStreamWriter(ex, openAiErrorBody),
+};
+
+/** What an OpenAI-compatible chat upstream speaks. */
+const chatDialect: UpstreamDialect = {
+  family: 'chat',
 
   fromCanonical(req, ex) {
     return {
@@ -155,6 +160,7 @@ function decode(ex: Exchange, caps: RequestCaps): void {
 }
 
 export default definePlugin((ctx) => {
-  ctx.addCodec({ ...codec, decode: (ex) => decode(ex, ctx.config.server.requestCaps) });
+  ctx.addFamily({ ...family, decode: (ex) => decode(ex, ctx.config.server.requestCaps) });
+  ctx.addDialect(chatDialect);
   return { name: 'codecs/chat' };
 });

@@ -1,10 +1,11 @@
 /**
- * The content-generation family (Gemini shape): `POST /v1beta/models/{id}:generateContent`,
- * `:streamGenerateContent` (`?alt=sse` for SSE, a JSON array without), `GET /v1beta/models[/{id}]`.
+ * The content-generation family (Gemini shape) and its upstream dialect: `POST
+ * /v1beta/models/{id}:generateContent`, `:streamGenerateContent` (`?alt=sse` for SSE, a JSON array
+ * without), `GET /v1beta/models[/{id}]`.
  * Keys come in `x-svc-api-key`, or `x-goog-api-key` / `?key=` so the stock Gemini clients work.
  */
 import type { ModelConfig } from '../../../src/config.js';
-import { definePlugin, type Codec } from '../../../src/contracts.js';
+import { definePlugin, type ClientFamily, type UpstreamDialect } from '../../../src/contracts.js';
 import { GatewayError, codeForStatus } from '../../../src/errors.js';
 import type { Exchange } from '../../../src/exchange.js';
 import { jsonOrUndefined, parseRequestJson, parseUpstreamJson, positiveNumber, withFields } from '../../../src/json-body.js';
@@ -76,8 +77,8 @@ function modelEntry(m: ModelConfig): Json {
 
 const upstreamPath = (model: string, stream: boolean) => `/models/${encodeURIComponent(model)}:${stream ? 'streamGenerateContent?alt=sse' : 'generateContent'}`;
 
-const codec: Omit<Codec, 'decode'> = {
-  family: 'gemini',
+const family: Omit<ClientFamily, 'decode'> = {
+  name: 'gemini',
   modelKey: '"modelVersion"',
   endpoints: [
     { method: 'post', path: '/v1beta/models/:target', kind: 'generate' },
@@ -157,6 +158,11 @@ const codec: Omit<Codec, 'decode'> = {
   writeResponse: (res, ex) => JSON.stringify(canonicalToGeminiBody(res, ex)),
 
   streamWriter: (ex) => geminiStreamWriter(ex, errorBody),
+};
+
+/** What a native Gemini upstream speaks. */
+const geminiDialect: UpstreamDialect = {
+  family: 'gemini',
 
   fromCanonical(req) {
     return {
@@ -198,6 +204,7 @@ function decode(ex: Exchange, caps: RequestCaps): void {
 
 export default definePlugin((ctx) => {
   const caps = ctx.config.server.requestCaps;
-  ctx.addCodec({ ...codec, decode: (ex) => decode(ex, caps) });
+  ctx.addFamily({ ...family, decode: (ex) => decode(ex, caps) });
+  ctx.addDialect(geminiDialect);
   return { name: 'codecs/gemini' };
 });

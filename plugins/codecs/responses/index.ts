@@ -1,8 +1,9 @@
 /**
- * The Responses family (`POST /v1/responses`, OpenAI shape). Native upstreams get the client's
- * bytes; a chat-only upstream is served through the bridge (canonical pivot, see canonical.ts).
+ * The Responses family (`POST /v1/responses`, OpenAI shape) and its upstream dialect. Native
+ * upstreams get the client's bytes; a chat-only upstream is served through the bridge (canonical
+ * pivot, see canonical.ts).
  */
-import { definePlugin, type Codec } from '../../../src/contracts.js';
+import { definePlugin, type ClientFamily, type UpstreamDialect } from '../../../src/contracts.js';
 import { GatewayError } from '../../../src/errors.js';
 import { bearerCredential, openAiErrorBody, readOpenAiError } from '../openai-common.js';
 import { jsonOrUndefined, parseRequestJson, parseUpstreamJson, positiveNumber, withFields } from '../../../src/json-body.js';
@@ -35,8 +36,8 @@ function textOf(content: unknown): string {
   return content.map((p) => (typeof p?.text === 'string' ? p.text : '')).join('');
 }
 
-const codec: Omit<Codec, 'decode' | 'socket'> = {
-  family: 'responses',
+const family: Omit<ClientFamily, 'decode' | 'socket'> = {
+  name: 'responses',
   modelKey: '"model"',
   endpoints: [
     { method: 'post', path: '/v1/responses', kind: 'generate' },
@@ -104,6 +105,11 @@ const codec: Omit<Codec, 'decode' | 'socket'> = {
   writeResponse: (res, ex) => JSON.stringify(canonicalToResponsesBody(res, ex)),
 
   streamWriter: (ex) => responsesStreamWriter(ex),
+};
+
+/** What a native Responses upstream speaks. */
+const responsesDialect: UpstreamDialect = {
+  family: 'responses',
 
   unsendable: ['stop', 'seed', 'presencePenalty', 'frequencyPenalty'],
 
@@ -148,6 +154,7 @@ function decode(ex: Exchange, caps: RequestCaps): void {
 
 export default definePlugin((ctx) => {
   const caps = ctx.config.server.requestCaps;
-  ctx.addCodec({ ...codec, decode: (ex) => decode(ex, caps), socket: responsesSocket(caps) });
+  ctx.addFamily({ ...family, decode: (ex) => decode(ex, caps), socket: responsesSocket(caps) });
+  ctx.addDialect(responsesDialect);
   return { name: 'codecs/responses' };
 });

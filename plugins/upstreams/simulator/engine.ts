@@ -55,7 +55,13 @@ export interface PlannedCall {
 }
 
 export type ChoicePlan =
-  | { kind: 'text'; tokens: string[]; finishReason: FinishReason }
+  | {
+      kind: 'text';
+      tokens: string[];
+      finishReason: FinishReason;
+      /** The stop sequence that ended the text, if one did. */
+      stopSequence?: string;
+    }
   | ({
       kind: 'tool_call';
       finishReason: FinishReason;
@@ -65,8 +71,8 @@ export type ChoicePlan =
 
 export interface Plan {
   choices: ChoicePlan[];
-  /** Cached tokens are counted within the input tokens, as the OpenAI families report them. */
-  usage: { inputTokens: number; outputTokens: number; cachedTokens: number };
+  /** Cached tokens (read and written) are counted within the input tokens, as the OpenAI families report them. */
+  usage: { inputTokens: number; outputTokens: number; cachedTokens: number; cacheWriteTokens: number };
   timing: { ttftMs: number; tokensPerSecond: number };
   /** `blocked`: the prompt is refused by a (simulated) safety filter; families that have no such answer ignore it. */
   fault: { errorStatus?: number; cutAfter?: number; blocked?: boolean };
@@ -93,6 +99,8 @@ export interface Directives {
   emptyArgs?: boolean;
   /** `cached=N`: N of the prompt tokens are reported as read from the prompt cache. */
   cached?: number;
+  /** `cache_write=N`: N of the prompt tokens are reported as written to the prompt cache (after those read). */
+  cacheWrite?: number;
 }
 
 const DEFAULT_TOKENS = 16;
@@ -139,12 +147,15 @@ export function plan(input: EngineInput): Plan {
     samples.get(schema) ?? samples.set(schema, fragments(JSON.stringify(sampleValue(schema, { root: schema, values: 0, chars: 0 })))).get(schema)!;
   const choices: ChoicePlan[] = [];
   for (let i = 0; i < input.n; i++) choices.push(planChoice(limited, directives, seed + i * 0x9e3779b9, sample));
+  const prompt = inputTokens(input.messages);
+  const cachedTokens = Math.min(directives.cached ?? 0, prompt);
   return {
     choices,
     usage: {
-      inputTokens: inputTokens(input.messages),
+      inputTokens: prompt,
       outputTokens: choices.reduce((sum, c) => sum + units(c).length, 0),
-      cachedTokens: Math.min(directives.cached ?? 0, inputTokens(input.messages)),
+      cachedTokens,
+      cacheWriteTokens: Math.min(directives.cacheWrite ?? 0, prompt - cachedTokens),
     },
     timing: { ttftMs: directives.ttftMs, tokensPerSecond: directives.tps },
     fault: { errorStatus: directives.errorStatus, cutAfter: directives.cutAfter, ...(directives.block ? { blocked: true } : {}) },
@@ -183,6 +194,7 @@ export function parseDirectives(text: string): Directives {
       else if (key === 'error' && whole && value >= 400 && value <= 599) out.errorStatus = value;
       else if (key === 'cut_after' && whole) out.cutAfter = value;
       else if (key === 'cached' && whole) out.cached = value;
+      else if (key === 'cache_write' && whole) out.cacheWrite = value;
       else if (key === 'block' && whole) {
         if (value > 0) out.block = true;
         else delete out.block;
@@ -295,9 +307,13 @@ function applyLimits(full: string[], maxTokens: number | undefined, stop: string
   const kept = capped(full, maxTokens);
   const text = kept.join('');
   let at = -1;
+  let matched = '';
   for (const s of stop) {
     const i = s === '' ? -1 : text.indexOf(s);
-    if (i >= 0 && (at < 0 || i < at)) at = i;
+    if (i >= 0 && (at < 0 || i < at)) {
+      at = i;
+      matched = s;
+    }
   }
   if (at < 0) return { kind: 'text', tokens: kept, finishReason: kept.length < full.length ? 'length' : 'stop' };
   const tokens: string[] = [];
@@ -310,7 +326,7 @@ function applyLimits(full: string[], maxTokens: number | undefined, stop: string
     tokens.push(token);
     offset += token.length;
   }
-  return { kind: 'text', tokens, finishReason: 'stop' };
+  return { kind: 'text', tokens, finishReason: 'stop', stopSequence: matched };
 }
 
 /** One sampled value's context: the schema `$ref`s resolve against, and what it has produced so far. */

@@ -3,8 +3,7 @@
  * `[[sim …]]` directive travels with the prompt, so it fails every channel alike, while a fault
  * set here fails only this simulator, until it is cleared with `POST /faults {}`).
  */
-import { geminiFault } from './gemini.js';
-import { faultReply, type SimReply } from './reply.js';
+import type { SimReply } from './reply.js';
 
 export interface Faults {
   /** Every generation request is answered with this status (the `error=` directive's body). */
@@ -31,12 +30,15 @@ export function parseFaults(body: Buffer | undefined): Faults {
   return input as Faults;
 }
 
-/** `reply` as the faults change it: replaced by an error or a dropped connection, or held back. */
-export function faulted(faults: Faults, reply: () => SimReply, gemini: boolean): SimReply {
+/**
+ * `reply` as the faults change it: replaced by an error (`fault` renders it in the family's shape)
+ * or a dropped connection, or held back.
+ */
+export function faulted(faults: Faults, reply: () => SimReply, fault: (status: number) => SimReply): SimReply {
   let out: SimReply;
   if (faults.reset) out = { status: 200, headers: {}, steps: [], cut: true };
   else if (faults.status !== undefined) {
-    out = gemini ? geminiFault(faults.status) : faultReply(faults.status);
+    out = fault(faults.status);
     if (faults.retryAfter !== undefined) out.headers['retry-after'] = String(faults.retryAfter);
   } else out = reply();
   const [first, ...rest] = out.steps;

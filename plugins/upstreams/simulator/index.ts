@@ -7,33 +7,49 @@ import { definePlugin, type ResponseSink, type Upstream, type UpstreamCall, type
 import { GatewayError } from '../../../src/errors.js';
 import { DEFAULT_MODELS, routeChat, type ChatOptions } from './chat.js';
 import { DEFAULT_GEMINI_MODELS, geminiNotFound, routeGemini } from './gemini.js';
+import { DEFAULT_MESSAGES_MODELS, messagesNotFound, routeMessages } from './messages.js';
 import { notFound, type SimReply } from './reply.js';
 import { routeResponses } from './responses.js';
 
 /** The wire families the simulator speaks. Whichever it is told, it serves every family's endpoints. */
-export type SimulatorFamily = 'chat' | 'responses' | 'gemini';
+export type SimulatorFamily = 'chat' | 'responses' | 'gemini' | 'messages';
 
 export interface SimulatorRoutes extends ChatOptions {
   /** Ids the Gemini `GET /models` lists and `GET /models/{id}` finds; DEFAULT_GEMINI_MODELS when absent. */
   geminiModels?: string[];
+  /** Ids the Anthropic `GET /models` lists and `GET /models/{id}` finds; DEFAULT_MESSAGES_MODELS when absent. */
+  messagesModels?: string[];
   /**
    * Which API answers the listing routes, `GET /models` and `GET /models/{id}`: 'openai' (the
-   * default) or 'gemini'. Generation routes of every family are served either way.
+   * default), 'gemini' or 'anthropic'. Generation routes of every family are served either way.
    */
-  listing?: 'openai' | 'gemini';
+  listing?: 'openai' | 'gemini' | 'anthropic';
 }
 
 /**
  * Routes a request (path relative to the API root, query string included): `POST /chat/completions`,
- * `POST /responses`, `POST /models/{model}:generateContent` (and `:streamGenerateContent`,
- * `:countTokens`), `GET /models` (and, when listing Gemini models, `GET /models/{id}`); undefined
- * for any other route.
+ * `POST /responses`, `POST /messages` (and `/messages/count_tokens`), `POST
+ * /models/{model}:generateContent` (and `:streamGenerateContent`, `:countTokens`), `GET /models`
+ * (and, when listing Gemini or Anthropic models, `GET /models/{id}`); undefined for any other
+ * route. `headers` (lowercase names) are read by the Messages routes, for `anthropic-beta`.
  */
-export function routeSimulator(method: string, path: string, body: Buffer | string | undefined, options: SimulatorRoutes): SimReply | undefined {
+export function routeSimulator(
+  method: string,
+  path: string,
+  body: Buffer | string | undefined,
+  options: SimulatorRoutes,
+  headers: Record<string, string> = {},
+): SimReply | undefined {
   const gemini = { models: options.geminiModels ?? DEFAULT_GEMINI_MODELS };
-  if (options.listing === 'gemini') return routeGemini(method, path, body, gemini) ?? routeChat(method, path, body, options) ?? routeResponses(method, path, body);
+  const anthropic = options.listing === 'anthropic' ? { models: options.messagesModels ?? DEFAULT_MESSAGES_MODELS } : undefined;
+  const messages = () => routeMessages(method, path, body, headers, anthropic);
+  if (options.listing === 'gemini') return routeGemini(method, path, body, gemini) ?? routeChat(method, path, body, options) ?? routeResponses(method, path, body) ?? messages();
+  if (anthropic) return messages() ?? routeChat(method, path, body, options) ?? routeResponses(method, path, body) ?? (method === 'POST' ? routeGemini(method, path, body, gemini) : undefined);
   return (
-    routeChat(method, path, body, options) ?? routeResponses(method, path, body) ?? (method === 'POST' ? routeGemini(method, path, body, gemini) : undefined)
+    routeChat(method, path, body, options) ??
+    routeResponses(method, path, body) ??
+    messages() ??
+    (method === 'POST' ? routeGemini(method, path, body, gemini) : undefined)
   );
 }
 
@@ -123,21 +139,24 @@ class ReplyPlayer implements UpstreamCall {
 }
 
 /**
- * An in-process simulator channel. Options: `family` ('chat', the default, 'responses' or
- * 'gemini': the family the gateway is told this upstream speaks) and `models` (ids listed by
- * `GET /models`: OpenAI's list, or Google's for the gemini family, whose `GET /models/{id}` and
- * 404s are Google's too).
+ * An in-process simulator channel. Options: `family` ('chat', the default, 'responses', 'gemini' or
+ * 'messages': the family the gateway is told this upstream speaks) and `models` (ids listed by
+ * `GET /models`: OpenAI's list, or Google's or Anthropic's for those families, whose
+ * `GET /models/{id}` and 404s are theirs too).
  */
 export function simulatorUpstream(name: string, options: Record<string, unknown>): Upstream {
   const family = familyOption(name, options.family);
-  const models = modelsOption(name, options.models, family === 'gemini' ? DEFAULT_GEMINI_MODELS : DEFAULT_MODELS);
-  const routes: SimulatorRoutes = family === 'gemini' ? { models: DEFAULT_MODELS, geminiModels: models, listing: 'gemini' } : { models };
-  const missing = family === 'gemini' ? geminiNotFound : notFound;
+  const fallback = family === 'gemini' ? DEFAULT_GEMINI_MODELS : family === 'messages' ? DEFAULT_MESSAGES_MODELS : DEFAULT_MODELS;
+  const models = modelsOption(name, options.models, fallback);
+  let routes: SimulatorRoutes = { models };
+  if (family === 'gemini') routes = { models: DEFAULT_MODELS, geminiModels: models, listing: 'gemini' };
+  else if (family === 'messages') routes = { models: DEFAULT_MODELS, messagesModels: models, listing: 'anthropic' };
+  const missing = family === 'gemini' ? geminiNotFound : family === 'messages' ? messagesNotFound : notFound;
   return {
     name,
     family,
     send(req: UpstreamRequest, sink: ResponseSink): UpstreamCall {
-      const reply = routeSimulator(req.method, req.path, req.body, routes) ?? missing(req.method, req.path);
+      const reply = routeSimulator(req.method, req.path, req.body, routes, req.headers) ?? missing(req.method, req.path);
       return playReply(reply, {
         start: (status, headers) => sink.start(status, headers),
         data: (bytes) => sink.data(Buffer.from(bytes)),
@@ -149,8 +168,8 @@ export function simulatorUpstream(name: string, options: Record<string, unknown>
 
 function familyOption(name: string, value: unknown): SimulatorFamily {
   if (value === undefined) return 'chat';
-  if (value === 'chat' || value === 'responses' || value === 'gemini') return value;
-  throw new Error(`upstream ${name}: 'family' must be 'chat', 'responses' or 'gemini'`);
+  if (value === 'chat' || value === 'responses' || value === 'gemini' || value === 'messages') return value;
+  throw new Error(`upstream ${name}: 'family' must be 'chat', 'responses', 'gemini' or 'messages'`);
 }
 
 function modelsOption(name: string, value: unknown, fallback: string[]): string[] {

@@ -2,11 +2,14 @@
  * The simulator as its own HTTP process (for benchmarks and tests against a real socket):
  *   node dist/plugins/upstreams/simulator/server.js --port N [--host 127.0.0.1]
  * Prints `simulator listening on http://HOST:PORT` once it listens. Serves POST /v1/chat/completions,
- * POST /v1/responses, GET /v1/models, the Gemini API under /v1beta (POST
- * /v1beta/models/{model}:generateContent, :streamGenerateContent, :countTokens; GET /v1beta/models,
- * GET /v1beta/models/{id}), GET /healthz and GET /stats (what tests check the gateway sent);
- * `cut_after` drops the connection without ending the response. POST /faults sets faults that
- * fail every generation request of this process until cleared (faults.ts).
+ * POST /v1/responses, POST /v1/messages and /v1/messages/count_tokens (these two want a credential
+ * and `anthropic-version`, as Anthropic does), GET /v1/models (Anthropic's list and GET
+ * /v1/models/{id} when the request carries `anthropic-version`, else OpenAI's), the Gemini API under
+ * /v1beta (POST /v1beta/models/{model}:generateContent, :streamGenerateContent, :countTokens; GET
+ * /v1beta/models, GET /v1beta/models/{id}), GET /healthz and GET /stats (what tests check the
+ * gateway sent); `cut_after` drops the connection without ending the response (Messages: fails it
+ * with an `error` event). POST /faults sets faults that fail every generation request of this
+ * process until cleared (faults.ts).
  */
 import { STATUS_CODES } from 'node:http';
 import { pathToFileURL } from 'node:url';
@@ -14,9 +17,10 @@ import { parseArgs } from 'node:util';
 import uWS from 'uWebSockets.js';
 import { DEFAULT_MODELS } from './chat.js';
 import { parseFaults, faulted, type Faults } from './faults.js';
-import { DEFAULT_GEMINI_MODELS, geminiError, geminiNotFound, routeGemini } from './gemini.js';
+import { DEFAULT_GEMINI_MODELS, geminiError, geminiFault, geminiNotFound, routeGemini } from './gemini.js';
 import { playReply, routeSimulator, type SimulatorRoutes } from './index.js';
-import { errorReply, notFound, type SimReply } from './reply.js';
+import { DEFAULT_MESSAGES_MODELS, anthropicError, messagesFault, messagesHeaderProblem } from './messages.js';
+import { errorReply, faultReply, notFound, type SimReply } from './reply.js';
 
 export interface SimulatorServerOptions {
   /** Defaults to 127.0.0.1. */
@@ -27,6 +31,8 @@ export interface SimulatorServerOptions {
   models?: string[];
   /** Ids listed by GET /v1beta/models. */
   geminiModels?: string[];
+  /** Ids listed by GET /v1/models with `anthropic-version`. */
+  messagesModels?: string[];
 }
 
 export interface SimulatorServer {
@@ -36,7 +42,10 @@ export interface SimulatorServer {
 
 const MAX_BODY_BYTES = 64 * 1024 * 1024;
 /** The generation endpoints /stats counts. */
-const GENERATION_PATHS = new Set(['/v1/chat/completions', '/v1/responses']);
+const GENERATION_PATHS = new Set(['/v1/chat/completions', '/v1/responses', '/v1/messages']);
+const MESSAGES_PATHS = new Set(['/v1/messages', '/v1/messages/count_tokens']);
+/** Request headers the Messages routes read, and /stats reports for the latest generation request. */
+const ANTHROPIC_HEADERS = ['x-api-key', 'authorization', 'anthropic-version', 'anthropic-beta'];
 const GEMINI_GENERATION = /^\/v1beta\/models\/.+:(generateContent|streamGenerateContent)$/;
 const GEMINI_ROOT = '/v1beta/';
 
@@ -58,15 +67,18 @@ interface Stats {
   aborted: number;
   /** Raw body of the latest generation request, parsed only when asked for. */
   lastBody?: Buffer;
+  /** Of the latest generation request, the ANTHROPIC_HEADERS it carried. */
+  lastHeaders?: Record<string, string>;
   faults: Faults;
 }
 
 export function startSimulatorServer(options: SimulatorServerOptions = {}): Promise<SimulatorServer> {
   const host = options.host ?? '127.0.0.1';
   const port = options.port ?? 0;
-  const routes: Required<Pick<SimulatorRoutes, 'models' | 'geminiModels'>> = {
+  const routes: ServerRoutes = {
     models: options.models ?? DEFAULT_MODELS,
     geminiModels: options.geminiModels ?? DEFAULT_GEMINI_MODELS,
+    messagesModels: options.messagesModels ?? DEFAULT_MESSAGES_MODELS,
   };
   // close() exists at runtime (it also drops open connections) but is missing from the typings.
   const app: uWS.TemplatedApp & { close?(): void } = uWS.App();
@@ -89,18 +101,28 @@ export function startSimulatorServer(options: SimulatorServerOptions = {}): Prom
   });
 }
 
-function handle(res: uWS.HttpResponse, req: uWS.HttpRequest, options: Required<Pick<SimulatorRoutes, 'models' | 'geminiModels'>>, stats: Stats): void {
+type ServerRoutes = Required<Pick<SimulatorRoutes, 'models' | 'geminiModels' | 'messagesModels'>>;
+
+function handle(res: uWS.HttpResponse, req: uWS.HttpRequest, options: ServerRoutes, stats: Stats): void {
   // Everything from req must be read now: it is only valid during this callback.
   const method = req.getMethod().toUpperCase();
   const url = req.getUrl();
   const query = req.getQuery();
+  const headers: Record<string, string> = {};
+  for (const name of ANTHROPIC_HEADERS) {
+    const value = req.getHeader(name);
+    if (value) headers[name] = value;
+  }
   const gemini = url.startsWith(GEMINI_ROOT);
+  const messages = MESSAGES_PATHS.has(url);
   const exchange = new Exchange(res, () => stats.aborted++);
   res.onAborted(() => exchange.abort());
 
   const route = (body?: Buffer): SimReply => {
     if (method === 'GET' && url === '/healthz') return json({ status: 'ok' });
-    if (method === 'GET' && url === '/stats') return json({ requests: stats.requests, aborted: stats.aborted, lastRequest: parsed(stats.lastBody) });
+    if (method === 'GET' && url === '/stats') {
+      return json({ requests: stats.requests, aborted: stats.aborted, lastRequest: parsed(stats.lastBody), lastHeaders: stats.lastHeaders ?? null });
+    }
     if (method === 'POST' && url === '/faults') {
       try {
         return json((stats.faults = parseFaults(body)));
@@ -111,7 +133,8 @@ function handle(res: uWS.HttpResponse, req: uWS.HttpRequest, options: Required<P
     if (method === 'POST' && isGeneration(url) && body) {
       stats.requests++;
       stats.lastBody = body;
-      return faulted(stats.faults, () => generate(body), gemini);
+      stats.lastHeaders = headers;
+      return faulted(stats.faults, () => generate(body), gemini ? geminiFault : messages ? messagesFault : faultReply);
     }
     return generate(body);
   };
@@ -119,7 +142,11 @@ function handle(res: uWS.HttpResponse, req: uWS.HttpRequest, options: Required<P
     const search = query ? `?${query}` : '';
     // The Gemini API root serves only Gemini routes, with Google-shaped errors.
     if (gemini) return routeGemini(method, url.slice(GEMINI_ROOT.length - 1) + search, body, { models: options.geminiModels }) ?? geminiNotFound(method, url);
-    const reply = url.startsWith('/v1/') ? routeSimulator(method, url.slice(3) + search, body, options) : undefined;
+    const problem = messages ? messagesHeaderProblem(headers) : undefined;
+    if (problem) return problem;
+    // Anthropic's clients list models with the version header; OpenAI's do not send it.
+    const routes: SimulatorRoutes = headers['anthropic-version'] ? { ...options, listing: 'anthropic' } : options;
+    const reply = url.startsWith('/v1/') ? routeSimulator(method, url.slice(3) + search, body, routes, headers) : undefined;
     return reply ?? notFound(method, url);
   };
   if (method !== 'POST') {
@@ -132,11 +159,13 @@ function handle(res: uWS.HttpResponse, req: uWS.HttpRequest, options: Required<P
     if (size > MAX_BODY_BYTES) return;
     size += chunk.byteLength;
     if (size > MAX_BODY_BYTES) {
-      // Google refuses an oversized payload with a 400; OpenAI with a 413.
+      // Google refuses an oversized payload with a 400; OpenAI and Anthropic with a 413.
       exchange.play(
         gemini
           ? geminiError(400, `Request payload size exceeds the limit: ${MAX_BODY_BYTES} bytes.`)
-          : errorReply(413, 'The request body is too large.', 'invalid_request_error', null, null),
+          : messages
+            ? anthropicError(413, 'Request exceeds the maximum allowed number of bytes.')
+            : errorReply(413, 'The request body is too large.', 'invalid_request_error', null, null),
       );
       return;
     }

@@ -1,0 +1,174 @@
+/**
+ * The Messages client family (Anthropic shape): `POST /v1/messages`, `POST /v1/messages/count_tokens`,
+ * `GET /v1/models` when the request carries `anthropic-version`, and the `HEAD /api/hello` probe
+ * Claude Code sends at start. Keys come in `x-api-key` or `Authorization: Bearer`.
+ */
+import type { ModelConfig } from '../../../src/config.js';
+import type { ClientFamily } from '../../../src/contracts.js';
+import type { Exchange } from '../../../src/exchange.js';
+import { jsonOrUndefined, parseRequestJson, positiveNumber, withFields } from '../../../src/json-body.js';
+import { checkModelId, lengthOf, partsIn, type RequestCaps, type RequestShape } from '../../../src/request-caps.js';
+import { frameJson } from '../../../src/sse.js';
+import { bearerCredential } from '../openai-common.js';
+import { messagesToCanonical } from './request.js';
+import { canonicalToMessagesResponse } from './response.js';
+import { validateCountTokens, validateMessagesRequest } from './schema.js';
+import { messagesPassthrough, messagesStreamWriter } from './stream.js';
+import { messagesErrorBody, messagesErrorStatus, readMessagesUsage } from './wire.js';
+
+type Json = Record<string, any>;
+
+const shape: RequestShape = {
+  messagesField: 'messages',
+  toolsField: 'tools',
+  count(body) {
+    const messages = Array.isArray(body.messages) ? body.messages : [];
+    let contentParts = lengthOf(body.system);
+    for (const m of messages) {
+      contentParts += partsIn(m?.content);
+      if (Array.isArray(m?.content)) for (const b of m.content) contentParts += lengthOf(b?.content);
+    }
+    return { messages: messages.length, tools: lengthOf(body.tools), contentParts };
+  },
+};
+
+/** Only requests that say they speak Anthropic's API get its model list; others get OpenAI's. */
+const speaksAnthropic = (headers: Record<string, string>) => headers['anthropic-version'] !== undefined;
+
+/** Client headers a Messages upstream needs as they were sent: the API version and the betas that unlock body fields. */
+const FORWARDED_HEADERS = ['anthropic-version', 'anthropic-beta'];
+
+function textOf(content: unknown): string {
+  if (typeof content === 'string') return content;
+  if (!Array.isArray(content)) return '';
+  const texts: string[] = [];
+  for (const b of content) {
+    if (typeof b?.text === 'string') texts.push(b.text);
+    else if (b?.type === 'tool_use') texts.push(b.name ?? '', JSON.stringify(b.input ?? {}));
+    else if (b?.type === 'tool_result') texts.push(textOf(b.content));
+  }
+  return texts.join('\n');
+}
+
+function modelEntry(m: ModelConfig): Json {
+  return {
+    type: 'model',
+    id: m.id,
+    display_name: m.id,
+    created_at: new Date(m.created * 1000).toISOString(),
+    max_input_tokens: m.contextTokens,
+    ...((m.maxOutputTokens.max ?? m.maxOutputTokens.default) && { max_tokens: m.maxOutputTokens.max ?? m.maxOutputTokens.default }),
+  };
+}
+
+/** One page of the model list, by Anthropic's `limit` (default 20), `after_id` and `before_id`. */
+function modelPage(models: ModelConfig[], ex: Exchange): Json {
+  const limit = Math.min(1000, Math.max(1, Number(ex.queryParam('limit')) || 20));
+  const after = ex.queryParam('after_id');
+  const before = ex.queryParam('before_id');
+  let from = 0;
+  let to = models.length;
+  if (after !== undefined) from = models.findIndex((m) => m.id === after) + 1 || models.length;
+  if (before !== undefined) to = Math.max(0, models.findIndex((m) => m.id === before));
+  // Paging backwards takes the page that ends right before `before_id`.
+  const start = before !== undefined && after === undefined ? Math.max(from, to - limit) : from;
+  const page = models.slice(start, Math.min(to, start + limit));
+  return {
+    data: page.map(modelEntry),
+    has_more: before !== undefined && after === undefined ? start > from : start + limit < to,
+    first_id: page[0]?.id ?? null,
+    last_id: page.at(-1)?.id ?? null,
+  };
+}
+
+function decode(ex: Exchange, caps: RequestCaps): void {
+  const counting = ex.endpoint.kind === 'count';
+  const parsed = parseRequestJson(ex.body, shape, caps);
+  checkModelId(parsed.model, caps);
+  const invalid = counting ? validateCountTokens(parsed) : validateMessagesRequest(parsed);
+  if (invalid) throw invalid;
+  ex.request = parsed;
+  ex.modelId = parsed.model;
+  ex.stream = !counting && parsed.stream === true;
+}
+
+export function messagesFamily(caps: RequestCaps): ClientFamily {
+  return {
+    name: 'messages',
+    modelKey: '"model"',
+    endpoints: [
+      { method: 'post', path: '/v1/messages', kind: 'generate' },
+      { method: 'post', path: '/v1/messages/count_tokens', kind: 'count' },
+      { method: 'get', path: '/v1/models', kind: 'models', when: speaksAnthropic },
+      { method: 'head', path: '/api/hello', kind: 'probe' },
+    ],
+    streamContentType: () => 'text/event-stream; charset=utf-8',
+
+    credential(ex) {
+      const key = ex.headers['x-api-key'];
+      if (key === undefined) return bearerCredential(ex);
+      return key.trim();
+    },
+
+    decode: (ex) => decode(ex, caps),
+
+    modelList: modelPage,
+
+    errorBody: messagesErrorBody,
+    errorStatus: messagesErrorStatus,
+
+    tokenCount: (inputTokens) => ({ input_tokens: inputTokens }),
+
+    promptText(ex) {
+      const req = ex.request;
+      const parts: string[] = [textOf(req.system)];
+      for (const m of req.messages ?? []) parts.push(textOf(m.content));
+      if (req.tools) parts.push(JSON.stringify(req.tools));
+      return parts.join('\n');
+    },
+
+    requestedOutputTokens: (ex) => positiveNumber(ex.request.max_tokens),
+
+    toCanonical: (ex, upstreamFamily) => messagesToCanonical(ex.request, ex.model!, upstreamFamily === 'messages'),
+
+    writeResponse: (res, ex) => JSON.stringify(canonicalToMessagesResponse(res, ex)),
+
+    streamWriter: messagesStreamWriter,
+
+    prepare(ex, _upstream, rules) {
+      const req = ex.request;
+      const model = ex.model!;
+      const fields: Json = {};
+      if (model.upstreamModel !== req.model) fields.model = model.upstreamModel;
+      const ceiling = rules.defaultOutputTokens;
+      if (ceiling !== undefined) {
+        fields.max_tokens = ceiling;
+        // A thinking budget must stay below max_tokens: lowered with it, or thinking is left off.
+        const budget = req.thinking?.type === 'enabled' ? req.thinking.budget_tokens : undefined;
+        if (budget !== undefined && budget >= ceiling) fields.thinking = ceiling > 1024 ? { ...req.thinking, budget_tokens: ceiling - 1 } : undefined;
+      }
+      if (rules.droppedTools.length) {
+        const dropped = new Set(rules.droppedTools.map((t) => t.param));
+        fields.tools = (req.tools as Json[]).filter((_, i) => !dropped.has(`tools[${i}]`));
+      }
+      const headers: Record<string, string> = { 'content-type': 'application/json' };
+      for (const name of FORWARDED_HEADERS) if (ex.headers[name] !== undefined) headers[name] = ex.headers[name]!;
+      return { method: 'POST', path: '/messages', headers, body: withFields(ex.body, req, fields) };
+    },
+
+    passthroughStream: () => messagesPassthrough(),
+
+    bodyUsage: (body) => readMessagesUsage(jsonOrUndefined(body)?.usage),
+
+    deliveredText(frames) {
+      let text = '';
+      for (const e of frameJson(frames)) {
+        if (e.type === 'content_block_start' && e.content_block?.type === 'tool_use') text += e.content_block.name ?? '';
+        const d = e.type === 'content_block_delta' ? e.delta : undefined;
+        if (!d) continue;
+        text += d.text ?? d.thinking ?? d.partial_json ?? '';
+      }
+      return text;
+    },
+  };
+}

@@ -1,0 +1,69 @@
+/** Complete Messages answers to and from the canonical pivot. */
+import type * as C from '../../../src/canonical.js';
+import type { Exchange } from '../../../src/exchange.js';
+import { newId } from '../../../src/ids.js';
+import type { JsonTool } from './request.js';
+import { clientToolId, parsedInput, readMessagesUsage, readStopReason, thinkingSignature, writeMessagesUsage, writeStopReason } from './wire.js';
+
+type Json = Record<string, any>;
+
+/** The JSON answer a forced tool's input carries. */
+export const jsonToolText = (input: unknown, tool: JsonTool) => JSON.stringify(tool.wrapped ? (input as Json)?.value : (input ?? {}));
+
+/** A Messages body from an upstream, canonically; the input of the forced JSON tool becomes the answer's text. */
+export function messagesResponseToCanonical(body: Json, jsonTool: JsonTool | undefined): C.Response {
+  let text = '';
+  let reasoning = '';
+  let answeredByJsonTool = false;
+  const thinking: Json[] = [];
+  const toolCalls: C.ToolCall[] = [];
+  for (const b of Array.isArray(body.content) ? body.content : []) {
+    switch (b?.type) {
+      case 'text':
+        text += b.text ?? '';
+        break;
+      case 'thinking':
+        reasoning += b.thinking ?? '';
+        thinking.push(b);
+        break;
+      case 'redacted_thinking':
+        thinking.push(b);
+        break;
+      case 'tool_use':
+        if (jsonTool && b.name === jsonTool.name) {
+          text += jsonToolText(b.input, jsonTool);
+          answeredByJsonTool = true;
+        } else toolCalls.push({ id: b.id, name: b.name, arguments: JSON.stringify(b.input ?? {}) });
+        break;
+    }
+  }
+  if (toolCalls.length && thinking.length) toolCalls[0]!.signature = thinkingSignature(thinking);
+  return {
+    id: body.id,
+    model: body.model,
+    text,
+    ...(reasoning && { reasoning }),
+    toolCalls,
+    finishReason: answeredByJsonTool && !toolCalls.length ? 'stop' : readStopReason(body.stop_reason),
+    usage: readMessagesUsage(body.usage),
+  };
+}
+
+/** A canonical answer as a Messages body for the client. */
+export function canonicalToMessagesResponse(res: C.Response, ex: Exchange): Json {
+  const content: Json[] = [];
+  // Unsigned: thinking from another family's upstream can only go back to one like it.
+  if (res.reasoning) content.push({ type: 'thinking', thinking: res.reasoning, signature: '' });
+  if (res.text) content.push({ type: 'text', text: res.text });
+  for (const c of res.toolCalls) content.push({ type: 'tool_use', id: clientToolId(c.id, c.signature), name: c.name, input: parsedInput(c.arguments) });
+  return {
+    id: newId('msg_', 12),
+    type: 'message',
+    role: 'assistant',
+    model: ex.modelId,
+    content,
+    stop_reason: writeStopReason(res.finishReason, res.toolCalls.length),
+    stop_sequence: null,
+    usage: writeMessagesUsage(res.usage ?? { inputTokens: 0, outputTokens: 0 }),
+  };
+}
