@@ -179,6 +179,7 @@ export const defaultPlugins = [
   'upstreams/openai-responses',
   'upstreams/gemini',
   'upstreams/anthropic',
+  'upstreams/azure-openai',
   'upstreams/simulator',
   'usage',
   'access-log',

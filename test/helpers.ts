@@ -206,12 +206,13 @@ export async function startStack(routing: (simulatorUrl: string) => string, serv
   return { sim, gw };
 }
 
-/** The YAML `upstreams` of a simulator process reached in each of its three wire families: `chat`, `responses`, `gemini`. */
+/** The YAML `upstreams` of a simulator process reached in each of its four wire families: `chat`, `responses`, `gemini`, `messages`. */
 export function simulatorUpstreams(simUrl: string): string {
   return `upstreams:
   chat: { kind: openai-chat, baseUrl: "${simUrl}/v1" }
   responses: { kind: openai-responses, baseUrl: "${simUrl}/v1" }
   gemini: { kind: gemini, baseUrl: "${simUrl}/v1beta", apiKey: gemini-upstream-key }
+  messages: { kind: anthropic, baseUrl: "${simUrl}/v1", apiKey: messages-upstream-key }
 `;
 }
 

@@ -1,8 +1,10 @@
 /**
- * The conformance matrix: every client family (openai chat, openai Responses, @google/genai) on
- * every upstream family (chat, Responses, Gemini), for text, a tool round trip and JSON output,
- * streamed and not. Each cell checks the answer as the client sees it, and the recorded usage.
+ * The conformance matrix: every client family (openai chat, openai Responses, @google/genai,
+ * @anthropic-ai/sdk) on every upstream family (chat, Responses, Gemini, Messages), for text, a tool
+ * round trip and JSON output, streamed and not. Each cell checks the answer as the client sees it,
+ * and the recorded usage.
  */
+import Anthropic from '@anthropic-ai/sdk';
 import { GoogleGenAI, type Content, type FunctionCall, type Part } from '@google/genai';
 import { Ajv } from 'ajv';
 import OpenAI from 'openai';
@@ -15,11 +17,13 @@ ${simulatorUpstreams(simUrl)}models:
   - { id: up-chat, upstream: chat, upstreamModel: sim-chat }
   - { id: up-responses, upstream: responses, upstreamModel: sim-responses }
   - { id: up-gemini, upstream: gemini, upstreamModel: sim-gemini }
+  - { id: up-messages, upstream: messages, upstreamModel: sim-messages }
 `,
 );
 
 const openai = new OpenAI({ apiKey: gw.key, baseURL: `${gw.url}/v1`, maxRetries: 0 });
 const google = new GoogleGenAI({ apiKey: gw.key, httpOptions: { baseUrl: gw.url } });
+const anthropic = new Anthropic({ apiKey: gw.key, baseURL: gw.url, maxRetries: 0 });
 
 const weatherSchema = { type: 'object', properties: { city: { type: 'string' } }, required: ['city'], additionalProperties: false };
 const bookSchema = { type: 'object', properties: { title: { type: 'string' }, pages: { type: 'integer' } }, required: ['title', 'pages'], additionalProperties: false };
@@ -162,8 +166,39 @@ const geminiClient: Client = {
   },
 };
 
-const clients: Record<string, Client> = { chat: chatClient, responses: responsesClient, gemini: geminiClient };
-const models = { chat: 'up-chat', responses: 'up-responses', gemini: 'up-gemini' };
+const messagesClient: Client = {
+  async text(model, prompt, stream) {
+    const params = { model, max_tokens: 256, messages: [{ role: 'user' as const, content: prompt }] };
+    const m = stream ? await anthropic.messages.stream(params).finalMessage() : await anthropic.messages.create(params);
+    const text = m.content.map((b) => (b.type === 'text' ? b.text : '')).join('');
+    // Anthropic counts cache reads and writes apart from input_tokens.
+    const input = m.usage.input_tokens + (m.usage.cache_read_input_tokens ?? 0) + (m.usage.cache_creation_input_tokens ?? 0);
+    return { text, usage: { input, output: m.usage.output_tokens } };
+  },
+  async tool(model, stream) {
+    const tools: Anthropic.Tool[] = [{ name: 'get_weather', input_schema: weatherSchema as Anthropic.Tool.InputSchema }];
+    const messages: Anthropic.MessageParam[] = [{ role: 'user', content: 'Weather in Oslo?' }];
+    const turn = (msgs: Anthropic.MessageParam[]) => {
+      const params = { model, max_tokens: 256, tools, messages: msgs };
+      return stream ? anthropic.messages.stream(params).finalMessage() : anthropic.messages.create(params);
+    };
+    const first = await turn(messages);
+    const use = first.content.find((b): b is Anthropic.ToolUseBlock => b.type === 'tool_use')!;
+    // The assistant turn is replayed exactly, then one user turn with the result.
+    messages.push({ role: 'assistant', content: first.content }, { role: 'user', content: [{ type: 'tool_result', tool_use_id: use.id, content: 'Sunny' }] });
+    const second = await turn(messages);
+    const answer = second.content.map((b) => (b.type === 'text' ? b.text : '')).join('');
+    return { call: { id: use.id, name: use.name, args: JSON.stringify(use.input) }, answer };
+  },
+  async json(model, stream) {
+    const params = { model, max_tokens: 256, messages: [{ role: 'user' as const, content: 'A book' }], output_config: { format: { type: 'json_schema', schema: bookSchema } } };
+    const m = stream ? await anthropic.messages.stream(params as any).finalMessage() : await anthropic.messages.create(params as any);
+    return m.content.map((b) => (b.type === 'text' ? b.text : '')).join('');
+  },
+};
+
+const clients: Record<string, Client> = { chat: chatClient, responses: responsesClient, gemini: geminiClient, messages: messagesClient };
+const models = { chat: 'up-chat', responses: 'up-responses', gemini: 'up-gemini', messages: 'up-messages' };
 const ajv = new Ajv();
 
 for (const [clientFamily, client] of Object.entries(clients)) {
@@ -191,11 +226,11 @@ for (const [clientFamily, client] of Object.entries(clients)) {
 t.test('every matrix request was recorded with usage', async (t) => {
   const { body } = await eventually(async () => {
     const r = await gw.admin('GET', '/admin/usage?limit=1000');
-    return r.body.totals.requests >= 3 * 3 * 2 * 4 ? r : undefined;
+    return r.body.totals.requests >= 4 * 4 * 2 * 4 ? r : undefined;
   }, 'usage records');
   const records = body.records as any[];
   t.equal(records.filter((r) => r.status !== 200).length, 0, 'no failed requests');
   t.ok(records.every((r) => r.promptTokens > 0 && r.completionTokens > 0), 'every record has tokens');
   t.ok(records.every((r) => !r.estimated), 'none had to be estimated');
-  t.same(new Set(records.map((r) => r.family)), new Set(['chat', 'responses', 'gemini']));
+  t.same(new Set(records.map((r) => r.family)), new Set(['chat', 'responses', 'gemini', 'messages']));
 });

@@ -30,6 +30,7 @@ ${families
   - { id: ${f}-capped, upstream: ${f}, upstreamModel: sim-${f}, maxOutputTokens: { max: 30 } }`,
   )
   .join('\n')}
+  - { id: chat-clamped, upstream: chat, upstreamModel: sim-chat, maxOutputTokens: { max: 30, overMax: clamp } }
 `,
 );
 
@@ -196,4 +197,21 @@ tap.test('a dropped server tool is noted in the usage log, the admin API and the
   const text = await (await fetch(`${gw.url}/admin/usage.csv?model=chat-lenient`, { headers: { authorization: `Bearer ${gw.adminToken}` } })).text();
   t.match(text.split('\r\n')[0], /,notes$/);
   t.match(text, /dropped tools: web_search/);
+});
+
+tap.test('a clamped ceiling goes in the field the chat client used, never in both', async (t) => {
+  const post = (fields: Json) =>
+    fetch(`${gw.url}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${gw.key}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'chat-clamped', messages: [{ role: 'user', content: 'hi' }], ...fields }),
+    });
+  t.equal((await post({ max_tokens: 999 })).status, 200, 'clamped, not refused');
+  let sent = await lastUpstreamRequest();
+  t.equal(sent.max_tokens, 30);
+  t.equal(sent.max_completion_tokens, undefined);
+  t.equal((await post({ max_completion_tokens: 999 })).status, 200);
+  sent = await lastUpstreamRequest();
+  t.equal(sent.max_completion_tokens, 30);
+  t.equal(sent.max_tokens, undefined);
 });

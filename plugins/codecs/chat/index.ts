@@ -56,7 +56,10 @@ const family: Omit<ClientFamily, 'decode'> = {
     const req = ex.request;
     const model = ex.model!;
     const fields: Record<string, unknown> = {};
-    if (rules.defaultOutputTokens !== undefined) fields.max_completion_tokens = rules.defaultOutputTokens;
+    // A default or a clamp goes in the field the client used, so the body never carries both.
+    if (rules.defaultOutputTokens !== undefined) {
+      fields[req.max_completion_tokens == null && req.max_tokens != null ? 'max_tokens' : 'max_completion_tokens'] = rules.defaultOutputTokens;
+    }
     if (model.upstreamModel !== req.model) fields.model = model.upstreamModel;
     // The only server-side tool a chat client can ask for.
     if (rules.droppedTools.length) fields.web_search_options = undefined;
