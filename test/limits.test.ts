@@ -9,14 +9,15 @@ import { eventually, simulatorUpstreams, startStack } from './helpers.js';
 
 t.setTimeout(120_000);
 
-// One token of any kind costs one unit at these prices (cached input a tenth, reasoning double):
-// costs are easy to check by hand.
-const prices = '{ input: 1000000, cachedInput: 100000, output: 1000000, reasoning: 2000000 }';
+// One token of any kind costs one unit at these prices (cached input a tenth, cache writes one and a
+// half, reasoning double): costs are easy to check by hand.
+const prices = '{ input: 1000000, cachedInput: 100000, cacheWrite: 1500000, output: 1000000, reasoning: 2000000 }';
 const routing = (simUrl: string) => `${simulatorUpstreams(simUrl)}
 models:
   - { id: sim-chat, upstream: chat, maxOutputTokens: { default: 64, max: 4096 }, prices: ${prices} }
   - { id: sim-responses, upstream: responses, maxOutputTokens: { default: 64, max: 4096 }, prices: ${prices} }
   - { id: sim-gemini, upstream: gemini, maxOutputTokens: { default: 64, max: 4096 }, prices: ${prices} }
+  - { id: sim-messages, upstream: messages, maxOutputTokens: { default: 64, max: 4096 }, prices: ${prices} }
   - { id: sim-guarded, upstream: chat, upstreamModel: sim-chat, maxOutputTokens: { max: 4096 }, limits: { concurrency: 1 } }
 `;
 const { gw } = await startStack(routing);
@@ -24,7 +25,7 @@ const { gw } = await startStack(routing);
 /** A new group with `fields`, and a key in it. */
 async function keyIn(fields: Record<string, unknown>, keyFields: Record<string, unknown> = {}): Promise<{ key: string; id: string; group: string }> {
   const group = `g${Math.random().toString(36).slice(2, 10)}`;
-  const created = await gw.admin('POST', '/admin/groups', { name: group, models: ['*'], families: ['chat', 'responses', 'gemini'], ...fields });
+  const created = await gw.admin('POST', '/admin/groups', { name: group, models: ['*'], families: ['chat', 'responses', 'gemini', 'messages'], ...fields });
   if (created.status !== 201) throw new Error(JSON.stringify(created.body));
   const key = await gw.admin('POST', '/admin/keys', { group, ...keyFields });
   return { key: key.body.key, id: key.body.id, group };
@@ -162,6 +163,8 @@ function routes(key: string) {
     'gemini passthrough': () => gemini('sim-gemini'),
     'gemini translated': () => gemini('sim-chat'),
     'responses websocket': () => socketTurn(key, { model: 'sim-responses', input: 'Hi' }),
+    'messages passthrough': () => post('/v1/messages', { model: 'sim-messages', max_tokens: 64, messages: [{ role: 'user', content: 'Hi' }] }, { 'anthropic-version': '2023-06-01' }),
+    'messages translated': () => post('/v1/messages', { model: 'sim-chat', max_tokens: 64, stream: true, messages: [{ role: 'user', content: 'Hi' }] }, { 'anthropic-version': '2023-06-01' }),
   };
 }
 
@@ -181,7 +184,7 @@ async function socketTurn(key: string, body: Record<string, unknown>): Promise<{
   return { status: e.type === 'error' ? 0 : 200, text: JSON.stringify(e) };
 }
 
-t.test('a group budget used up stops the next request on every route, passthrough and translated, HTTP and WebSocket', async (t) => {
+t.test('a group budget used up stops the next request on every route of every family, passthrough and translated, HTTP and WebSocket', async (t) => {
   // One request costs a few dozen units: the first one uses the budget up.
   const { key, group } = await keyIn({ budget: { amount: 5, period: 'day' } });
   t.equal((await settle(chat(key, 'Spend it'))).status, 200, 'within budget');
@@ -194,6 +197,7 @@ t.test('a group budget used up stops the next request on every route, passthroug
     t.equal(r.status, name === 'responses websocket' ? 0 : 429, `${name}: refused`);
     if (name.startsWith('gemini')) t.match(body.error, { code: 429, status: 'RESOURCE_EXHAUSTED' }, name);
     else if (name === 'responses websocket') t.match(body, { type: 'error', error: { code: 'insufficient_quota' } }, name);
+    else if (name.startsWith('messages')) t.match(body, { type: 'error', error: { type: 'rate_limit_error', message: /budget/ } }, name);
     else t.match(body.error, { type: 'insufficient_quota', code: 'insufficient_quota' }, name);
   }
 });
@@ -235,10 +239,19 @@ t.test('a WebSocket turn holds its slot while it generates, not while the socket
 
 t.test('streamed and not, every family on every upstream kind: the same tokens and the same cost', async (t) => {
   const { key, id } = await keyIn({});
-  const prompt = 'Count the costs. [[sim tokens=12 cached=4]]';
+  const prompt = 'Count the costs. [[sim tokens=12 cached=4 cache_write=2]]';
   const calls: Record<string, (stream: boolean) => Promise<unknown>> = {};
-  for (const model of ['sim-chat', 'sim-responses', 'sim-gemini']) {
-    const headers = { authorization: `Bearer ${key}`, 'x-goog-api-key': key, 'content-type': 'application/json' };
+  const models = ['sim-chat', 'sim-responses', 'sim-gemini', 'sim-messages'];
+  for (const model of models) {
+    const headers = { authorization: `Bearer ${key}`, 'x-goog-api-key': key, 'content-type': 'application/json', 'anthropic-version': '2023-06-01' };
+    calls[`messages on ${model}`] = (stream) =>
+      settle(
+        fetch(`${gw.url}/v1/messages`, {
+          method: 'POST',
+          headers,
+          body: JSON.stringify({ model, stream, max_tokens: 64, messages: [{ role: 'user', content: prompt }] }),
+        }),
+      );
     calls[`chat on ${model}`] = (stream) =>
       settle(fetch(`${gw.url}/v1/chat/completions`, { method: 'POST', headers, body: JSON.stringify({ model, stream, messages: [{ role: 'user', content: prompt }] }) }));
     calls[`responses on ${model}`] = (stream) =>
@@ -258,22 +271,25 @@ t.test('streamed and not, every family on every upstream kind: the same tokens a
   }
   const stored = await eventually(async () => {
     const r = await records(`key=${id}`);
-    return r.length === 18 ? r : undefined;
-  }, '18 records');
-  for (const family of ['chat', 'responses', 'gemini']) {
-    for (const model of ['sim-chat', 'sim-responses', 'sim-gemini']) {
+    return r.length === 32 ? r : undefined;
+  }, '32 records');
+  for (const family of ['chat', 'responses', 'gemini', 'messages']) {
+    for (const model of models) {
       const pair = stored.filter((r) => r.family === family && r.model === model);
       const [plain, streamed] = [pair.find((r) => !r.streamed), pair.find((r) => r.streamed)];
       const name = `${family} on ${model}`;
       t.ok(plain && streamed, `${name}: both records`);
-      const fields = ({ promptTokens, completionTokens, cachedInputTokens, reasoningTokens, cost, estimated }: any) => ({
-        promptTokens, completionTokens, cachedInputTokens, reasoningTokens, cost, estimated,
+      const fields = ({ promptTokens, completionTokens, cachedInputTokens, cacheWriteTokens, reasoningTokens, cost, estimated }: any) => ({
+        promptTokens, completionTokens, cachedInputTokens, cacheWriteTokens, reasoningTokens, cost, estimated,
       });
       t.same(fields(streamed), fields(plain), `${name}: same tokens and cost`);
       t.equal(plain.cachedInputTokens, 4, `${name}: cached tokens reported`);
       t.equal(plain.estimated, false);
+      // Only Anthropic reports cache writes; elsewhere they are part of the plain input.
+      const written = plain.cacheWriteTokens ?? 0;
+      t.equal(written, model === 'sim-messages' ? 2 : 0, `${name}: cache writes reported where the upstream has them`);
       const reasoning = plain.reasoningTokens ?? 0;
-      const expected = (plain.promptTokens - 4) * 1 + 4 * 0.1 + (plain.completionTokens - reasoning) * 1 + reasoning * 2;
+      const expected = (plain.promptTokens - 4 - written) * 1 + 4 * 0.1 + written * 1.5 + (plain.completionTokens - reasoning) * 1 + reasoning * 2;
       t.equal(plain.cost, Math.round(expected * 1e9) / 1e9, `${name}: cost by the formula`);
     }
   }
