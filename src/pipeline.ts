@@ -261,7 +261,7 @@ export class Pipeline {
     }
     this.then(ex, res, this.phase('admit', ex, res), () => {
       ex.stage = 'admitted';
-      if (ex.endpoint.kind === 'count') return this.countTokens(ex, res);
+      if (ex.endpoint.kind === 'count') return (checkOffered(ex), this.countTokens(ex, res));
       ex.upstream = routing.upstreams.get(ex.model!.upstream);
       this.then(ex, res, this.phase('route', ex, res), () => {
         ex.stage = 'routed';
@@ -287,9 +287,7 @@ export class Pipeline {
     const model = ex.model!;
     const channels = routing.channels.of(model.id);
     if (channels.length === 0) throw new GatewayError('upstream_unavailable', `No upstream is configured for model \`${ex.modelId}\`.`);
-    if (!model.families[ex.family]) {
-      throw new GatewayError('unsupported_parameter', `Model \`${ex.modelId}\` is not offered on the ${ex.family} endpoints.`, 'model');
-    }
+    checkOffered(ex);
     // Every channel of a model speaks one family (checked at boot).
     const upstreamFamily = channels[0]!.upstream.family;
     const dialect = this.dialects.get(upstreamFamily);
@@ -356,5 +354,12 @@ export class Pipeline {
     const headers: Record<string, string> = { 'content-type': 'application/json' };
     if (err.retryAfterSeconds !== undefined) headers['retry-after'] = String(err.retryAfterSeconds);
     res.reply(ex.status, headers, ex.clientFamily.errorBody(err));
+  }
+}
+
+/** A model is served only on the families its config offers it on. */
+function checkOffered(ex: Exchange): void {
+  if (!ex.model!.families[ex.family]) {
+    throw new GatewayError('unsupported_parameter', `Model \`${ex.modelId}\` is not offered on the ${ex.family} endpoints.`, 'model');
   }
 }

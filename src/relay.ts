@@ -84,7 +84,7 @@ export class Relay implements ResponseSink {
     const { ex, res } = this;
     this.pipeline.attempt(ex, res, () => {
       this.status = status;
-      if (status === 429 || status === 503) this.retryAfter = headers['retry-after'];
+      if (status === 429 || status >= 500) this.retryAfter = headers['retry-after'];
       if (!ex.stream || status < 200 || status >= 300) return;
       if (String(headers['content-type'] ?? '').includes('text/event-stream')) this.startStream();
       else this.sniffing = true;

@@ -24,6 +24,11 @@ export function estimateUsage(ex: Exchange, output = ex.get(deliveredOutput)?.()
   return { inputTokens: estimateTokens(ex.clientFamily.promptText(ex)), outputTokens: Math.round(estimateTokens(output) * scale), estimated: true };
 }
 
+/** The output delivered so far, counted with the tokenizer (for a stream cut before its final usage). */
+export function estimateDeliveredOutput(ex: Exchange): number {
+  return Math.round(estimateTokens(ex.get(deliveredOutput)?.() ?? '') * (ex.get(deliveredScale)?.() ?? 1));
+}
+
 /** The output text of a complete answer, for an estimate. */
 export function answerText(answer: Response): string {
   let text = (answer.reasoning ?? '') + answer.text;

@@ -197,7 +197,7 @@ t.test('a recorded Anthropic stream reads the same whole and split at any chunk 
   await fc.assert(fc.property(cuts(fixture), (pieces) => void t.same(read(pieces), whole)), { numRuns: 300 });
 
   const passthroughUsage = (pieces: Buffer[]) => {
-    const stream = messagesPassthrough();
+    const stream = messagesPassthrough(exchange());
     feed(pieces, (frame) => stream.frame(frame));
     return stream.usage();
   };
@@ -209,10 +209,17 @@ t.test('a stream cut before its end is an error, not an answer', async (t) => {
   const cut = fixture.subarray(0, fixture.indexOf('event: message_delta'));
   t.match(read([cut]).at(-1), { type: 'error' }, 'read for another family');
   const ends = (bytes: Buffer) => {
-    const stream = messagesPassthrough();
+    const stream = messagesPassthrough(exchange());
     feed([bytes], (frame) => stream.frame(frame));
     return stream.end();
   };
+  const cutStream = messagesPassthrough(exchange());
+  feed([cut], (frame) => cutStream.frame(frame));
+  t.match(
+    cutStream.usage(),
+    { inputTokens: 472 + 1024 + 2048, cachedTokens: 2048, cacheWriteTokens: 1024, estimated: true },
+    "cut before message_delta: message_start's real input, the output counted here and marked estimated",
+  );
   t.equal(ends(fixture), '', 'passed through whole: nothing added');
   t.match(ends(cut), /^event: error\ndata: \{"type":"error","error":\{"type":"api_error"/, 'passed through cut: an error event added');
 });

@@ -379,3 +379,16 @@ t.test('every request was recorded with the messages family and real usage', asy
   t.ok(records.every((r) => r.promptTokens > 0 && r.completionTokens > 0), 'every record has tokens');
   t.same(new Set(records.map((r) => r.upstream)), new Set(['chat', 'responses', 'gemini', 'anthropic']));
 });
+
+t.test('switching from a translated model to an Anthropic one: the unsigned thinking Sluice wrote is not sent on', async (t) => {
+  // A thinking block as a translated model gives it to a Messages client: text, no signature.
+  const history: Anthropic.MessageParam[] = [
+    { role: 'user', content: 'Think about it.' },
+    { role: 'assistant', content: [{ type: 'thinking', thinking: 'Let me see.', signature: '' }, { type: 'text', text: 'Done.' }] },
+    { role: 'user', content: 'And now?' },
+  ];
+  const answer = await anthropic.messages.create({ model: 'up-messages', max_tokens: 64, messages: history });
+  t.equal(answer.stop_reason, 'end_turn', 'the Anthropic upstream took the conversation');
+  const sent = (await simStats()).lastRequest;
+  t.same(sent.messages[1].content, [{ type: 'text', text: 'Done.' }], 'the unsigned block was left out, the rest kept');
+});

@@ -147,6 +147,12 @@ export function messagesFamily(caps: RequestCaps): ClientFamily {
         const budget = req.thinking?.type === 'enabled' ? req.thinking.budget_tokens : undefined;
         if (budget !== undefined && budget >= ceiling) fields.thinking = ceiling > 1024 ? { ...req.thinking, budget_tokens: ceiling - 1 } : undefined;
       }
+      // Thinking this gateway answered unsigned (from a translated model) would be refused here.
+      const unsigned = (b: Json) => b?.type === 'thinking' && !b.signature;
+      const hasUnsigned = (m: Json) => Array.isArray(m.content) && m.content.some(unsigned);
+      if ((req.messages as Json[]).some(hasUnsigned)) {
+        fields.messages = (req.messages as Json[]).map((m) => (hasUnsigned(m) ? { ...m, content: m.content.filter((b: Json) => !unsigned(b)) } : m));
+      }
       if (rules.droppedTools.length) {
         const dropped = new Set(rules.droppedTools.map((t) => t.param));
         fields.tools = (req.tools as Json[]).filter((_, i) => !dropped.has(`tools[${i}]`));
@@ -156,7 +162,7 @@ export function messagesFamily(caps: RequestCaps): ClientFamily {
       return { method: 'POST', path: '/messages', headers, body: withFields(ex.body, req, fields) };
     },
 
-    passthroughStream: () => messagesPassthrough(),
+    passthroughStream: (ex) => messagesPassthrough(ex),
 
     bodyUsage: (body) => readMessagesUsage(jsonOrUndefined(body)?.usage),
 

@@ -8,6 +8,7 @@ import { newId } from '../../../src/ids.js';
 import { jsonOrUndefined } from '../../../src/json-body.js';
 import { eventFrame, frameData, hasObjectField } from '../../../src/sse.js';
 import { estimateTokens } from '../../../src/tokens.js';
+import { estimateDeliveredOutput } from '../../../src/usage-estimate.js';
 import type { JsonTool } from './request.js';
 import { jsonToolText } from './response.js';
 import {
@@ -34,20 +35,28 @@ const LAST_EVENTS = ['event: message_stop', 'event: error'].map((s) => Buffer.fr
  * upstream that closes before message_stop gets an error event added: clients would otherwise
  * take the cut answer for a whole one.
  */
-export function messagesPassthrough(): ClientStream {
+export function messagesPassthrough(ex: Exchange): ClientStream {
   let raw: Json | undefined;
   let complete = false;
+  /** message_delta carries the output count; message_start's is only the first token or two. */
+  let finalUsage = false;
   return {
     frame(frame) {
       complete = LAST_EVENTS.some((start) => frame.subarray(0, start.length).equals(start));
       if (!hasObjectField(frame, USAGE_KEY)) return true;
       const event = jsonOrUndefined(frameData(frame));
+      if (event?.type === 'message_delta') finalUsage = true;
       raw = mergeUsage(raw, event?.type === 'message_start' ? event.message?.usage : event?.usage);
       return true;
     },
     end: () => (complete ? '' : messagesErrorEvent(new GatewayError('upstream_error', 'The upstream ended the stream before message_stop.'))),
     fail: messagesErrorEvent,
-    usage: () => readMessagesUsage(raw),
+    usage: () => {
+      const usage = readMessagesUsage(raw);
+      if (!usage || finalUsage) return usage;
+      // Cut before message_delta (the client left): the real input, and the output delivered, counted here.
+      return { ...usage, outputTokens: Math.max(usage.outputTokens, estimateDeliveredOutput(ex)), estimated: true };
+    },
   };
 }
 
