@@ -62,6 +62,8 @@ export class Exchange {
   /** Milliseconds from arrival to the first response byte written. */
   ttfbMs: number | undefined;
   usage: Usage | undefined;
+  /** What `usage` cost at the model's prices, set before the done phase; undefined without prices. */
+  cost: number | undefined;
   outcome: Outcome = 'finished';
   error: GatewayError | undefined;
   stage: Stage = 'accepted';

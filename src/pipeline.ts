@@ -16,6 +16,7 @@ import { applyModelRules } from './model-rules.js';
 import { Relay, activeRelay } from './relay.js';
 import { echoed } from './request-caps.js';
 import { estimateTokens } from './tokens.js';
+import { costOf } from './cost.js';
 import { estimateUsage } from './usage-estimate.js';
 
 /** What the pipeline needs from the client's side of the connection to answer one exchange. */
@@ -201,6 +202,9 @@ export class Pipeline {
         this.log.error({ err, req: ex.id }, 'estimating usage failed');
       }
     }
+    // Priced once here, for every done plugin (usage records, budgets).
+    const prices = ex.model?.prices;
+    if (prices) ex.cost = ex.usage ? costOf(ex.usage, prices) : 0;
     for (const plugin of this.donePlugins) {
       try {
         plugin.done!(ex);

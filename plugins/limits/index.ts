@@ -16,10 +16,8 @@ import { estimateTokens } from '../../src/tokens.js';
 /** What an output ceiling is taken to be when neither the client nor the model sets one. */
 const UNKNOWN_CEILING = 4096;
 
-interface Held {
-  lease: unknown;
-}
-const held = new StateKey<Held>('limiter lease');
+/** The lease a granted exchange holds until its done phase. */
+const held = new StateKey<{ lease: unknown }>('limiter lease');
 
 export default definePlugin(({ limiter, log }) => {
   /** The scopes an exchange is counted in; empty when nothing limits it. */
@@ -61,24 +59,8 @@ export default definePlugin(({ limiter, log }) => {
     if (headers) ex.responseHeaders = { ...ex.responseHeaders, ...headers };
     if (decision.granted) return void ex.set(held, { lease: decision.lease });
     const retryAfterSeconds = Math.max(1, Math.ceil(decision.retryAfterMs / 1000));
-    const wait = `Try again in ${retryAfterSeconds}s.`;
-    const { scope, limit } = decision;
-    switch (decision.reason) {
-      case 'budget':
-        return new GatewayError('insufficient_quota', `The budget of ${scope} (${limit}) is used up for this period.`, null, undefined, undefined, retryAfterSeconds);
-      case 'concurrency':
-        return new GatewayError('rate_limit_exceeded', `Concurrency limit reached for ${scope}: ${limit} requests at once. ${wait}`, null, undefined, undefined, retryAfterSeconds);
-      case 'requests':
-        return new GatewayError('rate_limit_exceeded', `Rate limit reached for ${scope}: ${limit} requests per minute. ${wait}`, null, undefined, undefined, retryAfterSeconds);
-      case 'tokens':
-        return new GatewayError('rate_limit_exceeded', `Rate limit reached for ${scope}: ${limit} tokens per minute. ${wait}`, null, undefined, undefined, retryAfterSeconds);
-      case 'too_large':
-        return new GatewayError(
-          'rate_limit_exceeded',
-          `Request too large for ${scope}: it may use more tokens (prompt plus output ceiling) than its limit of ${limit} per minute. Ask for fewer output tokens.`,
-          null, undefined, undefined, retryAfterSeconds,
-        );
-    }
+    const code = decision.reason === 'budget' ? 'insufficient_quota' : 'rate_limit_exceeded';
+    return new GatewayError(code, refusalMessage(decision, retryAfterSeconds), null, undefined, undefined, retryAfterSeconds);
   };
 
   return {
@@ -94,14 +76,29 @@ export default definePlugin(({ limiter, log }) => {
     done(ex) {
       const lease = ex.get(held)?.lease;
       if (lease === undefined) return;
-      const usage = ex.usage;
-      const prices = ex.model?.prices;
-      const used = usage ? { tokens: usage.inputTokens + usage.outputTokens, cost: prices ? costOf(usage, prices) : 0 } : { tokens: 0, cost: 0 };
-      const settled = limiter.settle(lease, used);
+      const tokens = ex.usage ? ex.usage.inputTokens + ex.usage.outputTokens : 0;
+      const settled = limiter.settle(lease, { tokens, cost: ex.cost ?? 0 });
       if (settled instanceof Promise) settled.catch((err) => log.error({ err, req: ex.id }, 'settling a limiter lease failed'));
     },
   };
 });
+
+/** Why a request was refused; "try again in Ns" is what Codex reads to time its retry. */
+function refusalMessage({ reason, scope, limit }: Extract<Decision<unknown>, { granted: false }>, retryAfterSeconds: number): string {
+  const wait = `Try again in ${retryAfterSeconds}s.`;
+  switch (reason) {
+    case 'budget':
+      return `The budget of ${scope} (${limit}) is used up for this period.`;
+    case 'concurrency':
+      return `Concurrency limit reached for ${scope}: ${limit} requests at once. ${wait}`;
+    case 'requests':
+      return `Rate limit reached for ${scope}: ${limit} requests per minute. ${wait}`;
+    case 'tokens':
+      return `Rate limit reached for ${scope}: ${limit} tokens per minute. ${wait}`;
+    case 'too_large':
+      return `Request too large for ${scope}: it may use more tokens (prompt plus output ceiling) than its limit of ${limit} per minute. Ask for fewer output tokens.`;
+  }
+}
 
 /** OpenAI's headers, from the tightest request window and the tightest token window. */
 function rateLimitHeaders(windows: WindowStatus[]): Record<string, string> | undefined {

@@ -5,7 +5,6 @@
  * prompt and the output actually delivered, and marked it estimated.
  */
 import { definePlugin } from '../../src/contracts.js';
-import { costOf } from '../../src/cost.js';
 import { modelRuleNotes } from '../../src/model-rules.js';
 
 export default definePlugin(({ store }) => ({
@@ -13,7 +12,6 @@ export default definePlugin(({ store }) => ({
   done(ex) {
     if (ex.endpoint.kind !== 'generate') return;
     const usage = ex.usage;
-    const prices = ex.model?.prices;
     store.recordUsage({
       time: ex.createdAt,
       requestId: ex.id,
@@ -28,7 +26,7 @@ export default definePlugin(({ store }) => ({
       cachedInputTokens: usage?.cachedTokens ?? null,
       cacheWriteTokens: usage?.cacheWriteTokens ?? null,
       reasoningTokens: usage?.reasoningTokens ?? null,
-      cost: prices ? (usage ? costOf(usage, prices) : 0) : null,
+      cost: ex.cost ?? null,
       channel: ex.channel?.name ?? null,
       attempts: ex.attempts,
       estimated: usage?.estimated ?? false,
