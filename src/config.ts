@@ -3,6 +3,7 @@
  * the key and the problem. With no file, the embedded default runs the built-in simulator.
  */
 import { readFileSync } from 'node:fs';
+import { availableParallelism } from 'node:os';
 import { dirname, resolve as resolvePath } from 'node:path';
 import { Ajv, type ErrorObject } from 'ajv';
 import { parse as parseYaml } from 'yaml';
@@ -130,10 +131,31 @@ export interface WebSocketLimits {
   maxLifetimeMinutes: number;
 }
 
+/** Where groups, keys, usage and shared state live. */
+export type StoreConfig = { kind: 'sqlite' } | { kind: 'postgres'; url: string; poolSize: number };
+
+/** Where limit counters live: this process's memory, or a Redis shared by every instance. */
+export type LimiterConfig =
+  | { kind: 'memory' }
+  | {
+      kind: 'redis';
+      url: string;
+      /** Redis unreachable: `open` serves without limits, `closed` answers 503. */
+      failMode: 'open' | 'closed';
+      /** A concurrency slot's lease; the holder renews it while its exchange runs, a crashed holder's slot returns after it. */
+      leaseMs: number;
+      /** A decision Redis has not answered in this long counts as Redis unavailable. */
+      timeoutMs: number;
+      /** Prefix of every Redis key, so several gateways can share one Redis. */
+      prefix: string;
+    };
+
 export interface Config {
   server: {
     host: string;
     port: number;
+    /** uWebSockets.js apps on worker threads serving the port; 1 serves on the main thread. */
+    workers: number;
     maxBodyBytes: number;
     shutdownTimeoutMs: number;
     /** Proxies (addresses or CIDRs) whose X-Forwarded-For/-Proto/-Host headers are believed. */
@@ -162,6 +184,8 @@ export interface Config {
     /** Sync each usage journal append to disk: records survive power loss, not only a crash. */
     journalFsync: boolean;
   };
+  store: StoreConfig;
+  limiter: LimiterConfig;
   plugins: PluginEntry[];
   upstreams: Record<string, UpstreamConfig>;
   models: ModelConfig[];
@@ -226,6 +250,7 @@ const schema = {
       properties: {
         host: { type: 'string', minLength: 1 },
         port: { type: 'integer', minimum: 0, maximum: 65535 },
+        workers: { type: 'integer', minimum: 1, maximum: 256 },
         maxBodyBytes: { type: 'integer', minimum: 1024 },
         shutdownTimeoutMs: { type: 'integer', minimum: 0 },
         trustedProxies: { type: 'array', items: { type: 'string', minLength: 1 } },
@@ -266,6 +291,36 @@ const schema = {
       properties: { level: { enum: ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] } },
     },
     usage: { type: 'object', additionalProperties: false, properties: { journalFsync: { type: 'boolean' } } },
+    store: {
+      oneOf: [
+        { type: 'object', additionalProperties: false, required: ['kind'], properties: { kind: { const: 'sqlite' } } },
+        {
+          type: 'object',
+          additionalProperties: false,
+          required: ['kind', 'url'],
+          properties: { kind: { const: 'postgres' }, url: { type: 'string', pattern: '^postgres(ql)?://' }, poolSize: { type: 'integer', minimum: 1, maximum: 1000 } },
+        },
+      ],
+    },
+    limiter: {
+      oneOf: [
+        { type: 'object', additionalProperties: false, required: ['kind'], properties: { kind: { const: 'memory' } } },
+        {
+          type: 'object',
+          additionalProperties: false,
+          // No default fail mode: serving without limits and refusing everything are both costly, so the operator chooses.
+          required: ['kind', 'url', 'failMode'],
+          properties: {
+            kind: { const: 'redis' },
+            url: { type: 'string', pattern: '^rediss?://' },
+            failMode: { enum: ['open', 'closed'] },
+            leaseMs: { type: 'integer', minimum: 100 },
+            timeoutMs: { type: 'integer', minimum: 1 },
+            prefix: { type: 'string', minLength: 1, pattern: '^[A-Za-z0-9:._-]+$' },
+          },
+        },
+      ],
+    },
     plugins: {
       type: 'array',
       items: {
@@ -426,6 +481,8 @@ interface RawConfig {
   admin?: { allowedOrigins?: string[] };
   log?: { level?: string };
   usage?: { journalFsync?: boolean };
+  store?: { kind: 'sqlite' } | { kind: 'postgres'; url: string; poolSize?: number };
+  limiter?: { kind: 'memory' } | { kind: 'redis'; url: string; failMode: 'open' | 'closed'; leaseMs?: number; timeoutMs?: number; prefix?: string };
   plugins?: (string | { name: string; options?: Record<string, unknown>; module?: string })[];
   upstreams?: Record<string, UpstreamConfig>;
   models?: (Partial<Omit<ModelConfig, 'features' | 'families' | 'ignoreParameters' | 'channels' | 'prices'>> & { ignoreParameters?: string[]; id: string; channels?: Partial<ChannelConfig>[]; prices?: Partial<Prices>; features?: Partial<Omit<ModelFeatures, 'unsupportedParameters'>> & { unsupportedParameters?: Partial<ParameterPolicy> }; families?: string[] })[];
@@ -477,10 +534,13 @@ function resolve(raw: RawConfig, env: NodeJS.ProcessEnv, source: string, path?: 
   if (!Number.isInteger(port) || port < 0 || port > 65535) {
     throw new ConfigError(`SLUICE_PORT: "${env.SLUICE_PORT}" is not a port number`);
   }
+  const workers = env.SLUICE_WORKERS !== undefined ? Number(env.SLUICE_WORKERS) : raw.server?.workers ?? availableParallelism();
+  if (!Number.isInteger(workers) || workers < 1 || workers > 256) throw new ConfigError(`SLUICE_WORKERS: "${env.SLUICE_WORKERS}" is not a number of workers (1 to 256)`);
   return {
     server: {
       host: env.SLUICE_HOST || raw.server?.host || '127.0.0.1',
       port,
+      workers,
       maxBodyBytes: raw.server?.maxBodyBytes ?? 20 * 1024 * 1024,
       shutdownTimeoutMs: raw.server?.shutdownTimeoutMs ?? 30_000,
       trustedProxies: checkedProxies(raw.server?.trustedProxies ?? [], source),
@@ -502,6 +562,11 @@ function resolve(raw: RawConfig, env: NodeJS.ProcessEnv, source: string, path?: 
     admin: { allowedOrigins: raw.admin?.allowedOrigins ?? [] },
     log: { level: env.SLUICE_LOG_LEVEL || raw.log?.level || 'info' },
     usage: { journalFsync: raw.usage?.journalFsync ?? false },
+    store: raw.store?.kind === 'postgres' ? { kind: 'postgres', url: raw.store.url, poolSize: raw.store.poolSize ?? 10 } : { kind: 'sqlite' },
+    limiter:
+      raw.limiter?.kind === 'redis'
+        ? { kind: 'redis', url: raw.limiter.url, failMode: raw.limiter.failMode, leaseMs: raw.limiter.leaseMs ?? 30_000, timeoutMs: raw.limiter.timeoutMs ?? 1000, prefix: raw.limiter.prefix ?? 'sluice' }
+        : { kind: 'memory' },
     plugins: (raw.plugins ?? defaultPlugins).map((p) =>
       typeof p === 'string'
         ? { name: p, options: {} }

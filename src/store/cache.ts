@@ -1,7 +1,8 @@
 /**
  * The cache layer in front of any Store: the request path's lookup (a key by its secret, with its
  * group) answers from memory without a wait while fresh, and every write through this layer
- * clears it. Changes made elsewhere (the CLI, another instance) are seen within `ttlMs`.
+ * clears it, and so does the store's change notification (writes by other workers and instances).
+ * Changes no notification reaches (the CLI on SQLite) are seen within `ttlMs`.
  */
 import type { ApiKey, AuditEntry, AuditQuery, Group, GroupInput, KeyPatch, Store, UsageQuery, UsageRecord } from './store.js';
 
@@ -21,10 +22,15 @@ export class CachedStore implements Store {
   /** Moves on every forget: a lookup that began before a write must not cache what it read. */
   private generation = 0;
 
+  private readonly unwatch: () => void;
+
   constructor(
     private readonly store: Store,
     private readonly ttlMs = DEFAULT_TTL_MS,
-  ) {}
+  ) {
+    // Writes through other connections (workers, instances) reach this cache as notifications.
+    this.unwatch = store.watch(() => this.forget());
+  }
 
   /** The key for a secret: at once from the cache, otherwise a promise. Misses are not cached, so random secrets cannot fill memory. */
   keyBySecret(secret: string): KeyLookup | undefined | Promise<KeyLookup | undefined> {
@@ -123,7 +129,20 @@ export class CachedStore implements Store {
   queryAudit(query: AuditQuery) {
     return this.store.queryAudit(query);
   }
+  getState(name: string) {
+    return this.store.getState(name);
+  }
+  setState(name: string, value: string, expiresAt: number | null, options?: { onlyIfAbsent?: boolean }) {
+    return this.store.setState(name, value, expiresAt, options);
+  }
+  deleteState(name: string) {
+    return this.store.deleteState(name);
+  }
+  watch(onChange: () => void) {
+    return this.store.watch(onChange);
+  }
   close() {
+    this.unwatch();
     return this.store.close();
   }
 }

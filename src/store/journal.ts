@@ -309,6 +309,18 @@ export class JournaledStore implements Store {
   recordAudit(entry: AuditEntry): Promise<void> {
     return this.backend.recordAudit(entry);
   }
+  getState(name: string): Promise<string | undefined> {
+    return this.backend.getState(name);
+  }
+  setState(name: string, value: string, expiresAt: number | null, options?: { onlyIfAbsent?: boolean }): Promise<boolean> {
+    return this.backend.setState(name, value, expiresAt, options);
+  }
+  deleteState(name: string): Promise<void> {
+    return this.backend.deleteState(name);
+  }
+  watch(onChange: () => void): () => void {
+    return this.backend.watch(onChange);
+  }
   queryAudit(query: AuditQuery): Promise<AuditEntry[]> {
     return this.backend.queryAudit(query);
   }

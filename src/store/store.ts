@@ -165,7 +165,29 @@ export interface UsageTotals {
   errors: number;
 }
 
-export interface Store {
+/**
+ * Small state every instance sharing the store sees: console sessions, sign-in lockouts, the admin
+ * token's hash. Values are opaque strings; an expired entry reads as absent.
+ */
+export interface SharedState {
+  getState(name: string): Promise<string | undefined>;
+  /**
+   * Stores `value` under `name` until `expiresAt` (unix milliseconds; null keeps it). With
+   * `onlyIfAbsent` it stores only when nothing unexpired is there. Returns whether it stored.
+   */
+  setState(name: string, value: string, expiresAt: number | null, options?: { onlyIfAbsent?: boolean }): Promise<boolean>;
+  deleteState(name: string): Promise<void>;
+}
+
+/** The store cannot be reached (a database that is down): the admin API answers 503. */
+export class StoreUnavailableError extends Error {
+  constructor(message: string, options?: { cause?: unknown }) {
+    super(message, options);
+    this.name = 'StoreUnavailableError';
+  }
+}
+
+export interface Store extends SharedState {
   createGroup(group: GroupInput): Promise<Group>;
   getGroup(name: string): Promise<Group | undefined>;
   listGroups(): Promise<Group[]>;
@@ -198,6 +220,13 @@ export interface Store {
   recordAudit(entry: AuditEntry): Promise<void>;
   /** Newest first. */
   queryAudit(query: AuditQuery): Promise<AuditEntry[]>;
+
+  /**
+   * Calls `onChange` soon after a group or key changes through any other connection to the same
+   * database (another worker, another instance); returns the unsubscribe. Caches in front of the
+   * store forget on it, so a key disabled anywhere is refused everywhere within a second.
+   */
+  watch(onChange: () => void): () => void;
 
   close(): Promise<void>;
 }
