@@ -2,14 +2,16 @@
  * Boot: config → store → plugins → upstreams → pipeline → server, and the way back down.
  * Plugins are loaded by the names listed in config; the core imports none of them.
  */
-import { mkdirSync } from 'node:fs';
+import { mkdirSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import type { Logger } from 'pino';
 import { adminRoutes } from './admin/http.js';
 import { AdminService } from './admin/service.js';
 import { Sessions } from './admin/sessions.js';
-import { resolveAdminToken } from './admin/token.js';
+import { resolveAdminToken, type AdminCredential } from './admin/token.js';
+import { GuessThrottle, SharedThrottleStorage } from './admin/throttle.js';
+import { startWorkers, type WorkerPool } from './workers/primary.js';
 import { loadConfig, type Config, type LoadOptions, type ModelConfig } from './config.js';
 import type { BootContext, ClientFamily, JsonHandler, Plugin, PluginFactory, Upstream, UpstreamDialect, UpstreamFactory } from './contracts.js';
 import { ChannelTable } from './channels/table.js';
@@ -17,7 +19,9 @@ import { Pipeline } from './pipeline.js';
 import { Reloader, Retirements, type ReloadOutcome } from './reload.js';
 import { startServer } from './server.js';
 import { MemoryLimiter } from './limiter-memory.js';
-import { spendInUsage } from './limiter.js';
+import { spendInUsage, type Limiter } from './limiter.js';
+import { RedisLimiter } from './limiter-redis.js';
+import { PostgresStore } from './store/postgres.js';
 import { CachedStore } from './store/cache.js';
 import { JournaledStore, type JournalOptions } from './store/journal.js';
 import { SqliteStore } from './store/sqlite.js';
@@ -43,13 +47,12 @@ const pluginName = /^[a-z0-9-]+(\/[a-z0-9-]+)*$/;
  * Loads the plugins in config order, builds the upstream channels from their kinds, and records
  * on each model which families it serves and how.
  */
-export async function loadPlugins(config: Config, store: CachedStore, log: Logger): Promise<Loaded> {
+export async function loadPlugins(config: Config, store: CachedStore, log: Logger, limiter: Limiter = new MemoryLimiter(spendInUsage(store))): Promise<Loaded> {
   const plugins: Plugin[] = [];
   const families: ClientFamily[] = [];
   const dialects = new Map<string, UpstreamDialect>();
   const kinds = new Map<string, UpstreamFactory>();
   const routes: Record<string, JsonHandler> = {};
-  const limiter = new MemoryLimiter(spendInUsage(store));
   const context = (name: string, options: Record<string, unknown>, current = config): BootContext => ({
     config: current,
     store,
@@ -109,12 +112,34 @@ function resolveFamilies(model: ModelConfig, upstreamFamily: string, families: C
 }
 
 /**
- * The data dir's store behind its usage journal and the cache layer; only the gateway owns the
- * journal, the CLI reads it.
+ * The configured store behind the data dir's usage journal and the cache layer. Only the gateway
+ * owns a journal (each worker thread its own `file`); the CLI reads them.
  */
-export async function openStore(dataDir: string, journal: JournalOptions = { owner: false }): Promise<CachedStore> {
+export async function openStore(config: Pick<Config, 'dataDir' | 'store'>, journal: JournalOptions & { file?: string } = { owner: false }): Promise<CachedStore> {
+  const { dataDir } = config;
   mkdirSync(dataDir, { recursive: true, mode: 0o700 });
-  return new CachedStore(await JournaledStore.open(new SqliteStore(join(dataDir, 'sluice.db')), join(dataDir, 'usage.journal'), journal));
+  const backend =
+    config.store.kind === 'postgres'
+      ? await PostgresStore.open(config.store.url, { poolSize: config.store.poolSize, ...(journal.log && { log: journal.log }) })
+      : new SqliteStore(join(dataDir, 'sluice.db'));
+  try {
+    if (journal.owner) return new CachedStore(await JournaledStore.open(backend, join(dataDir, journal.file ?? 'usage.journal'), journal));
+    // The CLI first replays every thread's journal, so it shows what the running gateway has recorded.
+    const [first = 'usage.journal', ...others] = readdirSync(dataDir).filter((f) => /^usage(-w\d+)?\.journal$/.test(f));
+    for (const file of others) await JournaledStore.open(backend, join(dataDir, file), journal);
+    return new CachedStore(await JournaledStore.open(backend, join(dataDir, first), journal));
+  } catch (err) {
+    await backend.close();
+    throw err;
+  }
+}
+
+/** The configured limiter: this process's memory, or Redis shared by every instance. */
+export function createLimiter(config: Config, store: CachedStore, log: Logger): Limiter {
+  const spend = spendInUsage(store);
+  if (config.limiter.kind === 'memory') return new MemoryLimiter(spend);
+  const { kind: _, ...options } = config.limiter;
+  return new RedisLimiter({ ...options, log: log.child({ component: 'limiter' }) }, spend);
 }
 
 export function adminService(store: CachedStore, config: Config, loaded: Loaded): AdminService {
@@ -127,22 +152,49 @@ const channelInfo = (config: Config, upstreams: Map<string, Upstream>) =>
 export interface Gateway {
   port: number;
   store: CachedStore;
-  adminToken: string;
+  /** The admin token, unless this instance knows only its digest (another instance made it). */
+  adminToken: string | undefined;
+  admin: AdminCredential;
   /** Set only on the first start: shown once, never stored. */
   firstStart?: { demoKey: string };
+  /** The client families served. */
+  families: string[];
+  /** With `server.workers` above 1: the worker threads serving the port. */
+  workers?: WorkerPool;
   /** Reads the config file again and applies it (SIGHUP, POST /admin/reload); `via` names who asked. */
-  reload(via: string): ReloadOutcome;
-  shutdown(): Promise<void>;
+  reload(via: string): Promise<ReloadOutcome>;
+  /** Drains for `drainMs` (default `server.shutdownTimeoutMs`), then ends what is left with its family's failure. */
+  shutdown(drainMs?: number): Promise<void>;
 }
 
-/** `source` is how `config` was loaded: a reload loads it the same way again. */
-export async function startGateway(config: Config, log: Logger, source: LoadOptions = {}): Promise<Gateway> {
-  const store = await openStore(config.dataDir, { owner: true, fsync: config.usage.journalFsync, log });
+/** What a worker thread's gateway gets from the primary thread (src/workers/). */
+export interface ThreadSetup {
+  /** Names the thread's usage journal, `usage-wN.journal`, which a replacement thread takes over. */
+  index: number;
+  admin: AdminCredential;
+  /** The primary's in-memory limiter, shared by every thread; absent with Redis (each thread connects). */
+  limiter?: Limiter;
+  /** Listen on a port the other threads listen on too. */
+  port: number;
+  /** This thread reloaded its config through the admin API: the others must too. */
+  reloaded(via: string): void;
+}
+
+/**
+ * `source` is how `config` was loaded: a reload loads it the same way again. With
+ * `server.workers` above 1 this thread starts the worker threads (src/workers/) and serves none
+ * itself; each of them calls this again with its `thread` setup.
+ */
+export async function startGateway(config: Config, log: Logger, source: LoadOptions = {}, thread?: ThreadSetup): Promise<Gateway> {
+  if (config.server.workers > 1 && !thread) return startWorkers(config, log, source);
+  const store = await openStore(config, { owner: true, fsync: config.usage.journalFsync, log, ...(thread && { file: `usage-w${thread.index}.journal` }) });
   let loaded: Loaded;
-  let adminToken: string;
+  let admin: AdminCredential;
+  let limiter: Limiter;
   try {
-    ({ token: adminToken } = resolveAdminToken(config.dataDir, config.adminToken));
-    loaded = await loadPlugins(config, store, log);
+    admin = thread?.admin ?? (await resolveAdminToken(config.dataDir, config.adminToken, store, config.store.kind !== 'sqlite'));
+    limiter = thread?.limiter ?? createLimiter(config, store, log);
+    loaded = await loadPlugins(config, store, log, limiter);
   } catch (err) {
     await store.close();
     throw err;
@@ -159,8 +211,8 @@ export async function startGateway(config: Config, log: Logger, source: LoadOpti
     maxUpstreamBodyBytes: config.server.maxUpstreamBodyBytes,
     maxEventBytes: config.server.maxEventBytes,
   });
-  const admin = adminService(store, config, loaded);
-  admin.upstreamReport = () => pipeline.currentRouting().channels.report();
+  const service = adminService(store, config, loaded);
+  service.upstreamReport = () => pipeline.currentRouting().channels.report();
   const reloader = new Reloader({
     load: () => loadConfig(source),
     config,
@@ -169,13 +221,15 @@ export async function startGateway(config: Config, log: Logger, source: LoadOpti
     resolveModels: (models, upstreams) => resolveModels(models, upstreams, families, dialects),
     pipeline,
     retirements,
-    applied: (next, upstreams) => admin.reconfigure(next.models, channelInfo(next, upstreams)),
+    applied: (next, upstreams) => service.reconfigure(next.models, channelInfo(next, upstreams)),
     log,
   });
   const release = async () => {
     try {
       for (const plugin of plugins) await plugin.close?.();
       await reloader.closeAll();
+      // A thread's limiter belongs to the primary.
+      if (!thread?.limiter) await limiter.close?.();
     } finally {
       await store.close();
     }
@@ -184,16 +238,22 @@ export async function startGateway(config: Config, log: Logger, source: LoadOpti
   try {
     server = await startServer({
       host: config.server.host,
-      port: config.server.port,
+      port: thread?.port ?? config.server.port,
+      sharedPort: thread !== undefined,
       limits: config.server,
       families,
       pipeline,
       jsonRoutes: {
         ...loaded.routes,
-        '/admin/': adminRoutes(admin, new Sessions(adminToken), {
+        '/admin/': adminRoutes(service, new Sessions(admin.digest, store), {
           proxies: new TrustedProxies(config.server.trustedProxies),
           allowedOrigins: config.admin.allowedOrigins,
-          reload: (actor) => reloader.reload(actor),
+          throttle: new GuessThrottle({}, new SharedThrottleStorage(store)),
+          reload: (actor) => {
+            const outcome = reloader.reload(actor);
+            if (outcome.applied) thread?.reloaded(actor);
+            return outcome;
+          },
         }),
       },
       log,
@@ -204,31 +264,42 @@ export async function startGateway(config: Config, log: Logger, source: LoadOpti
   }
 
   // Only once listening: a start that fails must not use up the one-time demo key.
-  let firstStart: Gateway['firstStart'];
-  if ((await store.listGroups()).length === 0) {
-    await store.createGroup({ name: 'default', models: ['*'], families: families.map((f) => f.name) });
-    const { secret } = await store.createKey({ group: 'default', name: 'demo' });
-    firstStart = { demoKey: secret };
-  }
+  const firstStart = thread ? undefined : await createDemoKey(store, families);
 
   let closing: Promise<void> | undefined;
   return {
     port: server.port,
     store,
-    adminToken,
+    adminToken: admin.token,
+    admin,
+    families: families.map((f) => f.name),
     firstStart,
-    reload: (via) => {
+    reload: async (via) => {
       const outcome = reloader.reload(via);
-      // A reload by signal is audited like one through the admin API.
-      if (outcome.applied) {
-        admin.audit(`signal:${via}`, 'config.reload', null, JSON.stringify(outcome.changes)).catch((err) => log.error({ err }, 'auditing a reload failed'));
+      // A reload by signal is audited like one through the admin API (with workers, by the primary thread).
+      if (outcome.applied && !thread) {
+        await service.audit(`signal:${via}`, 'config.reload', null, JSON.stringify(outcome.changes)).catch((err) => log.error({ err }, 'auditing a reload failed'));
       }
       return outcome;
     },
-    shutdown: () =>
+    shutdown: (drainMs = config.server.shutdownTimeoutMs) =>
       (closing ??= (async () => {
-        await server.drain(config.server.shutdownTimeoutMs);
+        await server.drain(drainMs);
         await release();
       })()),
   };
+}
+
+/** On the first start (no groups yet): the default group and its demo key, whose secret is shown once. */
+export async function createDemoKey(store: CachedStore, families: { name: string }[] | string[]): Promise<Gateway['firstStart']> {
+  if ((await store.listGroups()).length > 0) return undefined;
+  try {
+    await store.createGroup({ name: 'default', models: ['*'], families: families.map((f) => (typeof f === 'string' ? f : f.name)) });
+  } catch (err) {
+    // Instances starting together on one shared store: another made it first.
+    if ((await store.listGroups()).some((g) => g.name === 'default')) return undefined;
+    throw err;
+  }
+  const { secret } = await store.createKey({ group: 'default', name: 'demo' });
+  return { demoKey: secret };
 }

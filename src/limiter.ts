@@ -36,7 +36,8 @@ export interface WindowStatus {
   tokens?: { limit: number; remaining: number; resetMs: number };
 }
 
-export type Refusal = 'concurrency' | 'requests' | 'tokens' | 'too_large' | 'budget';
+/** `unavailable`: a shared limiter's store did not answer and its fail mode is closed. */
+export type Refusal = 'concurrency' | 'requests' | 'tokens' | 'too_large' | 'budget' | 'unavailable';
 
 export type Decision<L> =
   | { granted: true; lease: L; windows: WindowStatus[] }

@@ -135,8 +135,10 @@ function configuredUpstreams(config: Config, loaded: Loaded) {
 function startBanner(config: Config, gateway: Gateway, url: string): string {
   const tokenFile = join(config.dataDir, 'admin-token');
   const lines = [`Sluice listening on ${url} (data in ${config.dataDir})`];
+  if (gateway.workers) lines.push(`  workers:     ${gateway.workers.size} threads`);
   if (config.plugins.some((p) => p.name === 'console')) lines.push(`  console:     ${url}/console`);
   if (config.adminToken) lines.push(`  admin token: from ${process.env.SLUICE_ADMIN_TOKEN ? 'SLUICE_ADMIN_TOKEN' : 'the config file (adminToken)'}`);
+  else if (gateway.admin.source === 'shared-store') lines.push('  admin token: the one made by the first instance on this store (in its data dir)');
   // Also after a first start that failed to listen: that one wrote the file but showed nothing.
   else if (gateway.firstStart) lines.push(`  admin token: ${gateway.adminToken}   (also in ${tokenFile})`);
   else lines.push(`  admin token: in ${tokenFile}`);
@@ -168,12 +170,12 @@ async function serve(config: Config): Promise<void> {
   process.once('SIGTERM', () => stop('SIGTERM'));
   process.once('SIGINT', () => stop('SIGINT'));
   // The reload logs its outcome: the changes, or why the running config stays.
-  process.on('SIGHUP', () => gateway.reload('SIGHUP'));
+  process.on('SIGHUP', () => void gateway.reload('SIGHUP'));
 }
 
 async function manage(config: Config, [resource, action, target]: string[]): Promise<unknown> {
   const log = createLogger('error');
-  const store = await openStore(config.dataDir);
+  const store = await openStore(config);
   try {
     const loaded = await loadPlugins(config, store, log);
     const admin = adminService(store, config, loaded);

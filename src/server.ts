@@ -17,6 +17,8 @@ import { addSocketRoutes, type OpenSockets } from './socket.js';
 export interface ServerOptions {
   host: string;
   port: number;
+  /** Worker threads listen on one port together (the kernel spreads connections between them). */
+  sharedPort?: boolean;
   limits: Config['server'];
   /** The client families whose endpoints are served. */
   families: ClientFamily[];
@@ -188,11 +190,12 @@ export function startServer(options: ServerOptions): Promise<RunningServer> {
   app.any('/*', noRoute);
 
   return new Promise((resolve, reject) => {
-    // Exclusive: a second Sluice on the same port fails here instead of silently taking half the traffic.
+    // Exclusive: a second Sluice on the same port fails here instead of silently taking half the
+    // traffic. Worker threads share theirs (the primary thread checked the port was free).
     // Not in the 20.30 type declarations, but in the binary.
     const exclusive = (uWS as unknown as { LIBUS_LISTEN_EXCLUSIVE_PORT: number }).LIBUS_LISTEN_EXCLUSIVE_PORT;
     const listen = app.listen as unknown as (host: string, port: number, options: number, done: (socket: us_listen_socket | false) => void) => void;
-    listen.call(app, options.host, options.port, exclusive, (socket) => {
+    listen.call(app, options.host, options.port, options.sharedPort ? 0 : exclusive, (socket) => {
       if (!socket) {
         clearInterval(prober);
         return void whyCannotListen(options.host, options.port).then((reason) => reject(new Error(`cannot listen on ${options.host}:${options.port}: ${reason}`)));

@@ -189,24 +189,24 @@ t.test('the throttle: waits double up to the cap, quiet clients start afresh, me
   const throttle = new GuessThrottle({ perClient: 2, firstWaitMs: 1000, maxWaitMs: 8000, forgetMs: 60_000, maxClients: 3 });
   let now = 1_000_000;
   const waits: number[] = [];
-  t.equal(throttle.failed('a', now), 0);
+  t.equal(await throttle.failed('a', now), 0);
   for (let i = 0; i < 6; i++) {
-    const wait = throttle.failed('a', now);
+    const wait = await throttle.failed('a', now);
     waits.push(wait);
-    t.equal(throttle.waitFor('a', now), wait);
+    t.equal(await throttle.waitFor('a', now), wait);
     now += wait * 1000;
-    t.equal(throttle.waitFor('a', now), 0, 'free again when the wait is over');
+    t.equal(await throttle.waitFor('a', now), 0, 'free again when the wait is over');
   }
   t.same(waits, [1, 2, 4, 8, 8, 8]);
-  t.equal(throttle.failed('a', now + 60_000), 0, 'after an hour of quiet, a few tries again');
+  t.equal(await throttle.failed('a', now + 60_000), 0, 'after an hour of quiet, a few tries again');
 
   const small = new GuessThrottle({ perClient: 1, maxClients: 2 });
-  small.failed('x', now);
-  t.ok(small.waitFor('x', now) > 0);
-  small.failed('y', now);
-  small.failed('z', now);
-  t.equal(small.waitFor('x', now), 0, 'the oldest client is forgotten past maxClients');
-  t.ok(small.waitFor('z', now) > 0);
+  await small.failed('x', now);
+  t.ok((await small.waitFor('x', now)) > 0);
+  await small.failed('y', now);
+  await small.failed('z', now);
+  t.equal(await small.waitFor('x', now), 0, 'the oldest client is forgotten past maxClients');
+  t.ok((await small.waitFor('z', now)) > 0);
 });
 
 t.test('addresses: uWebSockets.js IPv6 text, IPv4-mapped, /64 keys', async (t) => {

@@ -10,6 +10,7 @@ import { join } from 'node:path';
 import { promisify } from 'node:util';
 import t from 'tap';
 import { Sessions } from '../src/admin/sessions.js';
+import { tokenDigest } from '../src/admin/token.js';
 import { distRoot, startTestGateway } from './helpers.js';
 
 const gw = await startTestGateway(
@@ -69,11 +70,13 @@ t.test('console session: HttpOnly SameSite=Strict cookie, CSRF on every change, 
 });
 
 t.test('sessions expire', async (t) => {
-  const sessions = new Sessions('a-long-admin-token-123', { ttlMs: 1000 });
-  const started = sessions.start(10_000);
-  t.ok(sessions.get(started.id, 10_500));
-  t.notOk(sessions.get(started.id, 11_000), 'expired at its deadline');
-  t.notOk(sessions.get(started.id, 10_500), 'and forgotten');
+  const sessions = new Sessions(tokenDigest('a-long-admin-token-123'), gw.gateway.store, { ttlMs: 60_000 });
+  const now = Date.now();
+  const started = await sessions.start(now);
+  t.ok(await sessions.get(started.id, now + 500));
+  t.notOk(await sessions.get(started.id, now + 60_000), 'expired at its deadline');
+  t.notOk(await sessions.get('made-up', now + 500), 'an unknown id is no session');
+  t.notOk(await gw.gateway.store.getState(`session:${started.id}`), 'the store holds the id only hashed');
 });
 
 t.test('models with channel health', async (t) => {

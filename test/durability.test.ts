@@ -27,9 +27,9 @@ function scratchDir(): string {
 }
 
 /** `sluice serve` as its own process on port 0; resolves once it listens. */
-async function serve(dataDir: string): Promise<{ child: ChildProcess; port: number; out: () => string; exited: Promise<unknown> }> {
+async function serve(dataDir: string, env: Record<string, string> = {}): Promise<{ child: ChildProcess; port: number; out: () => string; exited: Promise<unknown> }> {
   const child = spawn(process.execPath, [main, 'serve'], {
-    env: { ...process.env, SLUICE_DATA_DIR: dataDir, SLUICE_PORT: '0', SLUICE_LOG_LEVEL: 'info' },
+    env: { ...process.env, SLUICE_DATA_DIR: dataDir, SLUICE_PORT: '0', SLUICE_LOG_LEVEL: 'info', ...env },
     stdio: ['ignore', 'pipe', 'inherit'],
   });
   let out = '';
@@ -79,6 +79,41 @@ t.test('kill -9 right after the last response loses no usage record', async (t) 
   t.equal(usage.totals.requests, 300, 'exactly 300 records');
   const stored = usage.records.map((r: UsageRecord) => r.requestId).sort();
   t.same(stored, [...sent].sort(), 'each request id once');
+});
+
+t.test('kill -9 while streams run: each is recorded as interrupted at the next start, by the thread that takes over its journal', async (t) => {
+  const dataDir = scratchDir();
+  // Two worker threads, each with its own journal.
+  const first = await serve(dataDir, { SLUICE_WORKERS: '2' });
+  const demoKey = /demo key[^:]*: (sk-\S+)/.exec(first.out())![1]!;
+  const ids: string[] = [];
+  const streams = Array.from({ length: 8 }, async () => {
+    const res = await fetch(`http://127.0.0.1:${first.port}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${demoKey}`, 'content-type': 'application/json', connection: 'close' },
+      body: JSON.stringify({ model: 'sim-chat', stream: true, messages: [{ role: 'user', content: 'long [[sim tokens=2000 tps=50]]' }] }),
+    });
+    ids.push(res.headers.get('x-request-id')!);
+    const reader = res.body!.getReader();
+    await reader.read(); // the stream has begun
+    return reader.read().catch(() => undefined);
+  });
+  await eventually(() => ids.length === 8, 'eight streams under way');
+  first.child.kill('SIGKILL');
+  await first.exited;
+  await Promise.allSettled(streams);
+
+  const second = await serve(dataDir, { SLUICE_WORKERS: '2' });
+  const usage = JSON.parse((await run(process.execPath, [main, 'usage', '--limit', '1000'], { env: { ...process.env, SLUICE_DATA_DIR: dataDir } })).stdout);
+  second.child.kill('SIGTERM');
+  await second.exited;
+  t.equal(usage.totals.requests, 8, 'one record per stream');
+  t.same(usage.records.map((r: UsageRecord) => r.requestId).sort(), [...ids].sort());
+  t.ok(
+    usage.records.every((r: UsageRecord) => r.outcome === 'interrupted' && r.status === 502 && r.estimated),
+    'each interrupted',
+  );
+  t.match(second.out(), /recorded as interrupted/);
 });
 
 const record = (i: number): UsageRecord => ({

@@ -69,7 +69,8 @@ export async function startTestGateway(yaml: (dataDir: string) => string, option
   const file = join(dataDir, 'sluice.yaml');
   const { writeFileSync } = await import('node:fs');
   writeFileSync(file, yaml(dataDir));
-  const source = { path: file, env: { SLUICE_PORT: String(options.port ?? 0), SLUICE_DATA_DIR: dataDir } };
+  // One thread unless a test asks for workers: tests look inside the gateway (its store, its logs).
+  const source = { path: file, env: { SLUICE_PORT: String(options.port ?? 0), SLUICE_DATA_DIR: dataDir, ...(!/\bworkers"?\s*:/.test(yaml(dataDir)) && { SLUICE_WORKERS: '1' }) } };
   const config: Config = loadConfig(source);
   const logs: Record<string, unknown>[] = [];
   const sink = new Writable({
@@ -83,14 +84,15 @@ export async function startTestGateway(yaml: (dataDir: string) => string, option
   return {
     gateway,
     url,
-    adminToken: gateway.adminToken,
-    key: gateway.firstStart!.demoKey,
+    adminToken: gateway.adminToken!,
+    // Undefined when the store was not new (a shared store another instance started).
+    key: gateway.firstStart?.demoKey as string,
     dataDir,
     logs,
     async admin(method, path, body) {
       const res = await fetch(url + path, {
         method,
-        headers: { authorization: `Bearer ${gateway.adminToken}`, 'content-type': 'application/json' },
+        headers: { authorization: `Bearer ${gateway.adminToken!}`, 'content-type': 'application/json' },
         body: body === undefined ? undefined : JSON.stringify(body),
       });
       const text = await res.text();

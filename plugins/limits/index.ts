@@ -59,7 +59,8 @@ export default definePlugin(({ limiter, log }) => {
     if (headers) ex.responseHeaders = { ...ex.responseHeaders, ...headers };
     if (decision.granted) return void ex.set(held, { lease: decision.lease });
     const retryAfterSeconds = Math.max(1, Math.ceil(decision.retryAfterMs / 1000));
-    const code = decision.reason === 'budget' ? 'insufficient_quota' : 'rate_limit_exceeded';
+    // The shared limiter's store is away and its fail mode is closed: a 503, not a limit reached.
+    const code = decision.reason === 'budget' ? 'insufficient_quota' : decision.reason === 'unavailable' ? 'overloaded' : 'rate_limit_exceeded';
     return new GatewayError(code, refusalMessage(decision, retryAfterSeconds), null, undefined, undefined, retryAfterSeconds);
   };
 
@@ -95,6 +96,8 @@ function refusalMessage({ reason, scope, limit }: Extract<Decision<unknown>, { g
       return `Rate limit reached for ${scope}: ${limit} requests per minute. ${wait}`;
     case 'tokens':
       return `Rate limit reached for ${scope}: ${limit} tokens per minute. ${wait}`;
+    case 'unavailable':
+      return `Limits cannot be checked right now: the limiter's store is unavailable. ${wait}`;
     case 'too_large':
       return `Request too large for ${scope}: it may use more tokens (prompt plus output ceiling) than its limit of ${limit} per minute. Ask for fewer output tokens.`;
   }

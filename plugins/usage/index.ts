@@ -1,6 +1,6 @@
 /**
  * Usage accounting: one record per generation request, journaled at once and written to the store
- * in batches. Usage comes from the upstream; when it never arrived (a cut or aborted stream), the
+ * in batches; an exchange that dies with its thread is recorded as interrupted at the next start. Usage comes from the upstream; when it never arrived (a cut or aborted stream), the
  * pipeline has estimated it with the o200k tokenizer (in bounded time, see src/tokens.ts) from the
  * prompt and the output actually delivered, and marked it estimated.
  */
@@ -9,6 +9,20 @@ import { modelRuleNotes } from '../../src/model-rules.js';
 
 export default definePlugin(({ store }) => ({
   name: 'usage',
+  // Journaled before the upstream call, so that a gateway dying mid-exchange leaves a record.
+  route(ex) {
+    if (ex.endpoint.kind !== 'generate') return;
+    store.beginExchange({
+      time: ex.createdAt,
+      requestId: ex.id,
+      keyId: ex.principal?.keyId ?? null,
+      group: ex.principal?.group.name ?? null,
+      model: ex.model?.id ?? null,
+      upstream: ex.upstream?.name ?? null,
+      family: ex.family,
+      streamed: ex.stream,
+    });
+  },
   done(ex) {
     if (ex.endpoint.kind !== 'generate') return;
     const usage = ex.usage;

@@ -12,6 +12,7 @@ import type { ReloadOutcome } from '../reload.js';
 import type { ForwardedView, TrustedProxies } from '../trusted-proxies.js';
 import { checkOrigin, normalizeOrigin } from './origin.js';
 import { AdminError, type AdminService } from './service.js';
+import { StoreUnavailableError } from '../store/store.js';
 import { DEVICE_COOKIE, SESSION_COOKIE, cookieValue, type Sessions } from './sessions.js';
 import { GuessThrottle, addressKey } from './throttle.js';
 
@@ -21,6 +22,8 @@ export interface AdminHttpOptions {
   allowedOrigins: readonly string[];
   /** Reads the config file again and applies it (`POST /admin/reload`); `actor` is who asked. */
   reload(actor: string): ReloadOutcome;
+  /** Wrong-token counting; by default in this process's memory. */
+  throttle?: GuessThrottle;
 }
 
 const DEVICE_MAX_AGE_S = 365 * 24 * 60 * 60;
@@ -40,15 +43,15 @@ const bearerToken = (authorization: string | undefined) =>
 
 export function adminRoutes(service: AdminService, sessions: Sessions, options: AdminHttpOptions): JsonHandler {
   const { proxies } = options;
-  const throttle = new GuessThrottle();
+  const throttle = options.throttle ?? new GuessThrottle();
   const allowedOrigins = new Set(options.allowedOrigins.map((o) => normalizeOrigin(o) ?? o));
 
   /** Checks a token unless `client` is waiting out its wrong ones; throws on a wrong token. */
-  const checkToken = (client: string, token: string): void => {
-    const wait = throttle.waitFor(client);
+  const checkToken = async (client: string, token: string): Promise<void> => {
+    const wait = await throttle.waitFor(client);
     if (wait) throw new TooManyGuesses(wait);
     if (sessions.isAdminToken(token)) return;
-    throttle.failed(client);
+    await throttle.failed(client);
     throw new AdminError(401, 'invalid_admin_token', 'wrong admin token');
   };
 
@@ -56,14 +59,14 @@ export function adminRoutes(service: AdminService, sessions: Sessions, options: 
    * Throws unless the caller is the admin; a cookie session must prove it is not a forged request.
    * Returns the actor the audit log names.
    */
-  const authorize = ({ method, headers }: JsonRequest, via: ForwardedView): string => {
+  const authorize = async ({ method, headers }: JsonRequest, via: ForwardedView): Promise<string> => {
     const bearer = bearerToken(headers.authorization);
     if (bearer !== undefined) {
-      checkToken(addressKey(via.client), bearer);
+      await checkToken(addressKey(via.client), bearer);
       return `admin-token@${via.client}`;
     }
     const id = cookieValue(headers.cookie, SESSION_COOKIE);
-    const session = sessions.get(id);
+    const session = await sessions.get(id);
     if (!session) throw new AdminError(401, 'invalid_admin_token', 'missing or wrong admin token (Authorization: Bearer <admin token>)');
     if (!safeMethods.has(method) && headers['x-csrf-token'] !== session.csrfToken) {
       throw new AdminError(403, 'csrf', 'missing or wrong x-csrf-token header for this session');
@@ -79,27 +82,27 @@ export function adminRoutes(service: AdminService, sessions: Sessions, options: 
       // A browser that signed in before is throttled on its own, apart from its address.
       const device = sessions.device(cookieValue(req.headers.cookie, DEVICE_COOKIE));
       try {
-        checkToken(device ? `device:${device}` : addressKey(via.client), token);
+        await checkToken(device ? `device:${device}` : addressKey(via.client), token);
       } catch (err) {
         // Throttled attempts are not checked, so they are not failed sign-ins.
         if (!(err instanceof TooManyGuesses)) await service.audit(`console@${via.client}`, 'session.sign_in_failed', null, 'wrong admin token');
         throw err;
       }
-      const { id: newId, session: started } = sessions.start();
+      const { id: newId, session: started } = await sessions.start();
       await service.audit(consoleActor(newId, via), 'session.sign_in', null, null);
       const cookies = [cookie(SESSION_COOKIE, newId, Math.floor((started.expiresAt - Date.now()) / 1000), '/', via.https)];
       if (!device) cookies.push(cookie(DEVICE_COOKIE, sessions.newDevice(), DEVICE_MAX_AGE_S, '/admin/session', via.https));
       const headers = { 'set-cookie': cookies, 'cache-control': 'no-store' };
       return { status: 200, body: { csrfToken: started.csrfToken, expiresAt: started.expiresAt }, headers };
     }
-    const current = sessions.get(id);
+    const current = await sessions.get(id);
     if (req.method === 'GET') {
       if (!current) return error(new AdminError(401, 'invalid_admin_token', 'no session'));
       return { status: 200, body: { csrfToken: current.csrfToken, expiresAt: current.expiresAt }, headers: { 'cache-control': 'no-store' } };
     }
     if (req.method === 'DELETE') {
-      const actor = authorize(req, via);
-      sessions.logout(id);
+      const actor = await authorize(req, via);
+      await sessions.logout(id);
       await service.audit(actor, 'session.sign_out', null, null);
       return { status: 200, body: { loggedOut: true }, headers: { 'set-cookie': cookie(SESSION_COOKIE, '', 0, '/', via.https) } };
     }
@@ -116,7 +119,7 @@ export function adminRoutes(service: AdminService, sessions: Sessions, options: 
         checkOrigin(headers.origin, usesCookie, via, allowedOrigins);
       }
       if (resource === 'session' && id === undefined) return await session(req, via);
-      const actor = authorize(req, via);
+      const actor = await authorize(req, via);
       if (extra !== undefined) throw new AdminError(404, 'not_found', `no route for ${method} ${path}`);
       const filters = Object.fromEntries(query);
       switch (`${method} ${resource}${id !== undefined ? '/:id' : ''}`) {
@@ -172,6 +175,8 @@ export function adminRoutes(service: AdminService, sessions: Sessions, options: 
       throw new AdminError(404, 'not_found', `no route for ${method} ${path}`);
     } catch (err) {
       if (err instanceof AdminError) return error(err);
+      // The database is down: the gateway keeps serving cached keys, the admin API says why it cannot.
+      if (err instanceof StoreUnavailableError) return error(new AdminError(503, 'store_unavailable', `the store cannot be reached: ${err.message}`), 5);
       throw err;
     }
   };
@@ -195,8 +200,9 @@ function decodeSegment(segment: string): string {
   }
 }
 
-function error(err: AdminError): JsonReply {
+function error(err: AdminError, retryAfterSeconds?: number): JsonReply {
   const reply: JsonReply = { status: err.status, body: { error: { message: err.message, type: 'admin_error', code: err.code } } };
   if (err instanceof TooManyGuesses) reply.headers = { 'retry-after': String(err.waitSeconds) };
+  else if (retryAfterSeconds) reply.headers = { 'retry-after': String(retryAfterSeconds) };
   return reply;
 }

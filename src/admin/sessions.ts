@@ -3,9 +3,11 @@
  * SameSite=Strict cookie, with a CSRF token that every state-changing call must echo in a header.
  * A sign-in also marks the browser as a known device (a signed cookie), so that other people's
  * wrong tokens from the same address (a shared NAT, a proxy) do not lock its operator out.
- * Sessions live in memory and expire.
+ * Sessions live in the store's shared state (hashed ids) and expire, so every worker and every
+ * instance behind a load balancer knows them.
  */
 import { createHash, createHmac, randomBytes, timingSafeEqual } from 'node:crypto';
+import type { SharedState } from '../store/store.js';
 
 export const SESSION_COOKIE = 'sluice_session';
 export const DEVICE_COOKIE = 'sluice_device';
@@ -21,16 +23,23 @@ export interface SessionOptions {
 
 const digest = (s: string) => createHash('sha256').update(s).digest();
 
+/** A session's name in the shared state: the hash of its id, so reading the store reveals no cookie. */
+const stateName = (id: string) => `session:${digest(id).toString('base64url')}`;
+
 export class Sessions {
-  private readonly sessions = new Map<string, Session>();
   private readonly expected: Buffer;
   /** Signs device cookies; derived from the token, so a new admin token forgets every device. */
   private readonly deviceKey: Buffer;
   private readonly ttlMs: number;
 
-  constructor(adminToken: string, options: SessionOptions = {}) {
-    this.expected = digest(adminToken);
-    this.deviceKey = digest(`sluice device cookie\n${adminToken}`);
+  /** `tokenDigest`: the hex SHA-256 of the admin token (src/admin/token.ts). */
+  constructor(
+    tokenDigest: string,
+    private readonly state: SharedState,
+    options: SessionOptions = {},
+  ) {
+    this.expected = Buffer.from(tokenDigest, 'hex');
+    this.deviceKey = digest(`sluice device cookie\n${tokenDigest}`);
     this.ttlMs = options.ttlMs ?? 8 * 60 * 60 * 1000;
   }
 
@@ -40,26 +49,22 @@ export class Sessions {
   }
 
   /** Starts a session; the caller has checked the admin token. */
-  start(now = Date.now()): { id: string; session: Session } {
-    this.sweep(now);
+  async start(now = Date.now()): Promise<{ id: string; session: Session }> {
     const id = randomBytes(32).toString('base64url');
     const session = { csrfToken: randomBytes(24).toString('base64url'), expiresAt: now + this.ttlMs };
-    this.sessions.set(id, session);
+    await this.state.setState(stateName(id), JSON.stringify(session), session.expiresAt);
     return { id, session };
   }
 
-  get(id: string | undefined, now = Date.now()): Session | undefined {
+  async get(id: string | undefined, now = Date.now()): Promise<Session | undefined> {
     if (!id) return undefined;
-    const session = this.sessions.get(id);
-    if (session && session.expiresAt <= now) {
-      this.sessions.delete(id);
-      return undefined;
-    }
-    return session;
+    const stored = await this.state.getState(stateName(id));
+    const session = stored === undefined ? undefined : (JSON.parse(stored) as Session);
+    return session && session.expiresAt > now ? session : undefined;
   }
 
-  logout(id: string | undefined): void {
-    if (id) this.sessions.delete(id);
+  async logout(id: string | undefined): Promise<void> {
+    if (id) await this.state.deleteState(stateName(id));
   }
 
   /** A new device cookie value: a random id and its signature. */
@@ -79,10 +84,6 @@ export class Sessions {
 
   private sign(id: string): string {
     return createHmac('sha256', this.deviceKey).update(id).digest('base64url');
-  }
-
-  private sweep(now: number): void {
-    for (const [id, s] of this.sessions) if (s.expiresAt <= now) this.sessions.delete(id);
   }
 }
 

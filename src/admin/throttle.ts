@@ -11,6 +11,7 @@
  * still tell a botnet which guess was right, so the global budget tightens every client's
  * allowance instead; a botnet then gets one guess per address per (growing) wait.
  */
+import type { SharedState } from '../store/store.js';
 import { canonicalAddress } from '../trusted-proxies.js';
 
 export interface ThrottleOptions {
@@ -38,7 +39,7 @@ export const defaultThrottle: ThrottleOptions = {
   maxClients: 100_000,
 };
 
-interface Client {
+export interface ThrottleClient {
   /** Wrong tokens in the client's current window. */
   failures: number;
   windowStart: number;
@@ -48,71 +49,135 @@ interface Client {
   lastFailure: number;
 }
 
+/** Wrong tokens from everyone, in fixed windows (a sliding one is estimated from two). */
+export interface ThrottleWindows {
+  start: number;
+  current: number;
+  previous: number;
+}
+
+/** Where the throttle keeps its counts: this process's memory, or the store every instance shares. */
+export interface ThrottleStorage {
+  client(key: string): Promise<ThrottleClient | undefined>;
+  /** `forgetAt`: when the client may be forgotten (it has been quiet long enough). */
+  saveClient(key: string, client: ThrottleClient, forgetAt: number): Promise<void>;
+  windows(): Promise<ThrottleWindows | undefined>;
+  saveWindows(windows: ThrottleWindows, forgetAt: number): Promise<void>;
+}
+
+/** Counts in memory, at most `maxClients` of them (the least recently failed are forgotten first). */
+export class MemoryThrottleStorage implements ThrottleStorage {
+  /** In order of last failure, oldest first. */
+  private readonly clients = new Map<string, { client: ThrottleClient; forgetAt: number }>();
+  private global: ThrottleWindows | undefined;
+
+  constructor(private readonly maxClients = defaultThrottle.maxClients) {}
+
+  async client(key: string): Promise<ThrottleClient | undefined> {
+    const held = this.clients.get(key);
+    return held && { ...held.client };
+  }
+
+  async saveClient(key: string, client: ThrottleClient, forgetAt: number): Promise<void> {
+    this.clients.delete(key); // re-inserted last: the map stays ordered by last failure
+    this.clients.set(key, { client, forgetAt });
+    // Oldest first: drop the quiet ones, and any beyond the bound.
+    for (const [k, held] of this.clients) {
+      if (this.clients.size <= this.maxClients && held.forgetAt > client.lastFailure) break;
+      this.clients.delete(k);
+    }
+  }
+
+  async windows(): Promise<ThrottleWindows | undefined> {
+    return this.global && { ...this.global };
+  }
+
+  async saveWindows(windows: ThrottleWindows): Promise<void> {
+    this.global = windows;
+  }
+}
+
+/**
+ * Counts in the store's shared state, so a guesser spreading tries over instances behind a load
+ * balancer meets one throttle. Updates are read-modify-write: tries racing on two instances may be
+ * counted once, which loosens the throttle by at most the number of instances.
+ */
+export class SharedThrottleStorage implements ThrottleStorage {
+  constructor(private readonly state: SharedState) {}
+
+  async client(key: string): Promise<ThrottleClient | undefined> {
+    const stored = await this.state.getState(`throttle:${key}`);
+    return stored === undefined ? undefined : (JSON.parse(stored) as ThrottleClient);
+  }
+
+  async saveClient(key: string, client: ThrottleClient, forgetAt: number): Promise<void> {
+    await this.state.setState(`throttle:${key}`, JSON.stringify(client), forgetAt);
+  }
+
+  async windows(): Promise<ThrottleWindows | undefined> {
+    const stored = await this.state.getState('throttle-windows');
+    return stored === undefined ? undefined : (JSON.parse(stored) as ThrottleWindows);
+  }
+
+  async saveWindows(windows: ThrottleWindows, forgetAt: number): Promise<void> {
+    await this.state.setState('throttle-windows', JSON.stringify(windows), forgetAt);
+  }
+}
+
 export class GuessThrottle {
   private readonly options: ThrottleOptions;
-  /** In order of last failure, oldest first. */
-  private readonly clients = new Map<string, Client>();
-  private globalWindowStart = 0;
-  private globalCurrent = 0;
-  private globalPrevious = 0;
+  private readonly storage: ThrottleStorage;
 
-  constructor(options: Partial<ThrottleOptions> = {}) {
+  constructor(options: Partial<ThrottleOptions> = {}, storage?: ThrottleStorage) {
     this.options = { ...defaultThrottle, ...options };
+    this.storage = storage ?? new MemoryThrottleStorage(this.options.maxClients);
   }
 
   /** Whole seconds `client` must wait before its next token is checked, or 0. */
-  waitFor(client: string, now = Date.now()): number {
-    const c = this.clients.get(client);
+  async waitFor(client: string, now = Date.now()): Promise<number> {
+    const c = await this.storage.client(client);
     return c && c.lockedUntil > now ? Math.ceil((c.lockedUntil - now) / 1000) : 0;
   }
 
   /** Records a wrong token; returns the wait it started, in seconds, or 0. */
-  failed(client: string, now = Date.now()): number {
-    const { perClient, windowMs, firstWaitMs, maxWaitMs } = this.options;
-    this.forgetStale(now);
-    this.countGlobal(now);
-    const c = this.clients.get(client) ?? { failures: 0, windowStart: now, strikes: 0, lockedUntil: 0, lastFailure: now };
+  async failed(client: string, now = Date.now()): Promise<number> {
+    const { perClient, windowMs, firstWaitMs, maxWaitMs, forgetMs } = this.options;
+    const windows = this.roll(await this.storage.windows(), now);
+    windows.current++;
+    await this.storage.saveWindows(windows, now + 2 * windowMs);
+    const stored = await this.storage.client(client);
+    const c = stored && now - stored.lastFailure < forgetMs ? stored : { failures: 0, windowStart: now, strikes: 0, lockedUntil: 0, lastFailure: now };
     if (now - c.windowStart >= windowMs) Object.assign(c, { failures: 0, windowStart: now });
     c.failures++;
     c.lastFailure = now;
-    this.clients.delete(client); // re-inserted last: the map stays ordered by last failure
-    this.clients.set(client, c);
-    while (this.clients.size > this.options.maxClients) this.clients.delete(this.clients.keys().next().value!);
 
-    const allowance = c.strikes > 0 || this.underPressure(now) ? 1 : perClient;
-    if (c.failures < allowance) return 0;
-    const wait = Math.min(firstWaitMs * 2 ** c.strikes, maxWaitMs);
-    Object.assign(c, { failures: 0, windowStart: now, strikes: c.strikes + 1, lockedUntil: now + wait });
+    const allowance = c.strikes > 0 || this.pressing(windows, now) ? 1 : perClient;
+    let wait = 0;
+    if (c.failures >= allowance) {
+      wait = Math.min(firstWaitMs * 2 ** c.strikes, maxWaitMs);
+      Object.assign(c, { failures: 0, windowStart: now, strikes: c.strikes + 1, lockedUntil: now + wait });
+    }
+    await this.storage.saveClient(client, c, Math.max(now + forgetMs, c.lockedUntil));
     return Math.ceil(wait / 1000);
   }
 
   /** Wrong tokens from all clients in the last window have passed the global budget. */
-  underPressure(now = Date.now()): boolean {
-    this.roll(now);
+  async underPressure(now = Date.now()): Promise<boolean> {
+    return this.pressing(this.roll(await this.storage.windows(), now), now);
+  }
+
+  private pressing(windows: ThrottleWindows, now: number): boolean {
     // A sliding window, estimated from the current and the previous fixed window.
-    const elapsed = (now - this.globalWindowStart) / this.options.windowMs;
-    return this.globalPrevious * (1 - elapsed) + this.globalCurrent >= this.options.globalBudget;
+    const elapsed = (now - windows.start) / this.options.windowMs;
+    return windows.previous * (1 - elapsed) + windows.current >= this.options.globalBudget;
   }
 
-  private countGlobal(now: number): void {
-    this.roll(now);
-    this.globalCurrent++;
-  }
-
-  private roll(now: number): void {
+  private roll(stored: ThrottleWindows | undefined, now: number): ThrottleWindows {
     const { windowMs } = this.options;
-    const windows = Math.floor((now - this.globalWindowStart) / windowMs);
-    if (windows < 1) return;
-    this.globalPrevious = windows === 1 ? this.globalCurrent : 0;
-    this.globalCurrent = 0;
-    this.globalWindowStart += windows * windowMs;
-  }
-
-  private forgetStale(now: number): void {
-    for (const [key, c] of this.clients) {
-      if (now - c.lastFailure < this.options.forgetMs) break;
-      this.clients.delete(key);
-    }
+    const w = stored ?? { start: now - (now % windowMs), current: 0, previous: 0 };
+    const windows = Math.floor((now - w.start) / windowMs);
+    if (windows < 1) return w;
+    return { start: w.start + windows * windowMs, current: 0, previous: windows === 1 ? w.current : 0 };
   }
 }
 

@@ -2,9 +2,10 @@
  * The cache layer in front of any Store: the request path's lookup (a key by its secret, with its
  * group) answers from memory without a wait while fresh, and every write through this layer
  * clears it, and so does the store's change notification (writes by other workers and instances).
- * Changes no notification reaches (the CLI on SQLite) are seen within `ttlMs`.
+ * Changes no notification reaches (the CLI on SQLite) are seen within `ttlMs`. While the store is
+ * unreachable, keys seen before keep serving as they were last read.
  */
-import type { ApiKey, AuditEntry, AuditQuery, Group, GroupInput, KeyPatch, Store, UsageQuery, UsageRecord } from './store.js';
+import { StoreUnavailableError, type ApiKey, type AuditEntry, type AuditQuery, type Group, type GroupInput, type KeyPatch, type OpenExchange, type Store, type UsageQuery, type UsageRecord } from './store.js';
 
 /** A key found by its secret, with the group it belongs to (undefined when that group is gone). */
 export interface KeyLookup {
@@ -48,11 +49,20 @@ export class CachedStore implements Store {
 
   private async load(secret: string): Promise<KeyLookup | undefined> {
     const generation = this.generation;
-    const key = await this.store.findKeyBySecret(secret);
-    if (!key) return undefined;
-    const found = { key, group: await this.store.getGroup(key.group) };
+    let found: KeyLookup | undefined;
+    try {
+      const key = await this.store.findKeyBySecret(secret);
+      if (!key) return undefined;
+      found = { key, group: await this.store.getGroup(key.group) };
+    } catch (err) {
+      // The database is down: a key seen before keeps serving as it was until the store is back.
+      const stale = this.keys.get(secret);
+      if (err instanceof StoreUnavailableError && stale) return stale.found;
+      throw err;
+    }
     if (generation !== this.generation) return found;
     if (this.keys.size >= MAX_ENTRIES) this.keys.clear();
+    // Expired entries stay (up to MAX_ENTRIES) for when the store is unreachable.
     this.keys.set(secret, { found, expires: Date.now() + this.ttlMs });
     return found;
   }
@@ -107,6 +117,9 @@ export class CachedStore implements Store {
   }
   listKeys() {
     return this.store.listKeys();
+  }
+  beginExchange(exchange: OpenExchange) {
+    this.store.beginExchange(exchange);
   }
   recordUsage(record: UsageRecord) {
     this.store.recordUsage(record);

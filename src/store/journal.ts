@@ -6,8 +6,13 @@
  * (`fs.writeSync` on an `O_APPEND` descriptor) before it returns, then queues it; the backend
  * receives batches of BATCH_SIZE records or every FLUSH_INTERVAL_MS. Once everything queued is
  * committed, the file is truncated (in the same tick as memory is seen empty, so no append slips
- * in between). At start the file is replayed into the backend, whose writes
- * skip request ids it already holds, so a crash between a commit and the truncate counts nothing twice.
+ * in between); a store that is always busy gets the file rewritten to what is still queued once it
+ * passes COMPACT_BYTES. At start the file is replayed into the backend, whose writes skip request
+ * ids it already holds, so a crash between a commit and the truncate counts nothing twice.
+ *
+ * `beginExchange` journals an exchange that is about to call its upstream (an `{"open": …}` line,
+ * kept across truncations while it runs). An open exchange without a record when the next owner
+ * starts died with the thread or process that served it: it is recorded as `interrupted`.
  *
  * What it promises: a record whose `recordUsage` returned survives a crash of the process (kill -9,
  * an out-of-memory kill), because its bytes are in the kernel before the request's `done` ends.
@@ -21,21 +26,24 @@
  * to the store through memory, without the crash guarantee, and is logged; if memory is full too it
  * is lost, and that is logged.
  *
- * One process owns the file: the gateway, which appends and truncates. Others (the CLI) replay it
- * without changing it, harmless beside a running owner because replay is idempotent. Two gateways
- * must not share a data directory: each would truncate the other's records.
+ * One thread owns a file: the gateway (each worker thread its own file), which appends and
+ * truncates. Others (the CLI) replay it without changing it, harmless beside a running owner
+ * because replay is idempotent. Two gateways must not share a data directory: each would truncate
+ * the other's records.
  */
-import { closeSync, fdatasyncSync, fstatSync, ftruncateSync, openSync, readSync, writeSync } from 'node:fs';
+import { closeSync, fdatasyncSync, fstatSync, ftruncateSync, openSync, readSync, renameSync, writeSync } from 'node:fs';
 import { StringDecoder } from 'node:string_decoder';
 import { pino, type Logger } from 'pino';
 import { createLogger } from '../log.js';
-import type { ApiKey, AuditEntry, AuditQuery, Group, GroupInput, KeyPatch, Store, StoreBackend, UpstreamActivity, UsagePoint, UsageQuery, UsageRecord, UsageTotals } from './store.js';
+import type { ApiKey, AuditEntry, AuditQuery, Group, GroupInput, KeyPatch, OpenExchange, Store, StoreBackend, UpstreamActivity, UsagePoint, UsageQuery, UsageRecord, UsageTotals } from './store.js';
 
 const BATCH_SIZE = 256;
 const FLUSH_INTERVAL_MS = 1000;
 const RETRY_MIN_MS = 1000;
 const RETRY_MAX_MS = 60_000;
 const READ_CHUNK_BYTES = 1 << 20;
+/** A journal larger than this is rewritten to what is not yet stored, even while records keep arriving. */
+const COMPACT_BYTES = 8 << 20;
 /** About 5 MB of records; the file keeps the rest. */
 const DEFAULT_MAX_HELD_RECORDS = 10_000;
 
@@ -51,31 +59,54 @@ export interface JournalOptions {
 
 /** The owner's append-only file. */
 class JournalFile {
-  private readonly fd: number;
+  private fd: number;
   /** The file ends inside a line (a torn append): the next append starts a new line. */
   private torn: boolean;
 
-  constructor(path: string, private readonly fsync: boolean) {
+  constructor(
+    private readonly path: string,
+    private readonly fsync: boolean,
+  ) {
     this.fd = openSync(path, 'a+', 0o600);
-    const size = fstatSync(this.fd).size;
+    const size = this.size;
     const last = Buffer.alloc(1);
     this.torn = size > 0 && readSync(this.fd, last, 0, 1, size - 1) === 1 && last[0] !== 0x0a;
   }
 
-  get empty(): boolean {
-    return fstatSync(this.fd).size === 0;
+  get size(): number {
+    return fstatSync(this.fd).size;
   }
 
-  append(record: UsageRecord): void {
-    const line = Buffer.from(`${this.torn ? '\n' : ''}${JSON.stringify(record)}\n`);
+  append(entry: UsageRecord | { open: OpenExchange }): void {
+    const line = Buffer.from(`${this.torn ? '\n' : ''}${JSON.stringify(entry)}\n`);
     this.torn = true;
     for (let at = 0; at < line.length; ) at += writeSync(this.fd, line, at);
     if (this.fsync) fdatasyncSync(this.fd);
     this.torn = false;
   }
 
-  truncate(): void {
-    ftruncateSync(this.fd, 0);
+  /**
+   * Replaces the file's contents with `entries`, atomically: a crash leaves either the old file or
+   * the new one, never a mix. With nothing to keep, a truncate does.
+   */
+  rewrite(entries: (UsageRecord | { open: OpenExchange })[]): void {
+    if (entries.length === 0) {
+      ftruncateSync(this.fd, 0);
+      this.torn = false;
+      return;
+    }
+    const next = `${this.path}.next`;
+    const fd = openSync(next, 'w', 0o600);
+    try {
+      const text = Buffer.from(entries.map((e) => JSON.stringify(e) + '\n').join(''));
+      for (let at = 0; at < text.length; ) at += writeSync(fd, text, at);
+      if (this.fsync) fdatasyncSync(fd);
+    } finally {
+      closeSync(fd);
+    }
+    renameSync(next, this.path);
+    closeSync(this.fd);
+    this.fd = openSync(this.path, 'a+', 0o600);
     this.torn = false;
   }
 
@@ -88,7 +119,7 @@ class JournalFile {
  * The journal's records in batches, up to the size it had when reading began. Lines that are not
  * records (a torn append) are counted in `unreadable` and skipped.
  */
-function* readJournal(path: string, unreadable: { lines: number }): Generator<UsageRecord[]> {
+function* readJournal(path: string, unreadable: { lines: number }, opens?: Map<string, OpenExchange>): Generator<UsageRecord[]> {
   let fd: number;
   try {
     fd = openSync(path, 'r');
@@ -110,9 +141,10 @@ function* readJournal(path: string, unreadable: { lines: number }): Generator<Us
       carry = lines.pop()!;
       for (const line of lines) {
         if (!line) continue;
-        const record = parseRecord(line);
-        if (!record) unreadable.lines++;
-        else if (batch.push(record) === BATCH_SIZE) {
+        const entry = parseEntry(line);
+        if (!entry) unreadable.lines++;
+        else if ('open' in entry) opens?.set(entry.open.requestId, entry.open);
+        else if ((opens?.delete(entry.requestId), batch.push(entry) === BATCH_SIZE)) {
           yield batch;
           batch = [];
         }
@@ -125,17 +157,41 @@ function* readJournal(path: string, unreadable: { lines: number }): Generator<Us
   }
 }
 
-function parseRecord(line: string): UsageRecord | undefined {
+function parseEntry(line: string): UsageRecord | { open: OpenExchange } | undefined {
   try {
-    const record = JSON.parse(line);
-    return typeof record?.requestId === 'string' ? record : undefined;
+    const entry = JSON.parse(line);
+    return typeof entry?.requestId === 'string' || typeof entry?.open?.requestId === 'string' ? entry : undefined;
   } catch {
     return undefined;
   }
 }
 
+/** The record of an exchange whose thread or process died while it ran. */
+function interruptedRecord(open: OpenExchange): UsageRecord {
+  return {
+    ...open,
+    status: 502,
+    promptTokens: 0,
+    completionTokens: 0,
+    cachedInputTokens: null,
+    cacheWriteTokens: null,
+    reasoningTokens: null,
+    cost: null,
+    channel: null,
+    attempts: 1,
+    estimated: true,
+    latencyMs: 0,
+    ttfbMs: null,
+    outcome: 'interrupted',
+    error: 'interrupted: the gateway thread serving this exchange ended before it finished',
+    notes: null,
+  };
+}
+
 export class JournaledStore implements Store {
   private readonly pending: UsageRecord[] = [];
+  /** Exchanges calling their upstream, journaled so that a crash turns them into interrupted records. */
+  private readonly open = new Map<string, OpenExchange>();
   /** The file holds records that memory does not (from before a restart, or beyond the bound). */
   private fileAhead = false;
   /** Consecutive failed writes; while above 0 only the retry timer writes. */
@@ -161,8 +217,15 @@ export class JournaledStore implements Store {
     const journal = options.owner ? new JournalFile(path, options.fsync ?? false) : undefined;
     const store = new JournaledStore(backend, path, journal, options);
     if (journal) {
-      store.fileAhead = !journal.empty;
-      if (store.fileAhead) await store.flush();
+      store.fileAhead = journal.size > 0;
+      if (store.fileAhead) {
+        // Exchanges the last owner began and never recorded died with it.
+        const opens = new Map<string, OpenExchange>();
+        for (const _ of readJournal(path, { lines: 0 }, opens));
+        for (const open of opens.values()) store.pending.push(interruptedRecord(open));
+        if (opens.size) store.log.warn({ exchanges: opens.size }, 'usage journal: exchanges interrupted by the last stop are recorded as interrupted');
+        await store.flush();
+      }
     } else {
       try {
         await store.replay();
@@ -173,8 +236,19 @@ export class JournaledStore implements Store {
     return store;
   }
 
+  beginExchange(exchange: OpenExchange): void {
+    if (!this.journal) throw new Error('usage is recorded only by the process that owns the usage journal');
+    this.open.set(exchange.requestId, exchange);
+    try {
+      this.journal.append({ open: exchange });
+    } catch (err) {
+      this.log.error({ err, req: exchange.requestId }, 'usage journal append failed: this exchange is not recorded if the gateway dies during it');
+    }
+  }
+
   recordUsage(record: UsageRecord): void {
     if (!this.journal) throw new Error('usage is recorded only by the process that owns the usage journal');
+    this.open.delete(record.requestId);
     let journaled = true;
     try {
       this.journal.append(record);
@@ -222,9 +296,12 @@ export class JournaledStore implements Store {
         const batch = this.pending.slice(0, BATCH_SIZE);
         await this.backend.writeUsage(batch);
         this.pending.splice(0, batch.length);
+        // A store that is always busy rarely lets memory empty: past COMPACT_BYTES the file is
+        // rewritten to what is not stored yet, so it stays bounded.
+        if (!this.fileAhead && this.journal && this.journal.size > COMPACT_BYTES) this.compact();
       }
       // Synchronously after seeing memory empty: nothing was appended that is not stored.
-      if (!this.fileAhead) this.journal?.truncate();
+      if (!this.fileAhead) this.compact();
       if (this.failures > 0) this.log.info({ attempts: this.failures + 1 }, 'usage writes recovered');
       this.failures = 0;
     } catch (err) {
@@ -236,6 +313,11 @@ export class JournaledStore implements Store {
       );
       this.timer = setTimeout(() => void this.flush(), retryMs).unref();
     }
+  }
+
+  /** Rewrites the file to what is not stored (memory holds it all unless `fileAhead`): queued records and open exchanges. */
+  private compact(): void {
+    this.journal?.rewrite([...this.pending, ...Array.from(this.open.values(), (open) => ({ open }))]);
   }
 
   /** Writes the journal's records to the backend; what is already stored is skipped there. */

@@ -3,8 +3,13 @@
  * their secrets; usage arrives in batches from the journal in front of it (journal.ts), and each
  * batch also moves its keys' last-used times. better-sqlite3 is synchronous and fast; the methods
  * are async only to keep the Store's shape, and caching lives in front of every store (cache.ts).
+ * Group and key writes are announced on a BroadcastChannel named after the file, which reaches the
+ * stores of the other worker threads of the process (the CLI in another process is not told: the
+ * caches' TTL covers it).
  */
 import { createHash, randomBytes } from 'node:crypto';
+import { resolve } from 'node:path';
+import { BroadcastChannel } from 'node:worker_threads';
 import Database from 'better-sqlite3';
 import type { ApiKey, AuditEntry, AuditQuery, Budget, Group, GroupInput, KeyPatch, Limits, StoreBackend, UpstreamActivity, UsagePoint, UsageQuery, UsageRecord, UsageTotals } from './store.js';
 
@@ -77,6 +82,13 @@ const migrations: string[] = [
    ALTER TABLE usage ADD COLUMN attempts INTEGER NOT NULL DEFAULT 1;
    CREATE INDEX usage_group_time ON usage(group_name, time);`,
   `ALTER TABLE usage ADD COLUMN cache_write_tokens INTEGER;`,
+  // Shared state (console sessions, sign-in lockouts, the admin token's hash); expired rows are swept on writes.
+  `CREATE TABLE state (
+     name TEXT PRIMARY KEY,
+     value TEXT NOT NULL,
+     expires_at INTEGER
+   );
+   CREATE INDEX state_expires_at ON state(expires_at) WHERE expires_at IS NOT NULL;`,
 ];
 
 function usageFilter(query: UsageQuery): { filter: string; args: Record<string, unknown> } {
@@ -109,6 +121,12 @@ const absentUsage: Record<keyof UsageRecord, null> = {
 
 export function hashSecret(secret: string): string {
   return createHash('sha256').update(secret).digest('hex');
+}
+
+/** A new key's secret and what a store keeps of it: an id, the secret's hash and its first characters. */
+export function mintKey(): { id: string; secret: string; hash: string; prefix: string } {
+  const secret = `sk-${randomBytes(24).toString('base64url')}`;
+  return { id: `key_${randomBytes(8).toString('hex')}`, secret, hash: hashSecret(secret), prefix: secret.slice(0, 7) };
 }
 
 interface GroupRow {
@@ -218,6 +236,8 @@ export interface SqliteOptions {
 export class SqliteStore implements StoreBackend {
   private readonly db: Database.Database;
   private readonly stmt;
+  /** Carries "a group or key changed" between the stores of one file; a channel never hears its own posts. */
+  private readonly changes: BroadcastChannel;
 
   constructor(file: string, options: SqliteOptions = {}) {
     this.db = new Database(file);
@@ -241,7 +261,21 @@ export class SqliteStore implements StoreBackend {
            @cachedInputTokens, @cacheWriteTokens, @reasoningTokens, @cost, @channel, COALESCE(@attempts, 1))`,
       ),
       touchKey: this.db.prepare('UPDATE keys SET last_used_at = MAX(COALESCE(last_used_at, 0), ?) WHERE id = ?'),
+      getState: this.db.prepare<[string, number], { value: string }>('SELECT value FROM state WHERE name = ? AND (expires_at IS NULL OR expires_at > ?)'),
+      setState: this.db.prepare<[string, string, number | null]>(
+        `INSERT INTO state (name, value, expires_at) VALUES (?, ?, ?)
+         ON CONFLICT (name) DO UPDATE SET value = excluded.value, expires_at = excluded.expires_at`,
+      ),
+      setStateIfAbsent: this.db.prepare<[string, string, number | null, number]>(
+        `INSERT INTO state (name, value, expires_at) VALUES (?, ?, ?)
+         ON CONFLICT (name) DO UPDATE SET value = excluded.value, expires_at = excluded.expires_at
+           WHERE state.expires_at IS NOT NULL AND state.expires_at <= ?`,
+      ),
+      sweepState: this.db.prepare<[number]>('DELETE FROM state WHERE expires_at <= ?'),
     };
+    this.changes = new BroadcastChannel(`sluice-store:${resolve(file)}`);
+    // Watching is no reason to stay alive: the gateway's server keeps the process up.
+    this.changes.unref();
   }
 
   private migrate(): void {
@@ -269,6 +303,7 @@ export class SqliteStore implements StoreBackend {
     this.db
       .prepare('INSERT INTO groups (name, models, families, limits, budget, created_at) VALUES (@name, @models, @families, @limits, @budget, @created_at)')
       .run(row);
+    this.announce();
     return toGroup(row);
   }
 
@@ -288,6 +323,7 @@ export class SqliteStore implements StoreBackend {
     this.db
       .prepare('UPDATE groups SET name = ?, models = ?, families = ?, limits = ?, budget = ? WHERE name = ?')
       .run(next.name, JSON.stringify(next.models), JSON.stringify(next.families), jsonText(next.limits), jsonText(next.budget), name);
+    this.announce();
     return this.getGroup(next.name);
   }
 
@@ -296,15 +332,14 @@ export class SqliteStore implements StoreBackend {
     const inUse = this.db.prepare('SELECT 1 FROM keys WHERE group_name = ? LIMIT 1').get(name);
     if (inUse) return 'in_use';
     this.db.prepare('DELETE FROM groups WHERE name = ?').run(name);
+    this.announce();
     return 'deleted';
   }
 
   async createKey(input: { group: string; name?: string | null; expiresAt?: number | null; limits?: Limits | null; budget?: Budget | null }): Promise<{ key: ApiKey; secret: string }> {
-    const secret = `sk-${randomBytes(24).toString('base64url')}`;
+    const { secret, ...minted } = mintKey();
     const row: KeyRow & { hash: string } = {
-      id: `key_${randomBytes(8).toString('hex')}`,
-      hash: hashSecret(secret),
-      prefix: secret.slice(0, 7),
+      ...minted,
       name: input.name ?? null,
       group_name: input.group,
       disabled: 0,
@@ -320,6 +355,7 @@ export class SqliteStore implements StoreBackend {
          VALUES (@id, @hash, @prefix, @name, @group_name, @disabled, @created_at, @last_used_at, @expires_at, @limits, @budget)`,
       )
       .run(row);
+    this.announce();
     return { key: toKey(row), secret };
   }
 
@@ -344,11 +380,14 @@ export class SqliteStore implements StoreBackend {
     this.db
       .prepare('UPDATE keys SET disabled = ?, name = ?, group_name = ?, expires_at = ?, limits = ?, budget = ? WHERE id = ?')
       .run(next.disabled ? 1 : 0, next.name, next.group, next.expiresAt, jsonText(next.limits), jsonText(next.budget), id);
+    this.announce();
     return this.getKey(id);
   }
 
   async deleteKey(id: string): Promise<boolean> {
-    return this.db.prepare('DELETE FROM keys WHERE id = ?').run(id).changes > 0;
+    const deleted = this.db.prepare('DELETE FROM keys WHERE id = ?').run(id).changes > 0;
+    if (deleted) this.announce();
+    return deleted;
   }
 
   async writeUsage(records: readonly UsageRecord[]): Promise<void> {
@@ -430,7 +469,36 @@ export class SqliteStore implements StoreBackend {
       .all(args);
   }
 
+  async getState(name: string): Promise<string | undefined> {
+    return this.stmt.getState.get(name, Date.now())?.value;
+  }
+
+  async setState(name: string, value: string, expiresAt: number | null, options: { onlyIfAbsent?: boolean } = {}): Promise<boolean> {
+    const now = Date.now();
+    // Entries are small and written rarely (sign-ins, lockouts), so every write sweeps: the table stays bounded.
+    this.stmt.sweepState.run(now);
+    if (options.onlyIfAbsent) return this.stmt.setStateIfAbsent.run(name, value, expiresAt, now).changes > 0;
+    this.stmt.setState.run(name, value, expiresAt);
+    return true;
+  }
+
+  async deleteState(name: string): Promise<void> {
+    this.db.prepare('DELETE FROM state WHERE name = ?').run(name);
+  }
+
+  watch(onChange: () => void): () => void {
+    const listener = () => onChange();
+    this.changes.addEventListener('message', listener);
+    return () => this.changes.removeEventListener('message', listener);
+  }
+
+  /** Tells the other stores of this file that a group or key changed. */
+  private announce(): void {
+    this.changes.postMessage('changed');
+  }
+
   async close(): Promise<void> {
+    this.changes.close();
     this.db.close();
   }
 }

@@ -113,12 +113,16 @@ export interface UsageRecord {
   latencyMs: number;
   ttfbMs: number | null;
   streamed: boolean;
-  outcome: 'finished' | 'aborted' | 'error' | 'client_stalled' | 'shutdown';
+  /** `interrupted`: the thread or process serving it died; its record was written at the next start. */
+  outcome: 'finished' | 'aborted' | 'error' | 'client_stalled' | 'shutdown' | 'interrupted';
   /** `code: message` of the failure, when there was one. */
   error: string | null;
   /** What the model rules dropped from the request, when they dropped anything. */
   notes: string | null;
 }
+
+/** What is known of an exchange when it calls its upstream: enough for a record if it never ends. */
+export type OpenExchange = Pick<UsageRecord, 'time' | 'requestId' | 'keyId' | 'group' | 'model' | 'upstream' | 'family' | 'streamed'>;
 
 /** One time bucket of usage. */
 export interface UsagePoint {
@@ -206,6 +210,11 @@ export interface Store extends SharedState {
   deleteKey(id: string): Promise<boolean>;
 
   /**
+   * Journals that an exchange is about to call its upstream, so that if the process dies before its
+   * record is written, the next start records it as interrupted rather than losing it.
+   */
+  beginExchange(exchange: OpenExchange): void;
+  /**
    * Journals a usage record (it survives a crash once this returns, so it stays synchronous) and
    * queues it for the store.
    */
@@ -232,7 +241,7 @@ export interface Store extends SharedState {
 }
 
 /** What a database implements; usage arrives in batches from the journal in front of it. */
-export interface StoreBackend extends Omit<Store, 'recordUsage' | 'flush'> {
+export interface StoreBackend extends Omit<Store, 'recordUsage' | 'beginExchange' | 'flush'> {
   /**
    * Writes a batch in one transaction, or rejects and writes none of it. A record whose requestId
    * is already stored is skipped, so replaying a journal never counts a request twice.

@@ -1,0 +1,165 @@
+/**
+ * `server.workers: N`: the primary thread starts N worker threads (thread.ts), each a whole
+ * gateway listening on the same port (the kernel spreads connections between them), and serves
+ * no request itself. It holds what the threads share: the in-memory limiter (limiter.ts; Redis
+ * replaces it across instances), the admin credential, the first start's demo key.
+ *
+ * Everything else the threads share lives in the store: keys and groups (each thread's cache is
+ * told of changes by the store's notifications), sessions and sign-in lockouts (shared state),
+ * usage (each thread appends to its own journal and writes its own batches, so usage writes do
+ * not wait on each other). A thread that fails (an uncaught error) stops like a shutdown, its
+ * exchanges ending with their family's failure and their records, and is replaced with the same
+ * index; the primary frees any limiter lease it still held. A thread cannot die any harder
+ * without taking the process with it (see thread.ts): after a crash of the whole process, each
+ * thread's journal records the exchanges it held as interrupted at the next start.
+ */
+import { createServer } from 'node:net';
+import { MessageChannel, Worker } from 'node:worker_threads';
+import type { Logger } from 'pino';
+import { resolveAdminToken } from '../admin/token.js';
+import type { Config, LoadOptions } from '../config.js';
+import { createDemoKey, openStore, type Gateway } from '../gateway.js';
+import { MemoryLimiter } from '../limiter-memory.js';
+import { spendInUsage } from '../limiter.js';
+import type { ReloadOutcome } from '../reload.js';
+import { LimiterHost } from './limiter.js';
+import type { PrimaryMessage, ThreadData, ThreadMessage } from './thread.js';
+
+export interface WorkerPool {
+  /** How many threads serve. */
+  readonly size: number;
+  /** Threads started to replace ones that died. */
+  readonly replacements: number;
+  /** Throws an uncaught error in a thread, the way a bug would; it stops and is replaced. For drills and tests. */
+  crash(index: number): void;
+}
+
+/** The replacement of a thread that keeps dying waits longer each time, up to this. */
+const MAX_RESTART_DELAY_MS = 10_000;
+/** A thread that served this long before dying is replaced at once. */
+const STABLE_MS = 30_000;
+
+export async function startWorkers(config: Config, log: Logger, source: LoadOptions): Promise<Gateway> {
+  const store = await openStore(config, { owner: false, log });
+  const count = config.server.workers;
+  const threads: (Worker | undefined)[] = Array(count).fill(undefined);
+  let closing = false;
+  let replacements = 0;
+  try {
+    const admin = await resolveAdminToken(config.dataDir, config.adminToken, store, config.store.kind !== 'sqlite');
+    const host = config.limiter.kind === 'memory' ? new LimiterHost(new MemoryLimiter(spendInUsage(store))) : undefined;
+    // The threads share the port, so none of them can refuse one already taken: check it here. Port
+    // 0 is chosen here too: the kernel lets no second socket join one bound to port 0.
+    let port = await portFree(config.server.host, config.server.port);
+    let families: string[] = [];
+    const pendingReloads = new Map<number, (outcome: ReloadOutcome) => void>();
+    let nextReload = 1;
+
+    const spawn = (index: number, failures = 0): Promise<void> => {
+      const channel = host && new MessageChannel();
+      const data: ThreadData = { config, source, index, port, admin, ...(channel && { limiterPort: channel.port2 }) };
+      const worker = new Worker(new URL('./thread.js', import.meta.url), { workerData: data, transferList: channel ? [channel.port2] : [] });
+      const release = host && channel ? host.serve(channel.port1) : () => {};
+      threads[index] = worker;
+      const started = Date.now();
+      return new Promise<void>((resolve, reject) => {
+        let listening = false;
+        worker.on('message', (message: ThreadMessage) => {
+          if (message.type === 'listening') {
+            listening = true;
+            families = message.families;
+            resolve();
+          } else if (message.type === 'reloaded') {
+            // One thread reloaded through the admin API: the others read the same file.
+            for (const other of threads) if (other && other !== worker) other.postMessage({ type: 'reload', id: 0, via: message.via } satisfies PrimaryMessage);
+          } else if (message.type === 'reload-outcome') {
+            pendingReloads.get(message.id)?.(message.outcome as ReloadOutcome);
+            pendingReloads.delete(message.id);
+          }
+        });
+        worker.on('error', (err) => {
+          if (!listening) reject(err);
+          else log.error({ err, worker: index }, 'worker thread failed');
+        });
+        worker.on('exit', (code) => {
+          release();
+          if (threads[index] === worker) threads[index] = undefined;
+          if (!listening) return reject(new Error(`worker thread ${index} exited (${code}) before listening`));
+          if (closing) return;
+          const stable = Date.now() - started >= STABLE_MS;
+          const delay = stable ? 0 : Math.min(MAX_RESTART_DELAY_MS, 250 * 2 ** failures);
+          log.error({ worker: index, code, delayMs: delay }, 'worker thread ended: replacing it');
+          setTimeout(() => {
+            if (closing) return;
+            replacements++;
+            spawn(index, stable ? 0 : failures + 1).catch((err) => log.error({ err, worker: index }, 'replacing a worker thread failed'));
+          }, delay).unref();
+        });
+      });
+    };
+
+    await Promise.all(Array.from({ length: count }, (_, i) => spawn(i)));
+    const firstStart = await createDemoKey(store, families);
+    log.info({ workers: count, port }, 'worker threads listening');
+
+    const broadcast = (message: PrimaryMessage) => threads.forEach((t) => t?.postMessage(message));
+    let shutdown: Promise<void> | undefined;
+    return {
+      port,
+      store,
+      adminToken: admin.token,
+      admin,
+      families,
+      firstStart,
+      workers: {
+        size: count,
+        get replacements() {
+          return replacements;
+        },
+        crash(index) {
+          threads[index]?.postMessage({ type: 'crash' } satisfies PrimaryMessage);
+        },
+      },
+      async reload(via) {
+        const id = nextReload++;
+        const outcome = new Promise<ReloadOutcome>((resolve) => pendingReloads.set(id, resolve));
+        threads.find(Boolean)?.postMessage({ type: 'reload', id, via } satisfies PrimaryMessage);
+        for (const other of threads.filter(Boolean).slice(1)) other!.postMessage({ type: 'reload', id: 0, via } satisfies PrimaryMessage);
+        const result = await outcome;
+        if (result.applied) {
+          await store.recordAudit({ time: Date.now(), actor: `signal:${via}`, action: 'config.reload', target: null, detail: JSON.stringify(result.changes) }).catch((err) => log.error({ err }, 'auditing a reload failed'));
+        }
+        return result;
+      },
+      shutdown: () =>
+        (shutdown ??= (async () => {
+          closing = true;
+          const exited = threads.filter(Boolean).map((t) => new Promise((resolve) => t!.once('exit', resolve)));
+          broadcast({ type: 'shutdown' });
+          // Each thread drains within the shutdown timeout and then ends by itself (see thread.ts).
+          await Promise.all(exited);
+          await store.close();
+        })()),
+    };
+  } catch (err) {
+    closing = true;
+    const running = threads.filter((t): t is Worker => t !== undefined);
+    await Promise.all(running.map((t) => new Promise((resolve) => (t.once('exit', resolve), t.postMessage({ type: 'shutdown' } satisfies PrimaryMessage)))));
+    await store.close();
+    throw err;
+  }
+}
+
+/** `port` (a free one when 0) once nothing listens on it; fails the way a single-threaded start would otherwise. */
+function portFree(host: string, port: number): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const probe = createServer();
+    probe.once('error', (err: NodeJS.ErrnoException) =>
+      reject(new Error(`cannot listen on ${host}:${port}: ${err.code === 'EADDRINUSE' ? 'the address is already in use (is another Sluice running?)' : err.message}`)),
+    );
+    probe.listen({ host, port, exclusive: true }, () => {
+      const chosen = (probe.address() as { port: number }).port;
+      probe.close(() => resolve(chosen));
+    });
+  });
+}

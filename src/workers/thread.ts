@@ -1,0 +1,70 @@
+/**
+ * A worker thread's entry: one full gateway (its own uWebSockets.js app on the shared port, its
+ * own store connection and usage journal) that takes the admin credential and, with the memory
+ * limiter, the limits from the primary thread (primary.ts).
+ */
+import { parentPort, workerData, type MessagePort } from 'node:worker_threads';
+import type { AdminCredential } from '../admin/token.js';
+import type { Config, LoadOptions } from '../config.js';
+import { startGateway } from '../gateway.js';
+import { createLogger } from '../log.js';
+import { RemoteLimiter } from './limiter.js';
+
+export interface ThreadData {
+  config: Config;
+  source: LoadOptions;
+  index: number;
+  port: number;
+  admin: AdminCredential;
+  limiterPort?: MessagePort;
+}
+
+/** What a thread tells the primary. */
+export type ThreadMessage =
+  | { type: 'listening'; port: number; families: string[] }
+  | { type: 'reloaded'; via: string }
+  | { type: 'reload-outcome'; id: number; outcome: unknown };
+
+/** What the primary tells a thread. `crash` throws an uncaught error in it: a drill of the real failure path. */
+export type PrimaryMessage = { type: 'reload'; id: number; via: string } | { type: 'shutdown' } | { type: 'crash' };
+
+const { config, source, index, port, admin, limiterPort } = workerData as ThreadData;
+const parent = parentPort!;
+const tell = (message: ThreadMessage) => parent.postMessage(message);
+const log = createLogger(config.log.level).child({ worker: index });
+
+const gateway = await startGateway(config, log, source, {
+  index,
+  admin,
+  port,
+  ...(limiterPort && { limiter: new RemoteLimiter(limiterPort) }),
+  reloaded: (via) => tell({ type: 'reloaded', via }),
+});
+/**
+ * A thread ends only by letting its event loop run empty: with uWebSockets.js 20.30 a thread that
+ * exits or is terminated while the app holds its loop aborts the whole process. So a thread stops
+ * the way the gateway shuts down (its exchanges end with their family's failure and their
+ * records), closes its port to the primary, and leaves; the primary replaces it.
+ */
+let stopping: Promise<void> | undefined;
+const stop = (drainMs?: number) =>
+  (stopping ??= gateway
+    .shutdown(drainMs)
+    .catch((err) => log.error({ err }, 'worker thread shutdown failed'))
+    .finally(() => parent.close()));
+
+const crashed = (err: unknown) => {
+  log.fatal({ err }, 'worker thread failed: it stops now and the primary replaces it');
+  void stop(0);
+};
+process.on('uncaughtException', crashed);
+process.on('unhandledRejection', crashed);
+
+parent.on('message', async (message: PrimaryMessage) => {
+  if (message.type === 'reload') tell({ type: 'reload-outcome', id: message.id, outcome: await gateway.reload(message.via) });
+  else if (message.type === 'shutdown') void stop();
+  else if (message.type === 'crash') setImmediate(() => {
+    throw new Error('crash drill: an uncaught error in a worker thread');
+  });
+});
+tell({ type: 'listening', port: gateway.port, families: gateway.families });
