@@ -8,6 +8,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Pool } from 'undici';
+import { scaleRows } from './scale.js';
 
 const dist = fileURLToPath(new URL('..', import.meta.url));
 
@@ -124,7 +125,7 @@ export const scenarios: Scenario[] = [
 /** The simulator's own model for each family: the direct baseline. */
 const nativeModel: Record<Family, string> = { chat: 'sim-chat', responses: 'sim-responses', gemini: 'sim-gemini' };
 
-function requestFor(family: Family, model: string, s: Scenario): { path: string; body: string } {
+export function requestFor(family: Family, model: string, s: Scenario): { path: string; body: string } {
   if (family === 'gemini') {
     const path = `/v1beta/models/${model}:${s.stream ? 'streamGenerateContent?alt=sse' : 'generateContent'}`;
     return { path, body: JSON.stringify({ contents: [{ role: 'user', parts: [{ text: s.prompt }] }] }) };
@@ -133,7 +134,7 @@ function requestFor(family: Family, model: string, s: Scenario): { path: string;
   return { path: '/v1/chat/completions', body: JSON.stringify({ model, messages: [{ role: 'user', content: s.prompt }], stream: s.stream }) };
 }
 
-const authFor = (family: Family, key: string): Record<string, string> => (family === 'gemini' ? { 'x-goog-api-key': key } : { authorization: `Bearer ${key}` });
+export const authFor = (family: Family, key: string): Record<string, string> => (family === 'gemini' ? { 'x-goog-api-key': key } : { authorization: `Bearer ${key}` });
 
 export async function runE2e(): Promise<Record<string, string>[]> {
   const dataDir = mkdtempSync(join(tmpdir(), 'sluice-bench-'));
@@ -196,6 +197,7 @@ export async function runE2e(): Promise<Record<string, string>[]> {
       }
     }
     rows.push(...(await limiterCost(gatewayUrl!, dataDir, key!)));
+    rows.push(...(await scaleRows({ url: simUrl, pid: sim.child.pid! })));
     return rows;
   } finally {
     for (const p of procs) p.kill('SIGTERM');

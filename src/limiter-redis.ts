@@ -18,7 +18,8 @@
  * Every key is passed in KEYS, so a decision touches only what it declares.
  *
  * Redis unreachable or not answering within timeoutMs: the fail mode decides, logged once when
- * Redis goes and once when it is back, and counted in `stats`.
+ * Redis goes and once when it is back, and counted in `stats`. A decision that timed out may still
+ * run on Redis later; nobody renews its lease, so what it took returns after leaseMs.
  */
 import { randomUUID } from 'node:crypto';
 import { Redis } from 'ioredis';
@@ -281,7 +282,7 @@ export class RedisLimiter implements Limiter<RedisLease> {
   private readonly live = new Map<string, RedisLease>();
   private renewal: NodeJS.Timeout | undefined;
   private renewing = false;
-  /** Spend of a budget period being read from the usage records, by scope and period. */
+  /** Spend of a budget period read from the usage records, kept until Redis has it: a burst that found it missing reads it once. */
   private readonly spendReads = new Map<string, Promise<number>>();
 
   constructor(
@@ -330,14 +331,16 @@ export class RedisLimiter implements Limiter<RedisLease> {
     }
     if (reply[0] === 'missing') {
       // Read outside the try: a store that cannot say what was spent is not Redis being away.
-      const missing = reply.slice(1).map(Number);
-      const reads = await Promise.all(missing.map((i) => this.spendOf(scopes[i]!)));
-      const spent: (number | undefined)[] = [];
-      missing.forEach((i, j) => (spent[i] = reads[j]));
+      const missing = reply.slice(1).map((i) => scopes[Number(i)]!);
+      const reads = await Promise.all(missing.map((scope) => this.spendOf(scope)));
+      const spent = scopes.map((scope) => reads[missing.indexOf(scope)]);
       try {
         reply = await decide(spent);
       } catch (err) {
         return this.unavailable(scopes, err);
+      } finally {
+        // Redis has it now; every call that found it missing was sent before this one and is answered.
+        for (const scope of missing) this.spendReads.delete(spendReadKey(scope));
       }
       // The spends given are written when absent, so a second answer is always a decision.
       if (reply[0] === 'missing') throw new Error('the Redis limiter did not take the budget spends it was given');
@@ -400,11 +403,12 @@ export class RedisLimiter implements Limiter<RedisLease> {
   }
 
   private spendOf(scope: LimitScope): Promise<number> {
-    const key = `${scope.id}\n${scope.budget!.since}`;
+    const key = spendReadKey(scope);
     let read = this.spendReads.get(key);
     if (!read) {
-      read = this.spendSource(scope.id, scope.budget!.since).finally(() => this.spendReads.delete(key));
-      this.spendReads.set(key, read);
+      const started = (read = this.spendSource(scope.id, scope.budget!.since));
+      this.spendReads.set(key, started);
+      started.catch(() => this.spendReads.get(key) === started && this.spendReads.delete(key));
     }
     return read;
   }
@@ -481,6 +485,8 @@ export class RedisLimiter implements Limiter<RedisLease> {
     }
   }
 }
+
+const spendReadKey = (scope: LimitScope) => `${scope.id}\n${scope.budget!.since}`;
 
 function limitOf(scope: LimitScope, reason: Refusal): number {
   switch (reason) {

@@ -13,7 +13,7 @@
 import pg from 'pg';
 import { pino, type Logger } from 'pino';
 import { createLogger } from '../log.js';
-import { hashSecret, mintKey } from './sqlite.js';
+import { hashSecret, mintKey } from './secrets.js';
 import {
   StoreUnavailableError,
   type ApiKey,

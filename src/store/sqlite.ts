@@ -7,10 +7,10 @@
  * stores of the other worker threads of the process (the CLI in another process is not told: the
  * caches' TTL covers it).
  */
-import { createHash, randomBytes } from 'node:crypto';
 import { resolve } from 'node:path';
 import { BroadcastChannel } from 'node:worker_threads';
 import Database from 'better-sqlite3';
+import { hashSecret, mintKey } from './secrets.js';
 import type { ApiKey, AuditEntry, AuditQuery, Budget, Group, GroupInput, KeyPatch, Limits, StoreBackend, UpstreamActivity, UsagePoint, UsageQuery, UsageRecord, UsageTotals } from './store.js';
 
 /** Each entry moves the schema one version forward; never edit a released one, append. */
@@ -118,16 +118,6 @@ const absentUsage: Record<keyof UsageRecord, null> = {
   completionTokens: null, estimated: null, latencyMs: null, ttfbMs: null, streamed: null, outcome: null, error: null, notes: null,
   cachedInputTokens: null, cacheWriteTokens: null, reasoningTokens: null, cost: null, channel: null, attempts: null,
 };
-
-export function hashSecret(secret: string): string {
-  return createHash('sha256').update(secret).digest('hex');
-}
-
-/** A new key's secret and what a store keeps of it: an id, the secret's hash and its first characters. */
-export function mintKey(): { id: string; secret: string; hash: string; prefix: string } {
-  const secret = `sk-${randomBytes(24).toString('base64url')}`;
-  return { id: `key_${randomBytes(8).toString('hex')}`, secret, hash: hashSecret(secret), prefix: secret.slice(0, 7) };
-}
 
 interface GroupRow {
   name: string;
