@@ -151,8 +151,6 @@ async function serve(config: Config): Promise<void> {
   // The same file as main() loaded: a reload reads it again.
   const gateway = await startGateway(config, log, { path: values.config ?? process.env.SLUICE_CONFIG });
   const url = `http://${config.server.host}:${gateway.port}`;
-  process.stdout.write(startBanner(config, gateway, url));
-  log.info({ url, models: config.models.map((m) => m.id) }, 'sluice listening');
   const stop = (signal: string) => {
     log.info({ signal }, 'shutting down: draining in-flight requests');
     gateway.shutdown().then(
@@ -171,6 +169,9 @@ async function serve(config: Config): Promise<void> {
   process.once('SIGINT', () => stop('SIGINT'));
   // The reload logs its outcome: the changes, or why the running config stays.
   process.on('SIGHUP', () => void gateway.reload('SIGHUP'));
+  // Announced once the signals are handled: a supervisor may stop it as soon as it reads this.
+  process.stdout.write(startBanner(config, gateway, url));
+  log.info({ url, models: config.models.map((m) => m.id) }, 'sluice listening');
 }
 
 async function manage(config: Config, [resource, action, target]: string[]): Promise<unknown> {

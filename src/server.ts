@@ -212,6 +212,9 @@ export function startServer(options: ServerOptions): Promise<RunningServer> {
           await new Promise((r) => setTimeout(r, 50));
           for (const socket of sockets) socket.close(1001, 'the gateway is shutting down');
           clearInterval(prober);
+          // Idle keep-alive connections too (in the binary, not in the 20.30 declarations): uWS
+          // would hold them, and a worker thread's event loop with them, for its 10 s idle timeout.
+          (app as unknown as { close(): void }).close();
         },
       });
     });
