@@ -47,6 +47,7 @@ export const catalog = {
   upstream_unavailable: { status: 503, kind: 'unavailable' },
   shutting_down: { status: 503, kind: 'unavailable' },
   overloaded: { status: 503, kind: 'unavailable' },
+  store_unavailable: { status: 503, kind: 'unavailable' },
   upstream_busy: { status: 503, kind: 'unavailable' },
   upstream_timeout: { status: 504, kind: 'timeout' },
 } as const satisfies Record<string, CatalogEntry>;

@@ -78,3 +78,22 @@ t.test('a thread that fails is replaced; the exchanges it held end with a failur
   }, 'the records of the cut exchanges');
   t.equal(records.filter((r: any) => r.outcome === 'shutdown').length, cut.length, 'one record per stream cut');
 });
+
+// Last: it locks this address out of the admin API.
+t.test('wrong admin tokens count once across threads: the sixth try waits, whichever thread takes it', async (t) => {
+  const { Agent } = await import('undici');
+  const tryToken = async (token: string) => {
+    const dispatcher = new Agent({ connections: 1 });
+    // @ts-expect-error undici's fetch takes a dispatcher
+    const res = await fetch(`${gw.url}/admin/groups`, { headers: { authorization: `Bearer ${token}` }, dispatcher });
+    await res.arrayBuffer();
+    await dispatcher.close();
+    return res.status;
+  };
+  const wrong = [];
+  for (let i = 0; i < 5; i++) wrong.push(await tryToken(`wrong-token-${i}`));
+  t.same(wrong, [401, 401, 401, 401, 401]);
+  const statuses = [];
+  for (let i = 0; i < 4; i++) statuses.push(await tryToken(gw.adminToken));
+  t.same(statuses, [429, 429, 429, 429], 'even the right token waits, on every connection');
+});

@@ -6,6 +6,7 @@ import { definePlugin } from '../../src/contracts.js';
 import { GatewayError } from '../../src/errors.js';
 import type { Exchange } from '../../src/exchange.js';
 import type { KeyLookup } from '../../src/store/cache.js';
+import { StoreUnavailableError } from '../../src/store/store.js';
 
 /** Enough of a secret to recognise it in an error, never enough to use it. */
 function mask(secret: string): string {
@@ -21,9 +22,15 @@ export default definePlugin(({ store }) => ({
     }
     if (secret === '') return new GatewayError('invalid_api_key', 'The API key header is malformed.');
     const found = store.keyBySecret(secret);
-    return found instanceof Promise ? found.then((f) => identify(ex, secret, f)) : identify(ex, secret, found);
+    return found instanceof Promise ? found.then((f) => identify(ex, secret, f), unreachable) : identify(ex, secret, found);
   },
 }));
+
+/** The database is down and the key was never seen: it cannot be checked, which is not the caller's fault. */
+function unreachable(err: unknown): GatewayError {
+  if (!(err instanceof StoreUnavailableError)) throw err;
+  return new GatewayError('store_unavailable', 'The API key cannot be checked right now: the key store is unavailable. Try again shortly.', null, undefined, undefined, 5);
+}
 
 function identify(ex: Exchange, secret: string, found: KeyLookup | undefined): GatewayError | undefined {
   if (!found) return new GatewayError('invalid_api_key', `Incorrect API key provided: ${mask(secret)}.`);

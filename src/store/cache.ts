@@ -67,10 +67,13 @@ export class CachedStore implements Store {
     return found;
   }
 
-  /** Forgets every cached lookup; the next request of each key reads the store. */
+  /**
+   * Every cached lookup goes stale: the next request of each key reads the store, and falls back
+   * on what it last read only while the store is unreachable.
+   */
   forget(): void {
     this.generation++;
-    this.keys.clear();
+    for (const entry of this.keys.values()) entry.expires = 0;
     // A lookup that began before a write must not be joined by requests that came after it.
     this.loading.clear();
   }
