@@ -160,7 +160,8 @@ export async function runE2e(): Promise<Record<string, string>[]> {
     );
     const gw = await spawnUntil(
       [join(dist, 'src/main.js'), 'serve', '--config', config],
-      { SLUICE_PORT: '0', SLUICE_DATA_DIR: dataDir, SLUICE_LOG_LEVEL: 'info' },
+      // One thread, as the ratios have always been measured; the scale rows compare thread counts.
+      { SLUICE_PORT: '0', SLUICE_DATA_DIR: dataDir, SLUICE_LOG_LEVEL: 'info', SLUICE_WORKERS: '1' },
       /demo key[^:]*: (sk-\S+)[\s\S]*"url":"(http:\/\/127\.0\.0\.1:\d+)"/,
     );
     procs.push(gw.child);

@@ -22,6 +22,8 @@ const ROUNDS = 3;
 
 interface Instance {
   label: string;
+  /** The servers it uses besides the simulator, whose CPU shows among the other processes'. */
+  servers?: string;
   url: string;
   pid: number;
   demoKey: string;
@@ -31,7 +33,7 @@ interface Instance {
   stop(): Promise<void>;
 }
 
-async function startInstance(label: string, simUrl: string, workers: number, backing: string[]): Promise<Instance> {
+async function startInstance(label: string, simUrl: string, workers: number, backing: string[], servers?: string): Promise<Instance> {
   const dataDir = mkdtempSync(join(tmpdir(), 'sluice-bench-scale-'));
   const config = join(dataDir, 'sluice.yaml');
   writeFileSync(
@@ -73,7 +75,7 @@ async function startInstance(label: string, simUrl: string, workers: number, bac
     await admin('/admin/groups', { name: 'bench-limited', models: ['*'], families: ['chat'], limits, budget: { amount: 1e9, period: 'month' } });
     const limitedKey = (await admin('/admin/keys', { group: 'bench-limited' })).key as string;
     if (!limitedKey) throw new Error(`${label}: could not create the limited key`);
-    return { label, url: url!, pid: gw.child.pid!, demoKey: demoKey!, limitedKey, stop };
+    return { label, ...(servers && { servers }), url: url!, pid: gw.child.pid!, demoKey: demoKey!, limitedKey, stop };
   } catch (err) {
     await stop();
     throw err;
@@ -121,37 +123,41 @@ function cpuSeconds(pids: number[]): number[] | undefined {
 
 interface Measured {
   load: LoadResult;
+  /** The gateway's `servers`. */
+  servers?: string;
   /** Cores used while it ran; absent without /proc. */
   cpu?: { gateway: number; loadGenerator: number; simulator: number; machine: number };
 }
 
-async function measure(run: () => Promise<LoadResult>, gatewayPid: number, simulatorPid: number): Promise<Measured> {
-  const pids = [gatewayPid, process.pid, simulatorPid];
+async function measure(run: () => Promise<LoadResult>, gateway: Instance, simulatorPid: number): Promise<Measured> {
+  const pids = [gateway.pid, process.pid, simulatorPid];
   const before = cpuSeconds(pids);
   const load = await run();
   const after = cpuSeconds(pids);
-  if (!before || !after) return { load };
-  const [gateway, loadGenerator, simulator, machine] = after.map((t, i) => (t - before[i]!) / load.seconds) as [number, number, number, number];
-  return { load, cpu: { gateway, loadGenerator, simulator, machine } };
+  const servers = gateway.servers;
+  if (!before || !after) return { load, servers };
+  const used = after.map((t, i) => (t - before[i]!) / load.seconds);
+  return { load, servers, cpu: { gateway: used[0]!, loadGenerator: used[1]!, simulator: used[2]!, machine: used[3]! } };
 }
 
 /** The CPU each process used, and what most likely limits the figure. */
-function note({ cpu }: Measured): string {
+function note({ cpu, servers }: Measured): string {
   if (!cpu) return '';
   const { gateway, loadGenerator, simulator, machine } = cpu;
   const others = Math.max(0, machine - gateway - loadGenerator - simulator);
-  const shares = `cores: gateway ${gateway.toFixed(2)}, load gen ${loadGenerator.toFixed(2)}, simulator ${simulator.toFixed(2)}, other ${others.toFixed(2)} of ${cores}`;
+  const idle = Math.max(0, cores - machine);
+  const shares = `cores: gateway ${gateway.toFixed(2)}, load gen ${loadGenerator.toFixed(2)}, simulator ${simulator.toFixed(2)}, other${servers ? ` (${servers} among them)` : ''} ${others.toFixed(2)}, idle ${idle.toFixed(2)} of ${cores}`;
   // The load generator and the simulator are one thread each.
   if (loadGenerator >= 0.9) return `${shares}: the load generator is saturated and likely limits this`;
   if (simulator >= 0.9) return `${shares}: the simulator is saturated and likely limits this`;
-  if (machine >= 0.9 * cores) return `${shares}: all cores busy, the machine limits this`;
+  if (idle < 0.15 * cores) return `${shares}: cores nearly all busy, the machine likely limits this`;
   return shares;
 }
 
 interface Workload {
   name: string;
   scenario: Scenario;
-  key: (i: Instance) => string;
+  key: 'limitedKey' | 'demoKey';
   /** What the ratios compare: req/s, or MB/s for streams. */
   rate: (r: LoadResult) => number;
   unit: string;
@@ -165,14 +171,14 @@ function findScenario(name: string): Scenario {
 
 export async function scaleRows(simulator: { url: string; pid: number }): Promise<Record<string, string>[]> {
   const short = findScenario('chat, non-stream, 16 tokens');
-  const long = findScenario('chat passthrough, 4000 tokens');
+  // Half the main rows' streams: each round measures it on three instances.
+  const long = { ...findScenario('chat passthrough, 4000 tokens'), requests: 150 };
   const reqs = (r: LoadResult) => r.reqPerSec;
   const mbs = (r: LoadResult) => r.mbPerSec;
-  const limited = (i: Instance) => i.limitedKey;
   const workloads: Workload[] = [
-    { name: `${short.name}, limited key`, scenario: short, key: limited, rate: reqs, unit: 'req/s' },
-    { name: `${short.name}, demo key (no limits)`, scenario: short, key: (i) => i.demoKey, rate: reqs, unit: 'req/s' },
-    { name: `${long.name}, limited key`, scenario: long, key: limited, rate: mbs, unit: 'MB/s' },
+    { name: `${short.name}, limited key`, scenario: short, key: 'limitedKey', rate: reqs, unit: 'req/s' },
+    { name: `${short.name}, demo key (no limits)`, scenario: short, key: 'demoKey', rate: reqs, unit: 'req/s' },
+    { name: `${long.name}, limited key`, scenario: long, key: 'limitedKey', rate: mbs, unit: 'MB/s' },
   ];
 
   const instances: Instance[] = [];
@@ -187,25 +193,28 @@ export async function scaleRows(simulator: { url: string; pid: number }): Promis
       // Closed: a limiter that could not decide shows up as failed requests, not as free ones.
       `limiter: { kind: redis, url: "${redis.url}", failMode: closed }`,
     ];
-    const one = await startInstance('1 worker', simulator.url, 1, local);
-    instances.push(one);
-    const many = await startInstance(`${manyWorkers} workers`, simulator.url, manyWorkers, local);
-    instances.push(many);
-    const sharing = await startInstance('1 worker, postgres + redis', simulator.url, 1, shared);
-    instances.push(sharing);
+    const started = await Promise.allSettled([
+      startInstance('1 worker', simulator.url, 1, local),
+      startInstance(`${manyWorkers} workers`, simulator.url, manyWorkers, local),
+      startInstance('1 worker, postgres + redis', simulator.url, 1, shared, 'PostgreSQL, Redis'),
+    ]);
+    for (const s of started) if (s.status === 'fulfilled') instances.push(s.value);
+    const failed = started.find((s): s is PromiseRejectedResult => s.status === 'rejected');
+    if (failed) throw failed.reason;
+    const [one, many, sharing] = instances as [Instance, Instance, Instance];
 
     // Which instances run which workload: the demo key row only matters for the workers.
-    const runs = (w: Workload) => (w.key === limited ? instances : [one, many]);
+    const runs = (w: Workload) => (w.key === 'limitedKey' ? instances : [one, many]);
     const loadOf = (w: Workload, i: Instance) => {
       const { path, body } = requestFor('chat', 'sim-chat', w.scenario);
-      return { url: i.url + path, headers: authFor('chat', w.key(i)), body, requests: w.scenario.requests, concurrency: w.scenario.concurrency };
+      return { url: i.url + path, headers: authFor('chat', i[w.key]), body, requests: w.scenario.requests, concurrency: w.scenario.concurrency };
     };
     for (const w of workloads) for (const i of runs(w)) await runLoad({ ...loadOf(w, i), requests: Math.min(200, w.scenario.requests) });
     const results = new Map<string, Measured[]>();
     for (let round = 0; round < ROUNDS; round++) {
       for (const w of workloads) {
         for (const i of runs(w)) {
-          const m = await measure(() => runLoad(loadOf(w, i)), i.pid, simulator.pid);
+          const m = await measure(() => runLoad(loadOf(w, i)), i, simulator.pid);
           results.set(`${w.name}|${i.label}`, [...(results.get(`${w.name}|${i.label}`) ?? []), m]);
         }
       }
@@ -230,7 +239,7 @@ export async function scaleRows(simulator: { url: string; pid: number }): Promis
       const ratio = `workers ${manyWorkers}/1 ${w.unit} ${(w.rate(b.load) / w.rate(a.load)).toFixed(2)}`;
       rows.push(row(`workers: ${w.name}`, 'sluice, 1 worker', w, a), row(`workers: ${w.name}`, `sluice, ${manyWorkers} workers`, w, b, ratio));
     }
-    for (const w of workloads.filter((x) => x.key === limited)) {
+    for (const w of workloads.filter((x) => x.key === 'limitedKey')) {
       const [a, b] = [best(w, one), best(w, sharing)];
       const ratio = `postgres+redis / sqlite+memory ${w.unit} ${(w.rate(b.load) / w.rate(a.load)).toFixed(2)}`;
       rows.push(row(`sharing: ${w.name}`, 'sluice, sqlite + memory limiter', w, a), row(`sharing: ${w.name}`, 'sluice, postgres + redis', w, b, ratio));
