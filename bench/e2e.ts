@@ -206,12 +206,8 @@ export async function runE2e(): Promise<Record<string, string>[]> {
   }
 }
 
-/**
- * What the limiter costs on the hot path: the short chat request with a key whose group has every
- * kind of limit (rpm, tpm with its tokenizer estimate, concurrency, a budget with its priced
- * reservation), against the unlimited demo key, in alternating rounds.
- */
-async function limiterCost(gatewayUrl: string, dataDir: string, demoKey: string): Promise<Record<string, string>[]> {
+/** A key in a new group `bench-limited` with every kind of limit, none of them reached by a benchmark. */
+export async function limitedKeyOf(gatewayUrl: string, dataDir: string): Promise<string> {
   const admin = (path: string, body: unknown) =>
     fetch(gatewayUrl + path, {
       method: 'POST',
@@ -220,7 +216,16 @@ async function limiterCost(gatewayUrl: string, dataDir: string, demoKey: string)
     }).then((r) => r.json() as Promise<Record<string, any>>);
   const limits = { rpm: 10_000_000, tpm: 1_000_000_000, concurrency: 100_000 };
   await admin('/admin/groups', { name: 'bench-limited', models: ['*'], families: ['chat'], limits, budget: { amount: 1e9, period: 'month' } });
-  const limitedKey = (await admin('/admin/keys', { group: 'bench-limited' })).key as string;
+  return (await admin('/admin/keys', { group: 'bench-limited' })).key as string;
+}
+
+/**
+ * What the limiter costs on the hot path: the short chat request with a key whose group has every
+ * kind of limit (rpm, tpm with its tokenizer estimate, concurrency, a budget with its priced
+ * reservation), against the unlimited demo key, in alternating rounds.
+ */
+async function limiterCost(gatewayUrl: string, dataDir: string, demoKey: string): Promise<Record<string, string>[]> {
+  const limitedKey = await limitedKeyOf(gatewayUrl, dataDir);
   const s = scenarios[0]!;
   const { path, body } = requestFor('chat', 'sim-chat', s);
   const load = (key: string): Load => ({ url: gatewayUrl + path, headers: authFor('chat', key), body, requests: s.requests, concurrency: s.concurrency });

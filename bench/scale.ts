@@ -13,7 +13,7 @@ import { availableParallelism, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { startPostgres, startRedis, type PostgresServer, type RedisServer } from '../test/servers.js';
-import { authFor, requestFor, runLoad, scenarios, spawnUntil, type LoadResult, type Scenario } from './e2e.js';
+import { authFor, limitedKeyOf, requestFor, runLoad, scenarios, spawnUntil, type LoadResult, type Scenario } from './e2e.js';
 
 const dist = fileURLToPath(new URL('..', import.meta.url));
 const cores = availableParallelism();
@@ -65,15 +65,7 @@ async function startInstance(label: string, simUrl: string, workers: number, bac
     rmSync(dataDir, { recursive: true, force: true });
   };
   try {
-    const admin = (path: string, body: unknown) =>
-      fetch(url + path, {
-        method: 'POST',
-        headers: { authorization: `Bearer ${readFileSync(join(dataDir, 'admin-token'), 'utf8').trim()}`, 'content-type': 'application/json' },
-        body: JSON.stringify(body),
-      }).then((r) => r.json() as Promise<Record<string, any>>);
-    const limits = { rpm: 10_000_000, tpm: 1_000_000_000, concurrency: 100_000 };
-    await admin('/admin/groups', { name: 'bench-limited', models: ['*'], families: ['chat'], limits, budget: { amount: 1e9, period: 'month' } });
-    const limitedKey = (await admin('/admin/keys', { group: 'bench-limited' })).key as string;
+    const limitedKey = await limitedKeyOf(url!, dataDir);
     if (!limitedKey) throw new Error(`${label}: could not create the limited key`);
     return { label, ...(servers && { servers }), url: url!, pid: gw.child.pid!, demoKey: demoKey!, limitedKey, stop };
   } catch (err) {
