@@ -2,7 +2,7 @@
  * Boot: config → store → plugins → upstreams → pipeline → server, and the way back down.
  * Plugins are loaded by the names listed in config; the core imports none of them.
  */
-import { mkdirSync, readdirSync } from 'node:fs';
+import { mkdirSync, readdirSync, unlinkSync } from 'node:fs';
 import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import type { Logger } from 'pino';
@@ -25,6 +25,7 @@ import { PostgresStore } from './store/postgres.js';
 import { CachedStore } from './store/cache.js';
 import { JournaledStore, type JournalOptions } from './store/journal.js';
 import { SqliteStore } from './store/sqlite.js';
+import type { StoreBackend } from './store/store.js';
 import { TrustedProxies } from './trusted-proxies.js';
 
 /** What the plugins listed in config contribute. */
@@ -118,14 +119,11 @@ function resolveFamilies(model: ModelConfig, upstreamFamily: string, families: C
 export async function openStore(config: Pick<Config, 'dataDir' | 'store'>, journal: JournalOptions & { file?: string } = { owner: false }): Promise<CachedStore> {
   const { dataDir } = config;
   mkdirSync(dataDir, { recursive: true, mode: 0o700 });
-  const backend =
-    config.store.kind === 'postgres'
-      ? await PostgresStore.open(config.store.url, { poolSize: config.store.poolSize, ...(journal.log && { log: journal.log }) })
-      : new SqliteStore(join(dataDir, 'sluice.db'));
+  const backend = await openBackend(config, journal.log);
   try {
     if (journal.owner) return new CachedStore(await JournaledStore.open(backend, join(dataDir, journal.file ?? 'usage.journal'), journal));
     // The CLI first replays every thread's journal, so it shows what the running gateway has recorded.
-    const [first = 'usage.journal', ...others] = readdirSync(dataDir).filter((f) => /^usage(-w\d+)?\.journal$/.test(f));
+    const [first = 'usage.journal', ...others] = journalFiles(dataDir);
     for (const file of others) await JournaledStore.open(backend, join(dataDir, file), journal);
     return new CachedStore(await JournaledStore.open(backend, join(dataDir, first), journal));
   } catch (err) {
@@ -134,6 +132,30 @@ export async function openStore(config: Pick<Config, 'dataDir' | 'store'>, journ
   }
 }
 
+function openBackend(config: Pick<Config, 'dataDir' | 'store'>, log?: Logger): Promise<StoreBackend> | StoreBackend {
+  return config.store.kind === 'postgres'
+    ? PostgresStore.open(config.store.url, { poolSize: config.store.poolSize, ...(log && { log }) })
+    : new SqliteStore(join(config.dataDir, 'sluice.db'));
+}
+
+/** The usage journals in a data dir: `usage.journal` of one thread, `usage-wN.journal` of worker thread N. */
+const journalFiles = (dataDir: string) => readdirSync(dataDir).filter((f) => /^usage(-w\d+)?\.journal$/.test(f));
+
+/**
+ * Journals no thread of this start will own (`server.workers` changed since they were written):
+ * each is taken over once, so its records are stored and its open exchanges recorded as
+ * interrupted, and removed when that worked (otherwise the next start tries again).
+ */
+export async function adoptJournals(config: Pick<Config, 'dataDir' | 'store'>, owned: string[], log: Logger): Promise<void> {
+  for (const file of journalFiles(config.dataDir).filter((f) => !owned.includes(f))) {
+    const path = join(config.dataDir, file);
+    const journal = await JournaledStore.open(await openBackend(config, log), path, { owner: true, log });
+    const stored = journal.drained;
+    await journal.close();
+    if (stored) unlinkSync(path);
+    log.info({ journal: file, stored }, stored ? 'usage journal of an earlier thread count stored and removed' : 'usage journal of an earlier thread count not stored yet: kept for the next start');
+  }
+}
 /** The configured limiter: this process's memory, or Redis shared by every instance. */
 export function createLimiter(config: Config, store: CachedStore, log: Logger): Limiter {
   const spend = spendInUsage(store);
@@ -187,6 +209,7 @@ export interface ThreadSetup {
  */
 export async function startGateway(config: Config, log: Logger, source: LoadOptions = {}, thread?: ThreadSetup): Promise<Gateway> {
   if (config.server.workers > 1 && !thread) return startWorkers(config, log, source);
+  if (!thread) await adoptJournals(config, ['usage.journal'], log);
   const store = await openStore(config, { owner: true, fsync: config.usage.journalFsync, log, ...(thread && { file: `usage-w${thread.index}.journal` }) });
   let loaded: Loaded;
   let admin: AdminCredential;

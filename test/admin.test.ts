@@ -77,6 +77,8 @@ t.test('sessions expire', async (t) => {
   t.notOk(await sessions.get(started.id, now + 60_000), 'expired at its deadline');
   t.notOk(await sessions.get('made-up', now + 500), 'an unknown id is no session');
   t.notOk(await gw.gateway.store.getState(`session:${started.id}`), 'the store holds the id only hashed');
+  const rotated = new Sessions(tokenDigest('a-new-admin-token-456'), gw.gateway.store, { ttlMs: 60_000 });
+  t.notOk(await rotated.get(started.id, now + 500), 'a new admin token ends the sessions of the old one');
 });
 
 t.test('models with channel health', async (t) => {

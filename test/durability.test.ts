@@ -4,7 +4,7 @@
  * never counts a record twice.
  */
 import { execFile, spawn, type ChildProcess } from 'node:child_process';
-import { appendFileSync, copyFileSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { appendFileSync, copyFileSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Writable } from 'node:stream';
@@ -81,7 +81,7 @@ t.test('kill -9 right after the last response loses no usage record', async (t) 
   t.same(stored, [...sent].sort(), 'each request id once');
 });
 
-t.test('kill -9 while streams run: each is recorded as interrupted at the next start, by the thread that takes over its journal', async (t) => {
+t.test('kill -9 while two threads stream: each stream is recorded as interrupted at the next start, even with one thread', async (t) => {
   const dataDir = scratchDir();
   // Two worker threads, each with its own journal.
   const first = await serve(dataDir, { SLUICE_WORKERS: '2' });
@@ -103,7 +103,9 @@ t.test('kill -9 while streams run: each is recorded as interrupted at the next s
   await first.exited;
   await Promise.allSettled(streams);
 
-  const second = await serve(dataDir, { SLUICE_WORKERS: '2' });
+  t.same(readdirSync(dataDir).filter((f) => f.endsWith('.journal')).sort(), ['usage-w0.journal', 'usage-w1.journal']);
+  // One thread now: it takes over both threads' journals.
+  const second = await serve(dataDir, { SLUICE_WORKERS: '1' });
   const usage = JSON.parse((await run(process.execPath, [main, 'usage', '--limit', '1000'], { env: { ...process.env, SLUICE_DATA_DIR: dataDir } })).stdout);
   second.child.kill('SIGTERM');
   await second.exited;
@@ -114,6 +116,7 @@ t.test('kill -9 while streams run: each is recorded as interrupted at the next s
     'each interrupted',
   );
   t.match(second.out(), /recorded as interrupted/);
+  t.same(readdirSync(dataDir).filter((f) => f.endsWith('.journal')), ['usage.journal'], 'the old journals are stored and removed');
 });
 
 const record = (i: number): UsageRecord => ({

@@ -25,7 +25,7 @@ const config = (dataDir: string, failMode = 'closed') => `dataDir: ${dataDir}
 log: { level: warn }
 server: { workers: 1, shutdownTimeoutMs: 2000 }
 store: { kind: postgres, url: "${database}" }
-limiter: { kind: redis, url: "${redis.url}", failMode: ${failMode}, leaseMs: ${LEASE_MS}, timeoutMs: 300 }
+limiter: { kind: redis, url: "${redis.url}", failMode: ${failMode}, leaseMs: ${LEASE_MS}, timeoutMs: 1000 }
 upstreams:
   sim: { kind: openai-chat, baseUrl: "${sim.url}/v1" }
 models:
@@ -83,6 +83,15 @@ t.test('the admin token made by the first instance works on all three; only the 
   t.match(instances[0]!.out(), /demo key/);
   t.notMatch(instances[1]!.out() + instances[2]!.out(), /demo key|sluice-admin-/, 'the others show neither the demo key nor the token');
   t.match(instances[1]!.out(), /admin token: the one made by the first instance/);
+});
+
+t.test('an instance whose data dir holds another admin token refuses to start, naming the fix', async (t) => {
+  const dir = mkdtempSync(join(tmpdir(), 'sluice-scale-other-'));
+  t.teardown(() => rmSync(dir, { recursive: true, force: true }));
+  writeFileSync(join(dir, 'sluice.yaml'), config(dir));
+  writeFileSync(join(dir, 'admin-token'), 'sluice-admin-a-different-token-from-elsewhere\n', { mode: 0o600 });
+  const err = (await serve(dir).catch((e: Error) => e)) as Error;
+  t.match(err.message, /not the one the shared store knows[\s\S]*remove the file to use the shared token, or set adminToken/);
 });
 
 exactnessTests(t, () => cluster);

@@ -47,13 +47,15 @@ export function adminRoutes(service: AdminService, sessions: Sessions, options: 
   const allowedOrigins = new Set(options.allowedOrigins.map((o) => normalizeOrigin(o) ?? o));
 
   /** Checks a token unless `client` is waiting out its wrong ones; throws on a wrong token. */
-  const checkToken = async (client: string, token: string): Promise<void> => {
-    const wait = await throttle.waitFor(client);
-    if (wait) throw new TooManyGuesses(wait);
-    if (sessions.isAdminToken(token)) return;
-    await throttle.failed(client);
-    throw new AdminError(401, 'invalid_admin_token', 'wrong admin token');
-  };
+  const checkToken = (client: string, token: string): Promise<void> =>
+    throttle.serially(client, async () => {
+      // The store is unreachable: tokens are still checked, unthrottled until it is back.
+      const wait = await throttle.waitFor(client).catch(unlessStoreAway(0));
+      if (wait) throw new TooManyGuesses(wait);
+      if (sessions.isAdminToken(token)) return;
+      await throttle.failed(client).catch(unlessStoreAway(0));
+      throw new AdminError(401, 'invalid_admin_token', 'wrong admin token');
+    });
 
   /**
    * Throws unless the caller is the admin; a cookie session must prove it is not a forged request.
@@ -181,6 +183,14 @@ export function adminRoutes(service: AdminService, sessions: Sessions, options: 
     }
   };
 }
+
+/** A fallback for when the store cannot be reached; other errors pass. */
+const unlessStoreAway =
+  <T>(fallback: T) =>
+  (err: unknown): T => {
+    if (err instanceof StoreUnavailableError) return fallback;
+    throw err;
+  };
 
 const consoleActor = (sessionId: string, via: ForwardedView) => `console:${sessionId.slice(0, 8)}@${via.client}`;
 

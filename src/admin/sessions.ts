@@ -23,14 +23,13 @@ export interface SessionOptions {
 
 const digest = (s: string) => createHash('sha256').update(s).digest();
 
-/** A session's name in the shared state: the hash of its id, so reading the store reveals no cookie. */
-const stateName = (id: string) => `session:${digest(id).toString('base64url')}`;
 
 export class Sessions {
   private readonly expected: Buffer;
   /** Signs device cookies; derived from the token, so a new admin token forgets every device. */
   private readonly deviceKey: Buffer;
   private readonly ttlMs: number;
+  private readonly tokenDigest: string;
 
   /** `tokenDigest`: the hex SHA-256 of the admin token (src/admin/token.ts). */
   constructor(
@@ -40,6 +39,7 @@ export class Sessions {
   ) {
     this.expected = Buffer.from(tokenDigest, 'hex');
     this.deviceKey = digest(`sluice device cookie\n${tokenDigest}`);
+    this.tokenDigest = tokenDigest;
     this.ttlMs = options.ttlMs ?? 8 * 60 * 60 * 1000;
   }
 
@@ -52,19 +52,27 @@ export class Sessions {
   async start(now = Date.now()): Promise<{ id: string; session: Session }> {
     const id = randomBytes(32).toString('base64url');
     const session = { csrfToken: randomBytes(24).toString('base64url'), expiresAt: now + this.ttlMs };
-    await this.state.setState(stateName(id), JSON.stringify(session), session.expiresAt);
+    await this.state.setState(this.stateName(id), JSON.stringify(session), session.expiresAt);
     return { id, session };
   }
 
   async get(id: string | undefined, now = Date.now()): Promise<Session | undefined> {
     if (!id) return undefined;
-    const stored = await this.state.getState(stateName(id));
+    const stored = await this.state.getState(this.stateName(id));
     const session = stored === undefined ? undefined : (JSON.parse(stored) as Session);
     return session && session.expiresAt > now ? session : undefined;
   }
 
   async logout(id: string | undefined): Promise<void> {
-    if (id) await this.state.deleteState(stateName(id));
+    if (id) await this.state.deleteState(this.stateName(id));
+  }
+
+  /**
+   * A session's name in the shared state: a hash of its id (reading the store reveals no cookie)
+   * and of the admin token, so a new token ends every session made with the old one.
+   */
+  private stateName(id: string): string {
+    return `session:${digest(`${this.tokenDigest}\n${id}`).toString('base64url')}`;
   }
 
   /** A new device cookie value: a random id and its signature. */

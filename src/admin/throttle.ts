@@ -99,8 +99,9 @@ export class MemoryThrottleStorage implements ThrottleStorage {
 
 /**
  * Counts in the store's shared state, so a guesser spreading tries over instances behind a load
- * balancer meets one throttle. Updates are read-modify-write: tries racing on two instances may be
- * counted once, which loosens the throttle by at most the number of instances.
+ * balancer meets one throttle. Updates are read-modify-write, one at a time per client within an
+ * instance (`GuessThrottle.serially`): tries racing on several instances may be counted once, which
+ * loosens the throttle by at most the number of instances.
  */
 export class SharedThrottleStorage implements ThrottleStorage {
   constructor(private readonly state: SharedState) {}
@@ -127,10 +128,25 @@ export class SharedThrottleStorage implements ThrottleStorage {
 export class GuessThrottle {
   private readonly options: ThrottleOptions;
   private readonly storage: ThrottleStorage;
+  /** Per client, the check under way: checks of one client run one after another (see `serially`). */
+  private readonly queues = new Map<string, Promise<unknown>>();
 
   constructor(options: Partial<ThrottleOptions> = {}, storage?: ThrottleStorage) {
     this.options = { ...defaultThrottle, ...options };
     this.storage = storage ?? new MemoryThrottleStorage(this.options.maxClients);
+  }
+
+  /**
+   * Runs `check` after the client's earlier checks have ended. A check reads the client's count,
+   * compares and writes it back; without this, parallel guesses from one client would all read the
+   * count before any of them wrote it, and all be checked.
+   */
+  serially<T>(client: string, check: () => Promise<T>): Promise<T> {
+    const next = (this.queues.get(client) ?? Promise.resolve()).then(check, check);
+    this.queues.set(client, next);
+    const forget = () => void (this.queues.get(client) === next && this.queues.delete(client));
+    next.then(forget, forget);
+    return next;
   }
 
   /** Whole seconds `client` must wait before its next token is checked, or 0. */

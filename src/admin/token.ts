@@ -33,7 +33,13 @@ export async function resolveAdminToken(dataDir: string, configured: string | un
     const token = readFileSync(file, 'utf8').trim();
     const digest = tokenDigest(token);
     // A store that has none yet (an upgrade, or a new shared store) learns it.
-    await state.setState(DIGEST_STATE, digest, null, { onlyIfAbsent: shared });
+    if (!(await state.setState(DIGEST_STATE, digest, null, { onlyIfAbsent: shared })) && (await state.getState(DIGEST_STATE)) !== digest) {
+      // Two tokens would each work on some instances: refuse rather than guess which one is meant.
+      throw new Error(
+        `the admin token in ${file} is not the one the shared store knows (another instance made that one): ` +
+          'remove the file to use the shared token, or set adminToken (SLUICE_ADMIN_TOKEN) on every instance',
+      );
+    }
     return { token, digest, source: 'data-dir' };
   }
   const stored = shared ? await state.getState(DIGEST_STATE) : undefined;
@@ -41,7 +47,9 @@ export async function resolveAdminToken(dataDir: string, configured: string | un
   const token = `sluice-admin-${randomBytes(24).toString('base64url')}`;
   // Instances starting together on one shared store: the first to store its digest wins.
   if (!(await state.setState(DIGEST_STATE, tokenDigest(token), null, { onlyIfAbsent: shared }))) {
-    return { digest: (await state.getState(DIGEST_STATE))!, source: 'shared-store' };
+    const winner = await state.getState(DIGEST_STATE);
+    if (!winner) throw new Error('the shared store lost the admin token it was given at start: start again');
+    return { digest: winner, source: 'shared-store' };
   }
   writeFileSync(file, token + '\n', { mode: 0o600, flag: 'wx' });
   return { token, digest: tokenDigest(token), source: 'generated' };

@@ -52,7 +52,10 @@ export class CachedStore implements Store {
     let found: KeyLookup | undefined;
     try {
       const key = await this.store.findKeyBySecret(secret);
-      if (!key) return undefined;
+      if (!key) {
+        this.keys.delete(secret);
+        return undefined;
+      }
       found = { key, group: await this.store.getGroup(key.group) };
     } catch (err) {
       // The database is down: a key seen before keeps serving as it was until the store is back.
@@ -60,10 +63,10 @@ export class CachedStore implements Store {
       if (err instanceof StoreUnavailableError && stale) return stale.found;
       throw err;
     }
-    if (generation !== this.generation) return found;
     if (this.keys.size >= MAX_ENTRIES) this.keys.clear();
-    // Expired entries stay (up to MAX_ENTRIES) for when the store is unreachable.
-    this.keys.set(secret, { found, expires: Date.now() + this.ttlMs });
+    // Expired entries stay (up to MAX_ENTRIES) for when the store is unreachable. A read that
+    // began before a write is kept only as such a fallback: it may predate the write.
+    this.keys.set(secret, { found, expires: generation === this.generation ? Date.now() + this.ttlMs : 0 });
     return found;
   }
 

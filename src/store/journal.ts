@@ -31,7 +31,8 @@
  * because replay is idempotent. Two gateways must not share a data directory: each would truncate
  * the other's records.
  */
-import { closeSync, fdatasyncSync, fstatSync, ftruncateSync, openSync, readSync, renameSync, writeSync } from 'node:fs';
+import { closeSync, fdatasyncSync, fstatSync, fsyncSync, ftruncateSync, openSync, readSync, renameSync, writeSync } from 'node:fs';
+import { dirname } from 'node:path';
 import { StringDecoder } from 'node:string_decoder';
 import { pino, type Logger } from 'pino';
 import { createLogger } from '../log.js';
@@ -105,9 +106,20 @@ class JournalFile {
       closeSync(fd);
     }
     renameSync(next, this.path);
+    // Opened before the old one is closed, so the descriptor is never left pointing at nothing.
+    const fresh = openSync(this.path, 'a+', 0o600);
     closeSync(this.fd);
-    this.fd = openSync(this.path, 'a+', 0o600);
+    this.fd = fresh;
     this.torn = false;
+    // With fsync, the rename itself must reach the disk too, or a power loss brings the old file back.
+    if (this.fsync) {
+      const dir = openSync(dirname(this.path), 'r');
+      try {
+        fsyncSync(dir);
+      } finally {
+        closeSync(dir);
+      }
+    }
   }
 
   close(): void {
@@ -325,6 +337,11 @@ export class JournaledStore implements Store {
     const unreadable = { lines: 0 };
     for (const batch of readJournal(this.path, unreadable)) await this.backend.writeUsage(batch);
     if (unreadable.lines) this.log.warn({ lines: unreadable.lines }, 'usage journal: unreadable lines skipped (an append torn by a crash)');
+  }
+
+  /** Everything journaled so far is in the store (nothing queued, nothing only in the file). */
+  get drained(): boolean {
+    return this.failures === 0 && this.pending.length === 0 && !this.fileAhead && this.open.size === 0;
   }
 
   /** Reads that show usage see what was recorded, unless the store is refusing writes. */

@@ -8,7 +8,8 @@
  * key write sends NOTIFY `sluice_changes` in its own transaction (delivered on commit); watchers
  * LISTEN on a connection of their own, which reconnects with backoff and then reports a change,
  * since notifications sent meanwhile are lost. A database that cannot be reached rejects with
- * StoreUnavailableError, within CONNECT_TIMEOUT_MS rather than hanging.
+ * StoreUnavailableError, within CONNECT_TIMEOUT_MS (a query on a connection that stops answering,
+ * within QUERY_TIMEOUT_MS) rather than hanging.
  */
 import pg from 'pg';
 import { pino, type Logger } from 'pino';
@@ -34,6 +35,7 @@ import {
 
 const CHANGES_CHANNEL = 'sluice_changes';
 const CONNECT_TIMEOUT_MS = 2000;
+const QUERY_TIMEOUT_MS = 30_000;
 const LISTEN_RETRY_MIN_MS = 100;
 const LISTEN_RETRY_MAX_MS = 5000;
 const DEFAULT_POOL_SIZE = 10;
@@ -150,7 +152,7 @@ function isUnreachable(err: unknown): boolean {
   // Class 08 is "connection exception".
   if (typeof code === 'string' && (unreachableCodes.has(code) || code.startsWith('08'))) return true;
   // pg's own words for a connection that timed out or died under a query.
-  return /timeout exceeded when trying to connect|timeout expired|Connection terminated|not queryable/i.test(err.message);
+  return /timeout exceeded when trying to connect|timeout expired|Connection terminated|not queryable|Query read timeout/i.test(err.message);
 }
 
 function storeError(err: unknown): unknown {
@@ -356,7 +358,11 @@ export class PostgresStore implements StoreBackend {
       connectionString: url,
       max: options.poolSize ?? DEFAULT_POOL_SIZE,
       connectionTimeoutMillis: CONNECT_TIMEOUT_MS,
+      // A server that vanishes without closing its sockets (a network partition) must not hang a
+      // query, a journal flush or a shutdown: the statement fails and counts as unreachable.
+      query_timeout: QUERY_TIMEOUT_MS,
       keepAlive: true,
+      keepAliveInitialDelayMillis: 10_000,
       types,
     });
     // An idle connection that drops (a server restart) is discarded by the pool; unhandled, it would crash the process.

@@ -18,7 +18,7 @@ import { MessageChannel, Worker } from 'node:worker_threads';
 import type { Logger } from 'pino';
 import { resolveAdminToken } from '../admin/token.js';
 import type { Config, LoadOptions } from '../config.js';
-import { createDemoKey, openStore, type Gateway } from '../gateway.js';
+import { adoptJournals, createDemoKey, openStore, type Gateway } from '../gateway.js';
 import { MemoryLimiter } from '../limiter-memory.js';
 import { spendInUsage } from '../limiter.js';
 import type { ReloadOutcome } from '../reload.js';
@@ -40,6 +40,7 @@ const MAX_RESTART_DELAY_MS = 10_000;
 const STABLE_MS = 30_000;
 
 export async function startWorkers(config: Config, log: Logger, source: LoadOptions): Promise<Gateway> {
+  await adoptJournals(config, Array.from({ length: config.server.workers }, (_, i) => `usage-w${i}.journal`), log);
   const store = await openStore(config, { owner: false, log });
   const count = config.server.workers;
   const threads: (Worker | undefined)[] = Array(count).fill(undefined);
@@ -52,14 +53,20 @@ export async function startWorkers(config: Config, log: Logger, source: LoadOpti
     // 0 is chosen here too: the kernel lets no second socket join one bound to port 0.
     let port = await portFree(config.server.host, config.server.port);
     let families: string[] = [];
-    const pendingReloads = new Map<number, (outcome: ReloadOutcome) => void>();
+    /** Reloads asked of one thread, answered by its outcome (or a refusal if it dies first). */
+    const pendingReloads = new Map<number, { thread: Worker; resolve(outcome: ReloadOutcome): void }>();
     let nextReload = 1;
 
-    const spawn = (index: number, failures = 0): Promise<void> => {
+    /**
+     * Starts thread `index`. A replacement (`failures` counts the quick deaths before it) re-reads
+     * the config file, so it serves what the others have reloaded, and is retried with a growing
+     * delay when it cannot start (the store unreachable, say) instead of leaving the pool smaller.
+     */
+    const spawn = (index: number, replacement: boolean, failures = 0): Promise<void> => {
       const channel = host && new MessageChannel();
-      const data: ThreadData = { config, source, index, port, admin, ...(channel && { limiterPort: channel.port2 }) };
+      const data: ThreadData = { config, source, index, port, admin, replacement, ...(channel && { limiterPort: channel.port2 }) };
       const worker = new Worker(new URL('./thread.js', import.meta.url), { workerData: data, transferList: channel ? [channel.port2] : [] });
-      const release = host && channel ? host.serve(channel.port1) : () => {};
+      const release = host && channel ? host.serve(channel.port1) : async () => {};
       threads[index] = worker;
       const started = Date.now();
       return new Promise<void>((resolve, reject) => {
@@ -73,7 +80,7 @@ export async function startWorkers(config: Config, log: Logger, source: LoadOpti
             // One thread reloaded through the admin API: the others read the same file.
             for (const other of threads) if (other && other !== worker) other.postMessage({ type: 'reload', id: 0, via: message.via } satisfies PrimaryMessage);
           } else if (message.type === 'reload-outcome') {
-            pendingReloads.get(message.id)?.(message.outcome as ReloadOutcome);
+            pendingReloads.get(message.id)?.resolve(message.outcome as ReloadOutcome);
             pendingReloads.delete(message.id);
           }
         });
@@ -81,24 +88,29 @@ export async function startWorkers(config: Config, log: Logger, source: LoadOpti
           if (!listening) reject(err);
           else log.error({ err, worker: index }, 'worker thread failed');
         });
-        worker.on('exit', (code) => {
-          release();
+        worker.on('exit', async (code) => {
           if (threads[index] === worker) threads[index] = undefined;
-          if (!listening) return reject(new Error(`worker thread ${index} exited (${code}) before listening`));
+          for (const [id, pending] of pendingReloads) {
+            if (pending.thread !== worker) continue;
+            pendingReloads.delete(id);
+            pending.resolve({ applied: false, reasons: ['the worker thread reloading the config ended first'] });
+          }
+          await release();
+          if (!listening && !replacement) return reject(new Error(`worker thread ${index} exited (${code}) before listening`));
           if (closing) return;
-          const stable = Date.now() - started >= STABLE_MS;
+          const stable = listening && Date.now() - started >= STABLE_MS;
           const delay = stable ? 0 : Math.min(MAX_RESTART_DELAY_MS, 250 * 2 ** failures);
-          log.error({ worker: index, code, delayMs: delay }, 'worker thread ended: replacing it');
+          log.error({ worker: index, code, delayMs: delay }, listening ? 'worker thread ended: replacing it' : 'a replacement worker thread could not start: trying again');
           setTimeout(() => {
             if (closing) return;
             replacements++;
-            spawn(index, stable ? 0 : failures + 1).catch((err) => log.error({ err, worker: index }, 'replacing a worker thread failed'));
+            spawn(index, true, stable ? 0 : failures + 1).catch((err) => log.error({ err, worker: index }, 'replacing a worker thread failed'));
           }, delay).unref();
         });
       });
     };
 
-    await Promise.all(Array.from({ length: count }, (_, i) => spawn(i)));
+    await Promise.all(Array.from({ length: count }, (_, i) => spawn(i, false)));
     const firstStart = await createDemoKey(store, families);
     log.info({ workers: count, port }, 'worker threads listening');
 
@@ -121,10 +133,12 @@ export async function startWorkers(config: Config, log: Logger, source: LoadOpti
         },
       },
       async reload(via) {
+        const [first, ...others] = threads.filter((t): t is Worker => t !== undefined);
+        if (!first) return { applied: false, reasons: ['no worker thread is running'] };
         const id = nextReload++;
-        const outcome = new Promise<ReloadOutcome>((resolve) => pendingReloads.set(id, resolve));
-        threads.find(Boolean)?.postMessage({ type: 'reload', id, via } satisfies PrimaryMessage);
-        for (const other of threads.filter(Boolean).slice(1)) other!.postMessage({ type: 'reload', id: 0, via } satisfies PrimaryMessage);
+        const outcome = new Promise<ReloadOutcome>((resolve) => pendingReloads.set(id, { thread: first, resolve }));
+        first.postMessage({ type: 'reload', id, via } satisfies PrimaryMessage);
+        for (const other of others) other.postMessage({ type: 'reload', id: 0, via } satisfies PrimaryMessage);
         const result = await outcome;
         if (result.applied) {
           await store.recordAudit({ time: Date.now(), actor: `signal:${via}`, action: 'config.reload', target: null, detail: JSON.stringify(result.changes) }).catch((err) => log.error({ err }, 'auditing a reload failed'));

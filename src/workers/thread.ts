@@ -16,6 +16,8 @@ export interface ThreadData {
   index: number;
   port: number;
   admin: AdminCredential;
+  /** Started in place of a thread that ended: the others may have reloaded since `config` was read. */
+  replacement: boolean;
   limiterPort?: MessagePort;
 }
 
@@ -28,16 +30,17 @@ export type ThreadMessage =
 /** What the primary tells a thread. `crash` throws an uncaught error in it: a drill of the real failure path. */
 export type PrimaryMessage = { type: 'reload'; id: number; via: string } | { type: 'shutdown' } | { type: 'crash' };
 
-const { config, source, index, port, admin, limiterPort } = workerData as ThreadData;
+const { config, source, index, port, admin, replacement, limiterPort } = workerData as ThreadData;
 const parent = parentPort!;
 const tell = (message: ThreadMessage) => parent.postMessage(message);
 const log = createLogger(config.log.level).child({ worker: index });
 
+const limiter = limiterPort && new RemoteLimiter(limiterPort);
 const gateway = await startGateway(config, log, source, {
   index,
   admin,
   port,
-  ...(limiterPort && { limiter: new RemoteLimiter(limiterPort) }),
+  ...(limiter && { limiter }),
   reloaded: (via) => tell({ type: 'reloaded', via }),
 });
 /**
@@ -51,7 +54,11 @@ const stop = (drainMs?: number) =>
   (stopping ??= gateway
     .shutdown(drainMs)
     .catch((err) => log.error({ err }, 'worker thread shutdown failed'))
-    .finally(() => parent.close()));
+    .finally(() => {
+      // After every settle it sent: the primary frees what is left only once it has them all.
+      void limiter?.close();
+      parent.close();
+    }));
 
 const crashed = (err: unknown) => {
   log.fatal({ err }, 'worker thread failed: it stops now and the primary replaces it');
@@ -67,4 +74,5 @@ parent.on('message', async (message: PrimaryMessage) => {
     throw new Error('crash drill: an uncaught error in a worker thread');
   });
 });
+if (replacement) await gateway.reload('replacement thread');
 tell({ type: 'listening', port: gateway.port, families: gateway.families });
