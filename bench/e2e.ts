@@ -44,7 +44,7 @@ export interface LoadResult {
   mbPerSec: number;
 }
 
-interface Load {
+export interface Load {
   url: string;
   headers: Record<string, string>;
   body: string;
@@ -96,7 +96,7 @@ export async function runLoad({ url, headers, body, requests, concurrency }: Loa
   };
 }
 
-type Family = 'chat' | 'responses' | 'gemini';
+export type Family = 'chat' | 'responses' | 'gemini';
 
 export interface Scenario {
   name: string;
@@ -123,7 +123,7 @@ export const scenarios: Scenario[] = [
 ];
 
 /** The simulator's own model for each family: the direct baseline. */
-const nativeModel: Record<Family, string> = { chat: 'sim-chat', responses: 'sim-responses', gemini: 'sim-gemini' };
+export const nativeModel: Record<Family, string> = { chat: 'sim-chat', responses: 'sim-responses', gemini: 'sim-gemini' };
 
 export function requestFor(family: Family, model: string, s: Scenario): { path: string; body: string } {
   if (family === 'gemini') {
@@ -136,6 +136,21 @@ export function requestFor(family: Family, model: string, s: Scenario): { path: 
 
 export const authFor = (family: Family, key: string): Record<string, string> => (family === 'gemini' ? { 'x-goog-api-key': key } : { authorization: `Bearer ${key}` });
 
+/** Every scenario's model, each behind an upstream of its family on the simulator at `simUrl`. */
+export function sluiceConfig(simUrl: string): string {
+  return [
+    'upstreams:',
+    `  chat: { kind: openai-chat, baseUrl: "${simUrl}/v1" }`,
+    `  responses: { kind: openai-responses, baseUrl: "${simUrl}/v1" }`,
+    `  gemini: { kind: gemini, baseUrl: "${simUrl}/v1beta" }`,
+    'models:',
+    // Priced, so a budget's reservation and reconciliation do their real work in the limits row.
+    '  - { id: sim-chat, upstream: chat, prices: { input: 2.5, cachedInput: 1.25, output: 10 } }',
+    '  - { id: sim-responses, upstream: responses }',
+    '  - { id: sim-gemini, upstream: gemini }',
+  ].join('\n');
+}
+
 export async function runE2e(): Promise<Record<string, string>[]> {
   const dataDir = mkdtempSync(join(tmpdir(), 'sluice-bench-'));
   const procs: ChildProcess[] = [];
@@ -144,20 +159,7 @@ export async function runE2e(): Promise<Record<string, string>[]> {
     procs.push(sim.child);
     const simUrl = sim.match[1]!;
     const config = join(dataDir, 'sluice.yaml');
-    writeFileSync(
-      config,
-      [
-        'upstreams:',
-        `  chat: { kind: openai-chat, baseUrl: "${simUrl}/v1" }`,
-        `  responses: { kind: openai-responses, baseUrl: "${simUrl}/v1" }`,
-        `  gemini: { kind: gemini, baseUrl: "${simUrl}/v1beta" }`,
-        'models:',
-        // Priced, so a budget's reservation and reconciliation do their real work in the limits row.
-        '  - { id: sim-chat, upstream: chat, prices: { input: 2.5, cachedInput: 1.25, output: 10 } }',
-        '  - { id: sim-responses, upstream: responses }',
-        '  - { id: sim-gemini, upstream: gemini }',
-      ].join('\n'),
-    );
+    writeFileSync(config, sluiceConfig(simUrl));
     const gw = await spawnUntil(
       [join(dist, 'src/main.js'), 'serve', '--config', config],
       // One thread, as the ratios have always been measured; the scale rows compare thread counts.

@@ -1,15 +1,28 @@
-/** `npm run bench`: micro benchmarks, then the end-to-end harness. `--micro` or `--e2e` for one. */
+/**
+ * `npm run bench`: micro benchmarks, the end-to-end harness, then Sluice against nginx.
+ * `--micro`, `--e2e` or `--versus` for one part.
+ */
 import { cpus } from 'node:os';
 import { runE2e } from './e2e.js';
 import { runMicro } from './micro.js';
+import { runVersus } from './versus.js';
 
 const only = process.argv[2];
+const runs = (part: string) => only === undefined || only === `--${part}`;
 console.log(`node ${process.version}, ${cpus().length} × ${cpus()[0]?.model ?? 'cpu'}`);
-if (only !== '--e2e') {
+if (runs('micro')) {
   console.log('\nmicro (tinybench)');
   console.table(await runMicro());
 }
-if (only !== '--micro') {
+if (runs('e2e')) {
   console.log('\nend to end: the same load direct to the simulator and through Sluice');
   console.table(await runE2e());
+}
+if (runs('versus')) {
+  console.log('\nversus: direct, nginx and Sluice in front of the same simulator, in alternating rounds');
+  const report = await runVersus();
+  console.table(report.table);
+  console.table(report.targets);
+  for (const note of report.notes) console.log(`- ${note}`);
+  console.log(`written: ${report.files.join(', ')}`);
 }

@@ -75,7 +75,7 @@ async function startInstance(label: string, simUrl: string, workers: number, bac
 }
 
 /** Asks the gateway to shut down and waits for its process to end; kills it if it hangs. */
-function exited(child: ChildProcess, ms = 15_000): Promise<void> {
+export function exited(child: ChildProcess, ms = 15_000): Promise<void> {
   if (child.exitCode !== null || child.signalCode !== null) return Promise.resolve();
   return new Promise((resolve, reject) => {
     const timer = setTimeout(() => {
@@ -97,7 +97,7 @@ let ticksPerSecond: number | undefined;
  * CPU seconds used so far by each of `pids` (all their threads) and, last, by the whole machine
  * (every process, ours and others'); undefined where /proc is not.
  */
-function cpuSeconds(pids: number[]): number[] | undefined {
+export function cpuSeconds(pids: number[]): number[] | undefined {
   try {
     ticksPerSecond ??= Number(execFileSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }));
     const perProcess = pids.map((pid) => {
@@ -155,7 +155,7 @@ interface Workload {
   unit: string;
 }
 
-function findScenario(name: string): Scenario {
+export function findScenario(name: string): Scenario {
   const s = scenarios.find((x) => x.name === name);
   if (!s) throw new Error(`no bench scenario "${name}"`);
   return s;

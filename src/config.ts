@@ -207,6 +207,7 @@ export const defaultPlugins = [
   'upstreams/simulator',
   'usage',
   'access-log',
+  'metrics',
   'console',
 ];
 

@@ -4,6 +4,7 @@
  */
 import type { Logger } from 'pino';
 import type { GatewayError } from './errors.js';
+import type { ObjectKeyNeedle } from './sse.js';
 import { StateKey, type Exchange } from './exchange.js';
 import type { Config, FamilyMode, ModelConfig } from './config.js';
 import type { CachedStore } from './store/cache.js';
@@ -80,6 +81,9 @@ export interface UpstreamRequest {
    */
   model?: string;
   body?: Buffer | string;
+  /** W3C trace headers for the call (src/trace.ts), set by the pipeline; HTTP upstreams send them. */
+  traceparent?: string;
+  tracestate?: string;
 }
 
 /**
@@ -106,6 +110,23 @@ export interface Upstream {
   readonly family: string;
   send(req: UpstreamRequest, sink: ResponseSink): UpstreamCall;
   close?(): Promise<void>;
+  /** Its connection pool now, for upstreams that keep one; read when metrics are scraped. */
+  stats?(): UpstreamStats;
+}
+
+/** An upstream's connection pool and the queue in front of it (src/http-upstream.ts). */
+export interface UpstreamStats {
+  /** Connections the pool may open. */
+  connections: number;
+  /** Calls holding a connection. */
+  busy: number;
+  /** Calls waiting for one. */
+  queued: number;
+  /** Since start: calls that had to wait, and their waits added up. */
+  waits: number;
+  waitSeconds: number;
+  /** Since start: calls refused with `upstream_busy` (queue full, or no connection in time). */
+  refused: number;
 }
 
 export type UpstreamFactory = (name: string, options: Record<string, unknown>, ctx: BootContext) => Upstream;
@@ -118,6 +139,12 @@ export type UpstreamFactory = (name: string, options: Record<string, unknown>, c
 export interface ClientStream {
   /** Called per upstream SSE frame; returns false to keep the frame from the client. */
   frame(frame: Buffer): boolean;
+  /**
+   * The key (`usage`) that every frame `frame` must see holds an object in, besides the last frame
+   * of each chunk. Set, it lets a passthrough skip the rest unseen: a search per chunk instead of
+   * per frame (when no plugin looks at frames and the model name needs no splicing).
+   */
+  sparseKey?: ObjectKeyNeedle;
   /** After each upstream chunk: frames of its own the stream wrote for that chunk, if any. */
   take?(): string;
   /** The upstream ended cleanly: closing bytes for the client, if any. */
@@ -249,6 +276,36 @@ export interface BootContext {
   addUpstreamKind(kind: string, factory: UpstreamFactory): void;
   /** Serve plain HTTP under a path prefix (e.g. the web console under `/console`). */
   addRoute(prefix: string, handler: JsonHandler): void;
+  /** The running gateway, for plugins that report on it; absent when plugins are loaded to serve nothing (the CLI). */
+  gateway?: GatewayView;
+}
+
+/** What a plugin may read of the running gateway (the metrics plugin does, at scrape time). */
+export interface GatewayView {
+  /** Hex SHA-256 of the admin token (src/admin/token.ts), for routes only the admin may call. */
+  readonly adminTokenDigest: string;
+  /** With `server.workers` above 1, this worker thread's index; undefined when one thread serves. */
+  readonly thread: number | undefined;
+  /** Exchanges accepted and not yet done in this thread. */
+  inFlight(): number;
+  /** Every upstream with its pool, if it keeps one, and the breaker state of each model channel on it. */
+  upstreams(): UpstreamStatus[];
+  /** Usage records journaled in this thread and not yet written to the store. */
+  usageQueued(): number;
+  /**
+   * Every thread's answer to `topic` (this thread's alone when one thread serves), as registered
+   * with `answer`: what a report of the whole instance is made of. A thread that does not answer
+   * within a few seconds is left out.
+   */
+  gather(topic: string): Promise<unknown[]>;
+  /** This thread's answer to `gather(topic)`, from any thread; it must survive structured cloning. */
+  answer(topic: string, answer: () => unknown): void;
+}
+
+export interface UpstreamStatus {
+  name: string;
+  pool: UpstreamStats | undefined;
+  channels: { model: string; channel: string; state: 'closed' | 'half-open' | 'open' }[];
 }
 
 /** A plugin module's default export. */

@@ -7,6 +7,7 @@ import type { ChannelConfig, ModelConfig } from './config.js';
 import type { ClientFamily, Endpoint, Upstream, Usage } from './contracts.js';
 import type { GatewayError } from './errors.js';
 import type { ApiKey, Group } from './store/store.js';
+import { traceOf, type TraceContext } from './trace.js';
 
 /**
  * How an exchange ended: `aborted` (the client went away), `client_stalled` (the client stopped
@@ -75,6 +76,7 @@ export class Exchange {
   /** What to stop when the exchange is cut short: the body read, the upstream call. */
   private readonly cancelers: (() => void)[] = [];
   private parsedQuery: URLSearchParams | undefined;
+  private traceContext: TraceContext | undefined;
   private readonly state = new Map<StateKey<unknown>, unknown>();
 
   constructor(
@@ -100,6 +102,11 @@ export class Exchange {
   queryParam(name: string): string | undefined {
     this.parsedQuery ??= new URLSearchParams(this.query);
     return this.parsedQuery.get(name) ?? undefined;
+  }
+
+  /** The W3C trace this exchange belongs to (src/trace.ts): the client's `traceparent`, or a new trace. */
+  get trace(): TraceContext {
+    return (this.traceContext ??= traceOf(this.headers));
   }
 
   get<T>(key: StateKey<T>): T | undefined {

@@ -13,9 +13,9 @@ import { resolveAdminToken, type AdminCredential } from './admin/token.js';
 import { GuessThrottle, SharedThrottleStorage } from './admin/throttle.js';
 import { startWorkers, type WorkerPool } from './workers/primary.js';
 import { loadConfig, type Config, type LoadOptions, type ModelConfig } from './config.js';
-import type { BootContext, ClientFamily, JsonHandler, Plugin, PluginFactory, Upstream, UpstreamDialect, UpstreamFactory } from './contracts.js';
+import type { BootContext, ClientFamily, GatewayView, JsonHandler, Plugin, PluginFactory, Upstream, UpstreamDialect, UpstreamFactory, UpstreamStatus } from './contracts.js';
 import { ChannelTable } from './channels/table.js';
-import { Pipeline } from './pipeline.js';
+import { Pipeline, type Routing } from './pipeline.js';
 import { Reloader, Retirements, type ReloadOutcome } from './reload.js';
 import { startServer } from './server.js';
 import { MemoryLimiter } from './limiter-memory.js';
@@ -46,9 +46,16 @@ const pluginName = /^[a-z0-9-]+(\/[a-z0-9-]+)*$/;
 
 /**
  * Loads the plugins in config order, builds the upstream channels from their kinds, and records
- * on each model which families it serves and how.
+ * on each model which families it serves and how. `gateway` is what plugins see of the running
+ * gateway; the CLI, which serves nothing, gives none.
  */
-export async function loadPlugins(config: Config, store: CachedStore, log: Logger, limiter: Limiter = new MemoryLimiter(spendInUsage(store))): Promise<Loaded> {
+export async function loadPlugins(
+  config: Config,
+  store: CachedStore,
+  log: Logger,
+  limiter: Limiter = new MemoryLimiter(spendInUsage(store)),
+  gateway?: GatewayView,
+): Promise<Loaded> {
   const plugins: Plugin[] = [];
   const families: ClientFamily[] = [];
   const dialects = new Map<string, UpstreamDialect>();
@@ -70,6 +77,7 @@ export async function loadPlugins(config: Config, store: CachedStore, log: Logge
     },
     addUpstreamKind: (kind, make) => kinds.set(kind, make),
     addRoute: (prefix, handler) => (routes[prefix] = handler),
+    ...(gateway && { gateway }),
   });
   for (const entry of config.plugins) {
     if (!entry.module && !pluginName.test(entry.name)) throw new Error(`plugins: "${entry.name}" is not a plugin name`);
@@ -187,6 +195,8 @@ export interface Gateway {
   reload(via: string): Promise<ReloadOutcome>;
   /** Drains for `drainMs` (default `server.shutdownTimeoutMs`), then ends what is left with its family's failure. */
   shutdown(drainMs?: number): Promise<void>;
+  /** A worker thread's part of a `GatewayView.gather(topic)`: what its plugins registered, if any. */
+  answer?(topic: string): Promise<unknown>;
 }
 
 /** What a worker thread's gateway gets from the primary thread (src/workers/). */
@@ -200,6 +210,8 @@ export interface ThreadSetup {
   port: number;
   /** This thread reloaded its config through the admin API: the others must too. */
   reloaded(via: string): void;
+  /** Every thread's answer to `topic`, through the primary (`GatewayView.gather`). */
+  gather(topic: string): Promise<unknown[]>;
 }
 
 /**
@@ -214,10 +226,23 @@ export async function startGateway(config: Config, log: Logger, source: LoadOpti
   let loaded: Loaded;
   let admin: AdminCredential;
   let limiter: Limiter;
+  // Plugins see the pipeline through the view once it exists (they are loaded before it).
+  let running: Pipeline | undefined;
+  const answers = new Map<string, () => unknown>();
+  const answer = async (topic: string) => answers.get(topic)?.();
   try {
     admin = thread?.admin ?? (await resolveAdminToken(config.dataDir, config.adminToken, store, config.store.kind !== 'sqlite'));
     limiter = thread?.limiter ?? createLimiter(config, store, log);
-    loaded = await loadPlugins(config, store, log, limiter);
+    const view: GatewayView = {
+      adminTokenDigest: admin.digest,
+      thread: thread?.index,
+      inFlight: () => running?.inFlight.size ?? 0,
+      upstreams: () => (running ? upstreamStatus(running.currentRouting()) : []),
+      usageQueued: () => store.usageQueued(),
+      gather: async (topic) => (thread ? thread.gather(topic) : [await answer(topic)].filter((a) => a !== undefined)),
+      answer: (topic, answering) => void answers.set(topic, answering),
+    };
+    loaded = await loadPlugins(config, store, log, limiter, view);
   } catch (err) {
     await store.close();
     throw err;
@@ -234,6 +259,7 @@ export async function startGateway(config: Config, log: Logger, source: LoadOpti
     maxUpstreamBodyBytes: config.server.maxUpstreamBodyBytes,
     maxEventBytes: config.server.maxEventBytes,
   });
+  running = pipeline;
   const service = adminService(store, config, loaded);
   service.upstreamReport = () => pipeline.currentRouting().channels.report();
   const reloader = new Reloader({
@@ -297,6 +323,7 @@ export async function startGateway(config: Config, log: Logger, source: LoadOpti
     admin,
     families: families.map((f) => f.name),
     firstStart,
+    answer,
     reload: async (via) => {
       const outcome = reloader.reload(via);
       // A reload by signal is audited like one through the admin API (with workers, by the primary thread).
@@ -311,6 +338,15 @@ export async function startGateway(config: Config, log: Logger, source: LoadOpti
         await release();
       })()),
   };
+}
+
+/** Each upstream's pool and the breaker state of its model channels, now. */
+function upstreamStatus(routing: Routing): UpstreamStatus[] {
+  return routing.channels.report().map((u) => ({
+    name: u.name,
+    pool: routing.upstreams.get(u.name)?.stats?.(),
+    channels: u.channels.map((c) => ({ model: c.model, channel: c.channel, state: c.state })),
+  }));
 }
 
 /** On the first start (no groups yet): the default group and its demo key, whose secret is shown once. */

@@ -5,7 +5,7 @@
  * for a bounded time, then get a 503.
  */
 import { Pool } from 'undici';
-import type { ResponseSink, Upstream, UpstreamCall, UpstreamRequest } from './contracts.js';
+import type { ResponseSink, Upstream, UpstreamCall, UpstreamRequest, UpstreamStats } from './contracts.js';
 import { GatewayError } from './errors.js';
 
 export interface HttpUpstreamOptions {
@@ -109,8 +109,11 @@ export function createHttpUpstream(kind: HttpUpstreamKind, name: string, raw: Re
 
   const dispatch = (call: HttpCall) => {
     const { req, sink } = call;
+    const headers: Record<string, string> = { ...req.headers, ...fixedHeaders };
+    if (req.traceparent) headers.traceparent = req.traceparent;
+    if (req.tracestate) headers.tracestate = req.tracestate;
     pool.dispatch(
-      { method: req.method, path: basePath + (kind.target ? kind.target(req) : req.path), headers: { ...req.headers, ...fixedHeaders }, body: req.body },
+      { method: req.method, path: basePath + (kind.target ? kind.target(req) : req.path), headers, body: req.body },
       {
         onRequestStart(c) {
           call.controller = c;
@@ -144,6 +147,7 @@ export function createHttpUpstream(kind: HttpUpstreamKind, name: string, raw: Re
       return call;
     },
     close: () => pool.close(),
+    stats: () => gate.stats(),
   };
 }
 
@@ -198,6 +202,13 @@ class HttpCall implements UpstreamCall {
   }
 }
 
+interface QueuedCall {
+  call: HttpCall;
+  start: (call: HttpCall) => void;
+  /** performance.now() when it began to wait. */
+  since: number;
+}
+
 /**
  * Keeps calls to one upstream within its connections. undici would queue the rest without bound
  * (and a request could wait minutes for its 504); here at most `maxQueue` wait, each at most
@@ -205,8 +216,12 @@ class HttpCall implements UpstreamCall {
  */
 class ConnectionGate {
   private active = 0;
-  private readonly queue = new Set<{ call: HttpCall; start: (call: HttpCall) => void }>();
-  private readonly entries = new Map<HttpCall, { call: HttpCall; start: (call: HttpCall) => void }>();
+  private readonly queue = new Set<QueuedCall>();
+  private readonly entries = new Map<HttpCall, QueuedCall>();
+  // Counted only off the fast path: when a call has to wait, or is refused.
+  private waits = 0;
+  private waitMs = 0;
+  private refused = 0;
 
   constructor(
     private readonly name: string,
@@ -223,7 +238,7 @@ class ConnectionGate {
     if (this.queue.size >= this.maxQueue) {
       return this.refuse(call, `Upstream \`${this.name}\` is busy: all ${this.connections} connections are in use and ${this.maxQueue} calls are waiting.`);
     }
-    const entry = { call, start };
+    const entry = { call, start, since: performance.now() };
     this.queue.add(entry);
     this.entries.set(call, entry);
     call.waiting = setTimeout(() => {
@@ -239,8 +254,14 @@ class ConnectionGate {
     for (const next of this.queue) {
       this.forget(next.call);
       this.active++;
+      this.waits++;
+      this.waitMs += performance.now() - next.since;
       return next.start(next.call);
     }
+  }
+
+  stats(): UpstreamStats {
+    return { connections: this.connections, busy: this.active, queued: this.queue.size, waits: this.waits, waitSeconds: this.waitMs / 1000, refused: this.refused };
   }
 
   private forget(call: HttpCall): void {
@@ -252,6 +273,7 @@ class ConnectionGate {
   }
 
   private refuse(call: HttpCall, message: string): void {
+    this.refused++;
     // Never from inside send(): the caller has not got the call object yet.
     queueMicrotask(() => call.fail(new GatewayError('upstream_busy', message, null, undefined, undefined, 1)));
   }

@@ -10,6 +10,7 @@
  * reservations with what was actually used and frees the slot.
  */
 import type { BudgetPeriod } from './budget.js';
+import { StateKey } from './exchange.js';
 import type { Limits, Store } from './store/store.js';
 
 /** One scope an exchange is counted in: `key:ID`, `group:NAME`, `model:ID`. */
@@ -38,6 +39,9 @@ export interface WindowStatus {
 
 /** `unavailable`: a shared limiter's store did not answer and its fail mode is closed. */
 export type Refusal = 'concurrency' | 'requests' | 'tokens' | 'too_large' | 'budget' | 'unavailable';
+
+/** Set on an exchange the limiter refused, with why: what the done phase reports (metrics). */
+export const limitRefusal = new StateKey<Refusal>('limit refusal');
 
 export type Decision<L> =
   | { granted: true; lease: L; windows: WindowStatus[] }

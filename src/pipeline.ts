@@ -18,6 +18,7 @@ import { echoed } from './request-caps.js';
 import { estimateTokens } from './tokens.js';
 import { costOf } from './cost.js';
 import { estimateUsage } from './usage-estimate.js';
+import { upstreamTraceparent } from './trace.js';
 
 /** What the pipeline needs from the client's side of the connection to answer one exchange. */
 export interface ClientResponse {
@@ -312,6 +313,9 @@ export class Pipeline {
         ? ex.clientFamily.prepare(ex, channel.upstream, rules)
         : dialect.fromCanonical({ ...canonical, model: channel.model.upstreamModel }, ex);
       req.model = channel.model.upstreamModel;
+      // Every upstream call is in the exchange's trace, with the gateway's span as its parent.
+      req.traceparent = upstreamTraceparent(ex.trace);
+      req.tracestate = ex.trace.state;
       const relay = new Relay(this, ex, res, channel.upstream, dialect, this.framePlugins, failover);
       ex.set(activeRelay, relay);
       return (relay.call = channel.upstream.send(req, relay));

@@ -10,7 +10,7 @@ import { GatewayError } from './errors.js';
 import { StateKey, type Exchange, type Outcome } from './exchange.js';
 import { replaceStringField } from './json-splice.js';
 import type { ClientResponse, Pipeline } from './pipeline.js';
-import { SseSplitter, frameData, sniffEventStream } from './sse.js';
+import { SseSplitter, frameData, sniffEventStream, type ObjectKeyNeedle } from './sse.js';
 import { SAMPLE_BYTES, answerText, deliveredOutput, deliveredScale, estimateUsage } from './usage-estimate.js';
 
 /** The exchange's relay while an upstream call is under way. */
@@ -40,6 +40,12 @@ export class Relay implements ResponseSink {
   private readonly renamed: Buffer[] = [];
   /** The upstream speaks the client's family: its bytes are the client's. */
   private readonly passthrough: boolean;
+  /** Passthrough: only the frames where this key holds an object are visited (see ClientStream.sparseKey). */
+  private sparseKey: ObjectKeyNeedle | undefined;
+  /** Passthrough: a copy of the first bytes relayed, and how many were relayed, for a usage estimate. */
+  private readonly sample: Buffer[] = [];
+  private sampled = 0;
+  private relayed = 0;
 
   constructor(
     private readonly pipeline: Pipeline,
@@ -68,6 +74,18 @@ export class Relay implements ResponseSink {
     if (!this.res.write(bytes)) this.writable = false;
   };
 
+  /** The upstream's own bytes on their way to the client (a passthrough), sampled for an estimate. */
+  private readonly relay = (bytes: Buffer) => {
+    this.relayed += bytes.length;
+    if (this.sampled < SAMPLE_BYTES) {
+      // A view would pin the whole upstream chunk; the sample is small, so copy it.
+      const piece = Buffer.from(bytes.subarray(0, SAMPLE_BYTES - this.sampled));
+      this.sample.push(piece);
+      this.sampled += piece.length;
+    }
+    this.write(bytes);
+  };
+
   private readonly visit = (frame: Buffer): boolean => {
     for (const plugin of this.framePlugins) plugin.frame!(this.ex, frame);
     return this.stream!.frame(frame);
@@ -93,7 +111,14 @@ export class Relay implements ResponseSink {
 
   private startStream(): void {
     const { ex, res } = this;
-    this.stream = this.passthrough ? recording(ex, ex.clientFamily.passthroughStream(ex)) : translating(ex, this.dialect);
+    if (this.passthrough) {
+      this.stream = ex.clientFamily.passthroughStream(ex);
+      if (!this.rename && this.framePlugins.length === 0) this.sparseKey = this.stream.sparseKey;
+      ex.set(deliveredOutput, () => (this.sampled ? ex.clientFamily.deliveredText(completeFrames(Buffer.concat(this.sample, this.sampled))) : ''));
+      ex.set(deliveredScale, () => (this.sampled ? this.relayed / this.sampled : 1));
+    } else {
+      this.stream = translating(ex, this.dialect);
+    }
     ex.status = 200;
     ex.stage = 'streaming';
     res.startStream(200, { 'content-type': ex.clientFamily.streamContentType(ex), 'cache-control': 'no-cache', 'x-accel-buffering': 'no' });
@@ -121,7 +146,9 @@ export class Relay implements ResponseSink {
         chunk = head;
       }
       this.writable = true;
-      this.splitter.push(chunk, this.rename ? this.visitRenamed : this.visit, this.write);
+      const out = this.passthrough ? this.relay : this.write;
+      if (this.sparseKey) this.splitter.pushSparse(chunk, this.sparseKey, this.visit, out);
+      else this.splitter.push(chunk, this.rename ? this.visitRenamed : this.visit, out);
       this.writeRenamed();
       const own = this.stream!.take?.();
       if (own) this.write(own);
@@ -141,7 +168,7 @@ export class Relay implements ResponseSink {
         // An unterminated last event is terminated, so the client's parser sees it (and nothing joins it).
         const rest = this.splitter.flush();
         if (rest && this.rename) this.visitRenamed(Buffer.concat([rest, this.splitter.delimiterOrDefault()]));
-        else if (rest && this.visit(rest)) this.write(Buffer.concat([rest, this.splitter.delimiterOrDefault()]));
+        else if (rest && this.visit(rest)) this.relay(Buffer.concat([rest, this.splitter.delimiterOrDefault()]));
         this.writeRenamed();
         res.end((stream.take?.() ?? '') + stream.end());
         ex.usage ??= stream.usage();
@@ -171,7 +198,7 @@ export class Relay implements ResponseSink {
 
   private writeRenamed(): void {
     if (this.renamed.length === 0) return;
-    this.write(this.renamed.length === 1 ? this.renamed[0]! : Buffer.concat(this.renamed));
+    this.relay(this.renamed.length === 1 ? this.renamed[0]! : Buffer.concat(this.renamed));
     this.renamed.length = 0;
   }
 
@@ -237,31 +264,11 @@ export class Relay implements ResponseSink {
   }
 }
 
-/**
- * Looks at a passthrough stream's frames, keeping a bounded sample of what was delivered for a
- * usage estimate in case the upstream never reports usage.
- */
-function recording(ex: Exchange, stream: ClientStream): ClientStream {
+/** The complete frames of a byte sample (its cut-off last frame left out). */
+function completeFrames(sample: Buffer): Buffer[] {
   const frames: Buffer[] = [];
-  let sampled = 0;
-  let delivered = 0;
-  ex.set(deliveredOutput, () => (frames.length ? ex.clientFamily.deliveredText(frames) : ''));
-  ex.set(deliveredScale, () => (sampled ? delivered / sampled : 1));
-  return {
-    ...stream,
-    frame(frame) {
-      const keep = stream.frame(frame);
-      if (keep) {
-        delivered += frame.length;
-        if (sampled < SAMPLE_BYTES) {
-          // A view would pin the whole upstream chunk; the sample is small, so copy it.
-          frames.push(Buffer.from(frame));
-          sampled += frame.length;
-        }
-      }
-      return keep;
-    },
-  };
+  new SseSplitter().push(sample, (frame) => (frames.push(frame), true), () => {});
+  return frames;
 }
 
 /** Reads upstream frames into canonical events and writes them as client frames, one write per chunk. */

@@ -21,6 +21,8 @@ export class SseSplitter {
   private tailBytes = 0;
   /** Learned from the first frame: upstreams do not switch line endings midway. */
   private delimiter: Buffer | null = null;
+  /** pushSparse's search, in the upstream's JSON style, learned from its first key. */
+  private needle: Buffer | undefined;
 
   /** A frame longer than `maxFrameBytes` is refused: the carry-over must stay bounded. */
   constructor(private readonly maxFrameBytes = Infinity) {}
@@ -56,6 +58,54 @@ export class SseSplitter {
     }
     if (start > runStart) write(chunk.subarray(runStart, start));
     if (start < chunk.length) this.carry(chunk.subarray(start));
+  }
+
+  /**
+   * Like `push`, for a visitor that needs only the frames where `key` holds an object (a usage
+   * object) and the last complete frame of each chunk: the chunk is searched once for the key and
+   * once, from its end, for its last frame boundary, instead of frame by frame. The frames not
+   * visited are written as they came. Which way the upstream writes JSON (`"k":{` or `"k": {`) is
+   * read once, from the first key of the stream; a search costs in proportion to how often the
+   * needle's first byte occurs, so searching for one form rather than both halves it.
+   */
+  pushSparse(chunk: Buffer, key: ObjectKeyNeedle, visit: FrameVisitor, write: (bytes: Buffer) => void): void {
+    // Until the first frame has taught the delimiter, frame by frame.
+    if (!this.delimiter) return this.push(chunk, visit, write);
+    if (this.tailBytes > 0) {
+      // The frame carried over from the last chunk, whole, then the rest.
+      const end = this.endOfStraddlingFrame(chunk);
+      if (end < 0) return this.push(chunk, visit, write);
+      this.push(chunk.subarray(0, end), visit, write);
+      chunk = chunk.subarray(end);
+    }
+    if (this.needle === undefined) {
+      const colon = chunk.indexOf('":');
+      if (colon < 0) return this.push(chunk, visit, write);
+      this.needle = chunk[colon + 2] === 0x20 ? key.spaced : key.compact;
+    }
+    const needle = this.needle;
+    const delimiter = this.delimiter;
+    const last = chunk.lastIndexOf(delimiter);
+    const complete = last < 0 ? 0 : last + delimiter.length;
+    let runStart = 0;
+    let visitedUpTo = 0;
+    const frameAt = (start: number, end: number) => {
+      visitedUpTo = end;
+      if (visit(chunk.subarray(start, end))) return;
+      if (start > runStart) write(chunk.subarray(runStart, start));
+      runStart = end;
+    };
+    for (let at = chunk.indexOf(needle); at >= 0 && at < complete; at = chunk.indexOf(needle, visitedUpTo)) {
+      const before = chunk.lastIndexOf(delimiter, at);
+      frameAt(before < 0 ? 0 : before + delimiter.length, chunk.indexOf(delimiter, at) + delimiter.length);
+    }
+    // The chunk's last frame, unless the needle already brought it.
+    if (complete > visitedUpTo) {
+      const before = chunk.lastIndexOf(delimiter, complete - delimiter.length - 1);
+      frameAt(Math.max(visitedUpTo, before < 0 ? 0 : before + delimiter.length), complete);
+    }
+    if (complete > runStart) write(chunk.subarray(runStart, complete));
+    if (complete < chunk.length) this.carry(chunk.subarray(complete));
   }
 
   /** The blank line that ends this stream's frames (LF LF until one was seen). */
@@ -149,6 +199,20 @@ export function dataFrame(payload: string): string {
 /** One frame with an `event:` line, as the Responses family sends them. */
 export function eventFrame(event: string, payload: string): string {
   return `event: ${event}\ndata: ${payload}\n\n`;
+}
+
+/**
+ * What SseSplitter.pushSparse searches for: a JSON key holding an object, as compact serialisers
+ * write it (`"usage":{`) and as Python-style ones do (`"usage": {`). Frames where the key is null
+ * (a stream with include_usage sends `"usage":null` in every chunk) do not match.
+ */
+export class ObjectKeyNeedle {
+  readonly compact: Buffer;
+  readonly spaced: Buffer;
+  constructor(key: string) {
+    this.compact = Buffer.from(`"${key}":{`);
+    this.spaced = Buffer.from(`"${key}": {`);
+  }
 }
 
 /**

@@ -5,13 +5,13 @@
 import assert from 'node:assert/strict';
 import fc from 'fast-check';
 import t from 'tap';
-import { SseSplitter } from '../src/sse.js';
+import { ObjectKeyNeedle, SseSplitter } from '../src/sse.js';
 
 /** Byte strings rich in what framing looks at: both line endings, blank lines, field names. */
 const stream = fc
   .array(
     fc.oneof(
-      { weight: 4, arbitrary: fc.constantFrom('\n', '\r\n', '\r', '\n\n', '\r\n\r\n', 'data: ', 'event: x', ':', 'data:{"a":1}') },
+      { weight: 4, arbitrary: fc.constantFrom('\n', '\r\n', '\r', '\n\n', '\r\n\r\n', 'data: ', 'event: x', ':', 'data:{"a":1}', 'data:{"a":{"b":1}}', '"a":{') },
       { weight: 2, arbitrary: fc.string({ maxLength: 6 }) },
       { weight: 1, arbitrary: fc.uint8Array({ maxLength: 6 }).map((a) => Buffer.from(a).toString('latin1')) },
     ),
@@ -77,6 +77,41 @@ t.test('kept frames and the remainder are the input, byte for byte', async (t) =
       const rest = splitter.flush();
       if (rest) out.push(rest);
       assert.equal(Buffer.concat(out).toString('latin1'), bytes.toString('latin1'));
+    }),
+    { numRuns: 3000 },
+  );
+  t.pass('3000 byte strings, each cut at random');
+});
+
+/** Frames as `push` sees them when every frame is visited: the truth `pushSparse` is checked against. */
+function framesOf(bytes: Buffer): string[] {
+  const frames: string[] = [];
+  const splitter = new SseSplitter();
+  splitter.push(bytes, (f) => (frames.push(f.toString('latin1')), true), () => {});
+  return frames;
+}
+
+t.test('the sparse scan: the same bytes out, every frame with a needle visited, none dropped that was kept', async (t) => {
+  const needle = Buffer.from('"a":{');
+  fc.assert(
+    fc.property(stream, cuts, (bytes, fractions) => {
+      const splitter = new SseSplitter();
+      const out: Buffer[] = [];
+      const visited: string[] = [];
+      // Drops the needle frames whose length is a multiple of 3, as a usage-chunk filter would.
+      const visit = (frame: Buffer) => {
+        visited.push(frame.toString('latin1'));
+        return !(frame.includes(needle) && frame.length % 3 === 0);
+      };
+      for (const chunk of chunked(bytes, fractions)) splitter.pushSparse(chunk, new ObjectKeyNeedle('a'), visit, (b) => out.push(Buffer.from(b)));
+      const rest = splitter.flush();
+      if (rest) out.push(rest);
+      // What frame-by-frame splitting keeps, and the frames it sees that hold the needle.
+      const all = framesOf(bytes);
+      const kept = split([bytes]);
+      const expected = Buffer.concat([Buffer.from(all.filter((f) => !(f.includes('"a":{') && f.length % 3 === 0)).join(''), 'latin1'), Buffer.from(kept.rest ?? '', 'latin1')]);
+      assert.equal(Buffer.concat(out).toString('latin1'), expected.toString('latin1'));
+      for (const f of all) if (f.includes('"a":{')) assert.ok(visited.includes(f), `the needle frame ${JSON.stringify(f)} is visited`);
     }),
     { numRuns: 3000 },
   );

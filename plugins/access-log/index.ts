@@ -1,6 +1,6 @@
 /**
  * One access line per request, and per WebSocket turn (method `WS`, with its socket, turn number
- * and lane). Never a credential: the key appears only as its id.
+ * and lane), with its W3C trace and span ids. Never a credential: the key appears only as its id.
  */
 import { definePlugin, socketTurn } from '../../src/contracts.js';
 
@@ -11,6 +11,9 @@ export default definePlugin(({ log }) => ({
     log.info(
       {
         req: ex.id,
+        // W3C trace context: the client's trace (or a new one) and the gateway's span in it.
+        trace_id: ex.trace.traceId,
+        span_id: ex.trace.spanId,
         method: ex.method,
         path: ex.path,
         socket: turn?.socket,

@@ -9,7 +9,7 @@ import { definePlugin } from '../../src/contracts.js';
 import { costOf } from '../../src/cost.js';
 import { GatewayError } from '../../src/errors.js';
 import { StateKey, type Exchange } from '../../src/exchange.js';
-import type { Amounts, Decision, LimitScope, WindowStatus } from '../../src/limiter.js';
+import { limitRefusal, type Amounts, type Decision, type LimitScope, type WindowStatus } from '../../src/limiter.js';
 import { budgetPeriod } from '../../src/budget.js';
 import { estimateTokens } from '../../src/tokens.js';
 
@@ -58,6 +58,7 @@ export default definePlugin(({ limiter, log }) => {
     const headers = rateLimitHeaders(decision.windows);
     if (headers) ex.responseHeaders = { ...ex.responseHeaders, ...headers };
     if (decision.granted) return void ex.set(held, { lease: decision.lease });
+    ex.set(limitRefusal, decision.reason);
     const retryAfterSeconds = Math.max(1, Math.ceil(decision.retryAfterMs / 1000));
     // The shared limiter's store is away and its fail mode is closed: a 503, not a limit reached.
     const code = decision.reason === 'budget' ? 'insufficient_quota' : decision.reason === 'unavailable' ? 'overloaded' : 'rate_limit_exceeded';

@@ -5,6 +5,7 @@
  * Changes no notification reaches (the CLI on SQLite) are seen within `ttlMs`. While the store is
  * unreachable, keys seen before keep serving as they were last read.
  */
+import { JournaledStore } from './journal.js';
 import { StoreUnavailableError, type ApiKey, type AuditEntry, type AuditQuery, type Group, type GroupInput, type KeyPatch, type OpenExchange, type Store, type UsageQuery, type UsageRecord } from './store.js';
 
 /** A key found by its secret, with the group it belongs to (undefined when that group is gone). */
@@ -132,6 +133,10 @@ export class CachedStore implements Store {
   }
   flush() {
     return this.store.flush();
+  }
+  /** Usage records journaled and not yet in the store (none without a journal). */
+  usageQueued(): number {
+    return this.store instanceof JournaledStore ? this.store.queued : 0;
   }
   queryUsage(query: UsageQuery) {
     return this.store.queryUsage(query);

@@ -11,7 +11,8 @@
  * ids it already holds, so a crash between a commit and the truncate counts nothing twice.
  *
  * `beginExchange` journals an exchange that is about to call its upstream (an `{"open": …}` line,
- * kept across truncations while it runs). An open exchange without a record when the next owner
+ * kept across truncations while it runs; the exchanges begun in one turn of the event loop are
+ * appended together at its end). An open exchange without a record when the next owner
  * starts died with the thread or process that served it: it is recorded as `interrupted`.
  *
  * What it promises: a record whose `recordUsage` returned survives a crash of the process (kill -9,
@@ -79,7 +80,13 @@ class JournalFile {
   }
 
   append(entry: UsageRecord | { open: OpenExchange }): void {
-    const line = Buffer.from(`${this.torn ? '\n' : ''}${JSON.stringify(entry)}\n`);
+    this.appendAll([entry]);
+  }
+
+  appendAll(entries: (UsageRecord | { open: OpenExchange })[]): void {
+    let text = this.torn ? '\n' : '';
+    for (const entry of entries) text += `${JSON.stringify(entry)}\n`;
+    const line = Buffer.from(text);
     this.torn = true;
     for (let at = 0; at < line.length; ) at += writeSync(this.fd, line, at);
     if (this.fsync) fdatasyncSync(this.fd);
@@ -251,15 +258,27 @@ export class JournaledStore implements Store {
   beginExchange(exchange: OpenExchange): void {
     if (!this.journal) throw new Error('usage is recorded only by the process that owns the usage journal');
     this.open.set(exchange.requestId, exchange);
-    try {
-      this.journal.append({ open: exchange });
-    } catch (err) {
-      this.log.error({ err, req: exchange.requestId }, 'usage journal append failed: this exchange is not recorded if the gateway dies during it');
-    }
+    // One append per event-loop turn for all the exchanges begun in it, not one each.
+    if (this.opening.push(exchange) === 1) setImmediate(this.appendOpening);
   }
+
+  /** Open exchanges not yet appended: those begun in this turn of the event loop. */
+  private readonly opening: OpenExchange[] = [];
+
+  private readonly appendOpening = () => {
+    const opening = this.opening.filter((e) => this.open.has(e.requestId));
+    this.opening.length = 0;
+    if (opening.length === 0) return;
+    try {
+      this.journal!.appendAll(opening.map((open) => ({ open })));
+    } catch (err) {
+      this.log.error({ err, exchanges: opening.length }, 'usage journal append failed: these exchanges are not recorded if the gateway dies during them');
+    }
+  };
 
   recordUsage(record: UsageRecord): void {
     if (!this.journal) throw new Error('usage is recorded only by the process that owns the usage journal');
+    // An exchange that ends in the turn it began needs no open line.
     this.open.delete(record.requestId);
     let journaled = true;
     try {
@@ -312,8 +331,10 @@ export class JournaledStore implements Store {
         // rewritten to what is not stored yet, so it stays bounded.
         if (!this.fileAhead && this.journal && this.journal.size > COMPACT_BYTES) this.compact();
       }
-      // Synchronously after seeing memory empty: nothing was appended that is not stored.
-      if (!this.fileAhead) this.compact();
+      // Synchronously after seeing memory empty: nothing was appended that is not stored. While
+      // exchanges are open the file keeps growing until COMPACT_BYTES instead (a rewrite costs
+      // more than the appends it saves).
+      if (!this.fileAhead && (this.open.size === 0 || (this.journal && this.journal.size > COMPACT_BYTES))) this.compact();
       if (this.failures > 0) this.log.info({ attempts: this.failures + 1 }, 'usage writes recovered');
       this.failures = 0;
     } catch (err) {
@@ -337,6 +358,11 @@ export class JournaledStore implements Store {
     const unreadable = { lines: 0 };
     for (const batch of readJournal(this.path, unreadable)) await this.backend.writeUsage(batch);
     if (unreadable.lines) this.log.warn({ lines: unreadable.lines }, 'usage journal: unreadable lines skipped (an append torn by a crash)');
+  }
+
+  /** Records journaled and held for the store, not yet written (beyond the memory bound, only those held). */
+  get queued(): number {
+    return this.pending.length;
   }
 
   /** Everything journaled so far is in the store (nothing queued, nothing only in the file). */

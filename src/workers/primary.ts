@@ -2,7 +2,9 @@
  * `server.workers: N`: the primary thread starts N worker threads (thread.ts), each a whole
  * gateway listening on the same port (the kernel spreads connections between them), and serves
  * no request itself. It holds what the threads share: the in-memory limiter (limiter.ts; Redis
- * replaces it across instances), the admin credential, the first start's demo key.
+ * replaces it across instances), the admin credential, the first start's demo key. It also relays
+ * gathers: a thread asking for every thread's answer to a topic (the metrics plugin's scrape of
+ * the whole instance) gets them from the primary, which asks every thread.
  *
  * Everything else the threads share lives in the store: keys and groups (each thread's cache is
  * told of changes by the store's notifications), sessions and sign-in lockouts (shared state),
@@ -38,6 +40,8 @@ export interface WorkerPool {
 const MAX_RESTART_DELAY_MS = 10_000;
 /** A thread that served this long before dying is replaced at once. */
 const STABLE_MS = 30_000;
+/** A gather goes on without a thread that has not answered in this long. */
+const GATHER_TIMEOUT_MS = 3_000;
 
 export async function startWorkers(config: Config, log: Logger, source: LoadOptions): Promise<Gateway> {
   await adoptJournals(config, Array.from({ length: config.server.workers }, (_, i) => `usage-w${i}.journal`), log);
@@ -56,6 +60,26 @@ export async function startWorkers(config: Config, log: Logger, source: LoadOpti
     /** Reloads asked of one thread, answered by its outcome (or a refusal if it dies first). */
     const pendingReloads = new Map<number, { thread: Worker; resolve(outcome: ReloadOutcome): void }>();
     let nextReload = 1;
+    /** Gathers under way: the threads still to answer, and the answers so far. */
+    const asks = new Map<number, { waiting: Set<Worker>; values: unknown[]; done(): void }>();
+    let nextAsk = 1;
+
+    /** Every running thread's answer to `topic` (a thread's `gather`); one that ends or stays silent is left out. */
+    const gather = (topic: string) =>
+      new Promise<unknown[]>((resolve) => {
+        const id = nextAsk++;
+        const waiting = new Set(threads.filter((t): t is Worker => t !== undefined));
+        const values: unknown[] = [];
+        const done = () => {
+          clearTimeout(timer);
+          asks.delete(id);
+          resolve(values);
+        };
+        const timer = setTimeout(done, GATHER_TIMEOUT_MS).unref();
+        asks.set(id, { waiting, values, done });
+        if (waiting.size === 0) return done();
+        for (const thread of waiting) thread.postMessage({ type: 'ask', id, topic } satisfies PrimaryMessage);
+      });
 
     /**
      * Starts thread `index`. A replacement (`failures` counts the quick deaths before it) re-reads
@@ -82,6 +106,13 @@ export async function startWorkers(config: Config, log: Logger, source: LoadOpti
           } else if (message.type === 'reload-outcome') {
             pendingReloads.get(message.id)?.resolve(message.outcome as ReloadOutcome);
             pendingReloads.delete(message.id);
+          } else if (message.type === 'gather') {
+            void gather(message.topic).then((values) => worker.postMessage({ type: 'gathered', id: message.id, values } satisfies PrimaryMessage));
+          } else if (message.type === 'answer') {
+            const ask = asks.get(message.id);
+            if (!ask?.waiting.delete(worker)) return;
+            if (message.value !== undefined) ask.values.push(message.value);
+            if (ask.waiting.size === 0) ask.done();
           }
         });
         worker.on('error', (err) => {
@@ -90,6 +121,7 @@ export async function startWorkers(config: Config, log: Logger, source: LoadOpti
         });
         worker.on('exit', async (code) => {
           if (threads[index] === worker) threads[index] = undefined;
+          for (const ask of asks.values()) if (ask.waiting.delete(worker) && ask.waiting.size === 0) ask.done();
           for (const [id, pending] of pendingReloads) {
             if (pending.thread !== worker) continue;
             pendingReloads.delete(id);

@@ -21,14 +21,27 @@ export interface ThreadData {
   limiterPort?: MessagePort;
 }
 
-/** What a thread tells the primary. */
+/**
+ * What a thread tells the primary. `gather` asks for every thread's answer to a topic (a plugin's
+ * report of the whole instance, `GatewayView.gather`); `answer` is this thread's part of one.
+ */
 export type ThreadMessage =
   | { type: 'listening'; port: number; families: string[] }
   | { type: 'reloaded'; via: string }
-  | { type: 'reload-outcome'; id: number; outcome: unknown };
+  | { type: 'reload-outcome'; id: number; outcome: unknown }
+  | { type: 'gather'; id: number; topic: string }
+  | { type: 'answer'; id: number; value: unknown };
 
-/** What the primary tells a thread. `crash` throws an uncaught error in it: a drill of the real failure path. */
-export type PrimaryMessage = { type: 'reload'; id: number; via: string } | { type: 'shutdown' } | { type: 'crash' };
+/**
+ * What the primary tells a thread. `crash` throws an uncaught error in it: a drill of the real
+ * failure path. `ask` wants the thread's answer to a topic; `gathered` ends the thread's `gather`.
+ */
+export type PrimaryMessage =
+  | { type: 'reload'; id: number; via: string }
+  | { type: 'shutdown' }
+  | { type: 'crash' }
+  | { type: 'ask'; id: number; topic: string }
+  | { type: 'gathered'; id: number; values: unknown[] };
 
 const { config, source, index, port, admin, replacement, limiterPort } = workerData as ThreadData;
 const parent = parentPort!;
@@ -36,12 +49,21 @@ const tell = (message: ThreadMessage) => parent.postMessage(message);
 const log = createLogger(config.log.level).child({ worker: index });
 
 const limiter = limiterPort && new RemoteLimiter(limiterPort);
+/** This thread's gathers waiting for the primary's `gathered`. */
+const gathering = new Map<number, (values: unknown[]) => void>();
+let nextGather = 1;
 const gateway = await startGateway(config, log, source, {
   index,
   admin,
   port,
   ...(limiter && { limiter }),
   reloaded: (via) => tell({ type: 'reloaded', via }),
+  gather: (topic) =>
+    new Promise((resolve) => {
+      const id = nextGather++;
+      gathering.set(id, resolve);
+      tell({ type: 'gather', id, topic });
+    }),
 });
 /**
  * A thread ends only by letting its event loop run empty: with uWebSockets.js 20.30 a thread that
@@ -70,6 +92,16 @@ process.on('unhandledRejection', crashed);
 parent.on('message', async (message: PrimaryMessage) => {
   if (message.type === 'reload') tell({ type: 'reload-outcome', id: message.id, outcome: await gateway.reload(message.via) });
   else if (message.type === 'shutdown') void stop();
+  else if (message.type === 'ask') {
+    const answered = (value: unknown) => tell({ type: 'answer', id: message.id, value });
+    gateway.answer!(message.topic).then(answered, (err) => {
+      log.error({ err, topic: message.topic }, 'answering a gather failed');
+      answered(undefined);
+    });
+  } else if (message.type === 'gathered') {
+    gathering.get(message.id)?.(message.values);
+    gathering.delete(message.id);
+  }
   else if (message.type === 'crash') setImmediate(() => {
     throw new Error('crash drill: an uncaught error in a worker thread');
   });

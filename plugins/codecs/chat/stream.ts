@@ -8,10 +8,11 @@ import { readOpenAiError } from '../openai-common.js';
 import type { Exchange } from '../../../src/exchange.js';
 import { newId, unixNow } from '../../../src/ids.js';
 import { estimateUsage } from '../../../src/usage-estimate.js';
-import { dataFrame, frameData, hasObjectField } from '../../../src/sse.js';
+import { dataFrame, frameData, hasObjectField, ObjectKeyNeedle } from '../../../src/sse.js';
 import { chatFinishReason, readChatUsage, readFinishReason, writeChatUsage } from './canonical.js';
 
 const USAGE_KEY = Buffer.from('"usage"');
+const USAGE_OBJECT = new ObjectKeyNeedle('usage');
 const DONE = 'data: [DONE]\n\n';
 
 export const chatErrorFrame = (body: string) => dataFrame(body);
@@ -30,6 +31,8 @@ export function chatPassthrough(
   let first: Record<string, any> | undefined;
   let heldDone = false;
   return {
+    // Owing usage, it must see every frame (to hold back [DONE]); otherwise only usage frames.
+    ...(!owesUsage && { sparseKey: USAGE_OBJECT }),
     frame(frame) {
       if (owesUsage) {
         const data = frameData(frame);

@@ -10,7 +10,7 @@ import { GatewayError } from '../../../src/errors.js';
 import { StateKey, type Exchange } from '../../../src/exchange.js';
 import { newId } from '../../../src/ids.js';
 import { estimateUsage } from '../../../src/usage-estimate.js';
-import { dataFrame, frameData, hasObjectField } from '../../../src/sse.js';
+import { dataFrame, frameData, hasObjectField, ObjectKeyNeedle } from '../../../src/sse.js';
 import { blockedPrompt, readFinishReason, readGeminiUsage, readParts, writeAnswerParts, writeFinishReason, writeGeminiUsage } from './canonical.js';
 
 type Json = Record<string, any>;
@@ -19,6 +19,7 @@ type Json = Record<string, any>;
 export const sseMode = new StateKey<boolean>('gemini sse');
 
 const USAGE_KEY = Buffer.from('"usageMetadata"');
+const USAGE_OBJECT = new ObjectKeyNeedle('usageMetadata');
 
 /** Frames events as SSE, or as the elements of one JSON array. */
 export class GeminiFraming {
@@ -49,6 +50,8 @@ export function geminiPassthrough(ex: Exchange, errorBody: (err: GatewayError) =
   let pending = '';
   let estimate: Usage | undefined;
   return {
+    // As SSE the frames pass unchanged and only usage frames matter; as a JSON array each is rewritten.
+    ...(sse && { sparseKey: USAGE_OBJECT }),
     frame(frame) {
       if (hasObjectField(frame, USAGE_KEY)) lastUsageFrame = frame;
       if (sse) return true;
