@@ -116,8 +116,12 @@ export function chatStreamWriter(ex: Exchange, errorBody: (err: GatewayError) =>
   let finished = false;
   let toolCalls = 0;
   let usage: Usage | undefined;
-  const chunk = (delta: object, finish: string | null = null) =>
-    dataFrame(JSON.stringify({ ...head, choices: [{ index: 0, delta, logprobs: null, finish_reason: finish }], ...(includeUsage && { usage: null }) }));
+  // Every chunk is the same JSON around its delta: serialised once, so an event costs one
+  // JSON.stringify of its delta (the same bytes as serialising the whole chunk object).
+  const before = `data: ${JSON.stringify(head).slice(0, -1)},"choices":[{"index":0,"delta":`;
+  const after = (finish: string | null) => `,"logprobs":null,"finish_reason":${JSON.stringify(finish)}}]${includeUsage ? ',"usage":null' : ''}}\n\n`;
+  const afterOpen = after(null);
+  const chunk = (delta: object, finish: string | null = null) => before + JSON.stringify(delta) + (finish === null ? afterOpen : after(finish));
   const opening = () => (started ? '' : ((started = true), chunk({ role: 'assistant', content: '' })));
 
   return {
