@@ -143,7 +143,7 @@ export async function openStore(config: Pick<Config, 'dataDir' | 'store'>, journ
 function openBackend(config: Pick<Config, 'dataDir' | 'store'>, log?: Logger): Promise<StoreBackend> | StoreBackend {
   return config.store.kind === 'postgres'
     ? PostgresStore.open(config.store.url, { poolSize: config.store.poolSize, ...(log && { log }) })
-    : new SqliteStore(join(config.dataDir, 'sluice.db'));
+    : new SqliteStore(join(config.dataDir, 'sluice.db'), { usageWriter: 'thread' });
 }
 
 /** The usage journals in a data dir: `usage.journal` of one thread, `usage-wN.journal` of worker thread N. */

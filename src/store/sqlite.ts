@@ -3,14 +3,17 @@
  * their secrets; usage arrives in batches from the journal in front of it (journal.ts), and each
  * batch also moves its keys' last-used times. better-sqlite3 is synchronous and fast; the methods
  * are async only to keep the Store's shape, and caching lives in front of every store (cache.ts).
+ * The gateway has usage batches written by a thread of their own (`usageWriter: 'thread'`), so
+ * they never block the event loop.
  * Group and key writes are announced on a BroadcastChannel named after the file, which reaches the
  * stores of the other worker threads of the process (the CLI in another process is not told: the
  * caches' TTL covers it).
  */
 import { resolve } from 'node:path';
-import { BroadcastChannel } from 'node:worker_threads';
+import { BroadcastChannel, Worker } from 'node:worker_threads';
 import Database from 'better-sqlite3';
 import { hashSecret, mintKey } from './secrets.js';
+import type { WriterReply, WriterRequest } from './sqlite-writer.js';
 import type { ApiKey, AuditEntry, AuditQuery, Budget, Group, GroupInput, KeyPatch, Limits, StoreBackend, UpstreamActivity, UsagePoint, UsageQuery, UsageRecord, UsageTotals } from './store.js';
 
 /** Each entry moves the schema one version forward; never edit a released one, append. */
@@ -221,6 +224,61 @@ const toUsage = (r: UsageRow): UsageRecord => ({
 export interface SqliteOptions {
   /** How long a write waits for another connection's lock before it fails (SQLITE_BUSY). */
   busyTimeoutMs?: number;
+  /**
+   * `thread`: usage batches are written by a thread of their own (sqlite-writer.ts), off the event
+   * loop that serves requests: what the gateway uses. `inline` (the default) writes them here.
+   */
+  usageWriter?: 'inline' | 'thread';
+}
+
+/** The usage-writing thread of a store, and the batches sent to it awaiting their answer. */
+class UsageWriter {
+  private worker: Worker | undefined;
+  private nextId = 1;
+  private readonly waiting = new Map<number, { resolve(): void; reject(err: Error): void }>();
+
+  constructor(
+    private readonly file: string,
+    private readonly options: SqliteOptions,
+  ) {}
+
+  write(records: readonly UsageRecord[]): Promise<void> {
+    const worker = (this.worker ??= this.start());
+    const id = this.nextId++;
+    return new Promise((resolve, reject) => {
+      this.waiting.set(id, { resolve, reject });
+      // Held while a batch is under way, so a flush at shutdown completes.
+      worker.ref();
+      worker.postMessage({ id, records } satisfies WriterRequest);
+    });
+  }
+
+  async close(): Promise<void> {
+    const worker = this.worker;
+    this.worker = undefined;
+    await worker?.terminate();
+  }
+
+  private start(): Worker {
+    const worker = new Worker(new URL('./sqlite-writer.js', import.meta.url), { workerData: { file: this.file, options: { busyTimeoutMs: this.options.busyTimeoutMs } } });
+    worker.on('message', ({ id, error }: WriterReply) => {
+      const waiter = this.waiting.get(id);
+      this.waiting.delete(id);
+      if (error === undefined) waiter?.resolve();
+      else waiter?.reject(new Error(error));
+      if (this.waiting.size === 0) worker.unref();
+    });
+    // A thread that dies fails what it was given (the journal keeps those records and tries
+    // again) and is started anew by the next batch.
+    worker.once('exit', (code) => {
+      if (this.worker === worker) this.worker = undefined;
+      for (const waiter of this.waiting.values()) waiter.reject(new Error(`the usage writer thread exited (${code})`));
+      this.waiting.clear();
+    });
+    worker.on('error', () => {});
+    worker.unref();
+    return worker;
+  }
 }
 
 export class SqliteStore implements StoreBackend {
@@ -228,6 +286,7 @@ export class SqliteStore implements StoreBackend {
   private readonly stmt;
   /** Carries "a group or key changed" between the stores of one file; a channel never hears its own posts. */
   private readonly changes: BroadcastChannel;
+  private readonly writer: UsageWriter | undefined;
 
   constructor(file: string, options: SqliteOptions = {}) {
     this.db = new Database(file);
@@ -266,6 +325,8 @@ export class SqliteStore implements StoreBackend {
     this.changes = new BroadcastChannel(`sluice-store:${resolve(file)}`);
     // Watching is no reason to stay alive: the gateway's server keeps the process up.
     this.changes.unref();
+    // Its thread starts with the first batch, once the schema is in place.
+    if (options.usageWriter === 'thread') this.writer = new UsageWriter(file, options);
   }
 
   private migrate(): void {
@@ -381,6 +442,7 @@ export class SqliteStore implements StoreBackend {
   }
 
   async writeUsage(records: readonly UsageRecord[]): Promise<void> {
+    if (this.writer) return this.writer.write(records);
     const lastUsed = new Map<string, number>();
     for (const r of records) if (r.keyId) lastUsed.set(r.keyId, Math.max(r.time, lastUsed.get(r.keyId) ?? 0));
     this.db.transaction(() => {
@@ -488,6 +550,7 @@ export class SqliteStore implements StoreBackend {
   }
 
   async close(): Promise<void> {
+    await this.writer?.close();
     this.changes.close();
     this.db.close();
   }

@@ -1,0 +1,24 @@
+/**
+ * A thread that writes usage batches to the SQLite file, so that a batch (a few milliseconds for
+ * 256 records, more at a WAL checkpoint) never blocks the event loop that serves requests. It has
+ * its own connection; WAL lets it write while the serving thread reads. SqliteStore with
+ * `usageWriter: 'thread'` starts it and sends it each batch.
+ */
+import { parentPort, workerData } from 'node:worker_threads';
+import { SqliteStore } from './sqlite.js';
+import type { UsageRecord } from './store.js';
+
+export type WriterRequest = { id: number; records: readonly UsageRecord[] };
+export type WriterReply = { id: number; error?: string };
+
+const store = new SqliteStore(workerData.file as string, workerData.options);
+parentPort!.on('message', async ({ id, records }: WriterRequest) => {
+  try {
+    await store.writeUsage(records);
+    parentPort!.postMessage({ id } satisfies WriterReply);
+  } catch (err) {
+    parentPort!.postMessage({ id, error: (err as Error).message } satisfies WriterReply);
+  }
+});
+// Ends when the store closes the port: the connection goes with the thread.
+parentPort!.once('close', () => void store.close());
