@@ -107,13 +107,20 @@ export function createHttpUpstream(kind: HttpUpstreamKind, name: string, raw: Re
   if (options.apiKey) Object.assign(fixedHeaders, kind.authHeaders(options.apiKey));
   const gate = new ConnectionGate(name, connections, options.maxQueue ?? connections * 4, options.queueTimeoutMs ?? 5000);
 
+  // undici takes any iterable of chunks as a body; its types list only some.
   const dispatch = (call: HttpCall) => {
-    const { req, sink } = call;
+    const req = call.req!;
+    const sink = call.sink;
+    // undici holds what it needs from here on: a long stream must not keep the request twice.
+    call.req = undefined;
     const headers: Record<string, string> = { ...req.headers, ...fixedHeaders };
     if (req.traceparent) headers.traceparent = req.traceparent;
     if (req.tracestate) headers.tracestate = req.tracestate;
+    const body = typeof req.body === 'string' ? Buffer.from(req.body) : req.body;
+    const large = body !== undefined && body.length > HELD_BODY_BYTES;
+    if (large) headers['content-length'] = String(body.length);
     pool.dispatch(
-      { method: req.method, path: basePath + (kind.target ? kind.target(req) : req.path), headers, body: req.body },
+      { method: req.method, path: basePath + (kind.target ? kind.target(req) : req.path), headers, body: large ? (sentOnce(body) as unknown as Buffer) : body },
       {
         onRequestStart(c) {
           call.controller = c;
@@ -152,6 +159,25 @@ export function createHttpUpstream(kind: HttpUpstreamKind, name: string, raw: Re
 }
 
 /** One call to an HTTP upstream: waiting for a connection, or dispatched. */
+/** Bodies above this go to undici as a one-shot iterable: it keeps a Buffer body until the answer ends. */
+const HELD_BODY_BYTES = 16 * 1024;
+
+/**
+ * The body as an iterable that lets go of it once undici has taken it. A plain object: a
+ * generator would keep the buffer alive in its closure.
+ */
+function sentOnce(body: Buffer): Iterable<Buffer> {
+  let rest: Buffer | undefined = body;
+  const iterator: Iterator<Buffer> = {
+    next() {
+      const value = rest;
+      rest = undefined;
+      return value ? { value, done: false } : { value: undefined, done: true };
+    },
+  };
+  return { [Symbol.iterator]: () => iterator };
+}
+
 class HttpCall implements UpstreamCall {
   controller: { pause(): void; resume(): void; abort(reason: Error): void } | undefined;
   /** The sink has heard the end (or the client left): nothing more reaches it. */
@@ -162,7 +188,8 @@ class HttpCall implements UpstreamCall {
   deadline: NodeJS.Timeout | undefined;
 
   constructor(
-    readonly req: UpstreamRequest,
+    /** Until dispatched. */
+    public req: UpstreamRequest | undefined,
     readonly sink: ResponseSink,
     private readonly gate: ConnectionGate,
   ) {}

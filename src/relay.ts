@@ -13,6 +13,8 @@ import type { ClientResponse, Pipeline } from './pipeline.js';
 import { SseSplitter, frameData, sniffEventStream, type ObjectKeyNeedle } from './sse.js';
 import { SAMPLE_BYTES, answerText, deliveredOutput, deliveredScale, estimateUsage } from './usage-estimate.js';
 
+const NO_BODY = Buffer.alloc(0);
+
 /** The exchange's relay while an upstream call is under way. */
 export const activeRelay = new StateKey<Relay>('active relay');
 
@@ -111,6 +113,9 @@ export class Relay implements ResponseSink {
 
   private startStream(): void {
     const { ex, res } = this;
+    // No other channel is tried once a stream began: the client's bytes are not needed again, and
+    // a stream may last hours.
+    ex.body = NO_BODY;
     if (this.passthrough) {
       this.stream = ex.clientFamily.passthroughStream(ex);
       if (!this.rename && this.framePlugins.length === 0) this.sparseKey = this.stream.sparseKey;

@@ -338,7 +338,10 @@ class BodyReader {
     } else if (this.complete && this.onBody) {
       const deliver = this.onBody;
       this.onBody = this.onRefused = undefined;
-      deliver(this.body ? this.body.subarray(0, this.size) : Buffer.concat(this.early ?? [], this.size));
+      const body = this.body ? this.body.subarray(0, this.size) : Buffer.concat(this.early ?? [], this.size);
+      // The exchange owns it from here: a stream may outlive this reader by hours.
+      this.body = this.early = undefined;
+      deliver(body);
     }
   }
 }
