@@ -12,6 +12,9 @@ import { scaleRows } from './scale.js';
 
 const dist = fileURLToPath(new URL('..', import.meta.url));
 
+/** Node's flags for a gateway, as `npm start` passes them (see package.json). */
+export const SERVE_FLAGS = ['--max-semi-space-size=64'];
+
 interface Spawned {
   child: ChildProcess;
   output: string;
@@ -161,7 +164,7 @@ export async function runE2e(): Promise<Record<string, string>[]> {
     const config = join(dataDir, 'sluice.yaml');
     writeFileSync(config, sluiceConfig(simUrl));
     const gw = await spawnUntil(
-      [join(dist, 'src/main.js'), 'serve', '--config', config],
+      [...SERVE_FLAGS, join(dist, 'src/main.js'), 'serve', '--config', config],
       // One thread, as the ratios have always been measured; the scale rows compare thread counts.
       { SLUICE_PORT: '0', SLUICE_DATA_DIR: dataDir, SLUICE_LOG_LEVEL: 'info', SLUICE_WORKERS: '1' },
       /demo key[^:]*: (sk-\S+)[\s\S]*"url":"(http:\/\/127\.0\.0\.1:\d+)"/,

@@ -13,7 +13,7 @@ import { availableParallelism, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { startPostgres, startRedis, type PostgresServer, type RedisServer } from '../test/servers.js';
-import { authFor, limitedKeyOf, requestFor, runLoad, scenarios, spawnUntil, type LoadResult, type Scenario } from './e2e.js';
+import { authFor, limitedKeyOf, requestFor, runLoad, scenarios, spawnUntil, SERVE_FLAGS, type LoadResult, type Scenario } from './e2e.js';
 
 const dist = fileURLToPath(new URL('..', import.meta.url));
 const cores = availableParallelism();
@@ -49,7 +49,7 @@ async function startInstance(label: string, simUrl: string, workers: number, bac
   let gw: Awaited<ReturnType<typeof spawnUntil>>;
   try {
     gw = await spawnUntil(
-      [join(dist, 'src/main.js'), 'serve', '--config', config],
+      [...SERVE_FLAGS, join(dist, 'src/main.js'), 'serve', '--config', config],
       { SLUICE_PORT: '0', SLUICE_DATA_DIR: dataDir, SLUICE_LOG_LEVEL: 'info', SLUICE_WORKERS: String(workers) },
       /demo key[^:]*: (sk-\S+)[\s\S]*"url":"(http:\/\/127\.0\.0\.1:\d+)"/,
     );

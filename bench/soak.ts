@@ -11,7 +11,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import WebSocket from 'ws';
-import { spawnUntil } from './e2e.js';
+import { spawnUntil, SERVE_FLAGS } from './e2e.js';
 
 const { values } = parseArgs({ options: { minutes: { type: 'string', default: '1' }, concurrency: { type: 'string', default: '16' } } });
 const minutes = Number(values.minutes);
@@ -55,7 +55,7 @@ models:
 `,
   );
   const gw = await spawnUntil(
-    [join(dist, 'src/main.js'), 'serve', '--config', config],
+    [...SERVE_FLAGS, join(dist, 'src/main.js'), 'serve', '--config', config],
     { SLUICE_PORT: '0', SLUICE_DATA_DIR: dataDir, SLUICE_LOG_LEVEL: 'info' },
     /demo key[^:]*: (sk-\S+)[\s\S]*"url":"(http:\/\/127\.0\.0\.1:\d+)"/,
   );

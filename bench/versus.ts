@@ -12,7 +12,7 @@ import { availableParallelism, cpus, release, tmpdir, totalmem, type } from 'nod
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Pool } from 'undici';
-import { authFor, nativeModel, requestFor, runLoad, sluiceConfig, spawnUntil, type Load, type LoadResult, type Scenario } from './e2e.js';
+import { authFor, nativeModel, requestFor, runLoad, sluiceConfig, spawnUntil, type Load, SERVE_FLAGS, type LoadResult, type Scenario } from './e2e.js';
 import { nginxBinary, startNginx, type Nginx } from './nginx.js';
 import { cpuSeconds, exited, findScenario } from './scale.js';
 
@@ -187,7 +187,7 @@ async function startSluice(simUrl: string, workers: number): Promise<Gateway> {
   let url: string;
   try {
     const gw = await spawnUntil(
-      [join(dist, 'src/main.js'), 'serve', '--config', config],
+      [...SERVE_FLAGS, join(dist, 'src/main.js'), 'serve', '--config', config],
       { SLUICE_PORT: '0', SLUICE_DATA_DIR: dataDir, SLUICE_LOG_LEVEL: 'info', SLUICE_WORKERS: String(workers) },
       /demo key[^:]*: (sk-\S+)[\s\S]*"url":"(http:\/\/127\.0\.0\.1:\d+)"/,
     );
