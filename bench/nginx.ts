@@ -5,9 +5,10 @@
  */
 import { spawn, spawnSync } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { connect, createServer } from 'node:net';
+import { connect } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { freePort } from '../test/servers.js';
 
 export interface NginxBinary {
   path: string;
@@ -54,17 +55,6 @@ export function nginxBinary(): NginxBinary | { skip: string } {
   const printed = spawnSync(path, ['-v'], { encoding: 'utf8' });
   const version = /nginx\/\S+/.exec(printed.stderr + printed.stdout)?.[0];
   return version ? { path, version } : { skip: `${path} -v printed no version: ${printed.stderr}` };
-}
-
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = createServer();
-    server.once('error', reject);
-    server.listen(0, '127.0.0.1', () => {
-      const { port } = server.address() as { port: number };
-      server.close(() => resolve(port));
-    });
-  });
 }
 
 function accepts(port: number): Promise<boolean> {
