@@ -127,7 +127,8 @@ function resolveFamilies(model: ModelConfig, upstreamFamily: string, families: C
 export async function openStore(config: Pick<Config, 'dataDir' | 'store'>, journal: JournalOptions & { file?: string } = { owner: false }): Promise<CachedStore> {
   const { dataDir } = config;
   mkdirSync(dataDir, { recursive: true, mode: 0o700 });
-  const backend = await openBackend(config, journal.log);
+  // Only the journal's owner writes usage all the time; the CLI and the primary thread replay once.
+  const backend = await openBackend(config, journal.log, journal.owner);
   try {
     if (journal.owner) return new CachedStore(await JournaledStore.open(backend, join(dataDir, journal.file ?? 'usage.journal'), journal));
     // The CLI first replays every thread's journal, so it shows what the running gateway has recorded.
@@ -140,10 +141,10 @@ export async function openStore(config: Pick<Config, 'dataDir' | 'store'>, journ
   }
 }
 
-function openBackend(config: Pick<Config, 'dataDir' | 'store'>, log?: Logger): Promise<StoreBackend> | StoreBackend {
+function openBackend(config: Pick<Config, 'dataDir' | 'store'>, log?: Logger, serving = false): Promise<StoreBackend> | StoreBackend {
   return config.store.kind === 'postgres'
     ? PostgresStore.open(config.store.url, { poolSize: config.store.poolSize, ...(log && { log }) })
-    : new SqliteStore(join(config.dataDir, 'sluice.db'), { usageWriter: 'thread' });
+    : new SqliteStore(join(config.dataDir, 'sluice.db'), { usageWriter: serving ? 'thread' : 'inline' });
 }
 
 /** The usage journals in a data dir: `usage.journal` of one thread, `usage-wN.journal` of worker thread N. */

@@ -76,14 +76,17 @@ export class Relay implements ResponseSink {
     if (!this.res.write(bytes)) this.writable = false;
   };
 
-  /** The upstream's own bytes on their way to the client (a passthrough), sampled for an estimate. */
+  /**
+   * The upstream's own bytes on their way to the client (a passthrough), sampled for an estimate.
+   * Each write is whole frames, and is sampled whole while the sample is short of SAMPLE_BYTES, so
+   * the sample is whole frames too, however long the first one is (bounded by maxEventBytes).
+   */
   private readonly relay = (bytes: Buffer) => {
     this.relayed += bytes.length;
     if (this.sampled < SAMPLE_BYTES) {
       // A view would pin the whole upstream chunk; the sample is small, so copy it.
-      const piece = Buffer.from(bytes.subarray(0, SAMPLE_BYTES - this.sampled));
-      this.sample.push(piece);
-      this.sampled += piece.length;
+      this.sample.push(Buffer.from(bytes));
+      this.sampled += bytes.length;
     }
     this.write(bytes);
   };
@@ -119,7 +122,7 @@ export class Relay implements ResponseSink {
     if (this.passthrough) {
       this.stream = ex.clientFamily.passthroughStream(ex);
       if (!this.rename && this.framePlugins.length === 0) this.sparseKey = this.stream.sparseKey;
-      ex.set(deliveredOutput, () => (this.sampled ? ex.clientFamily.deliveredText(completeFrames(Buffer.concat(this.sample, this.sampled))) : ''));
+      ex.set(deliveredOutput, () => (this.sampled ? ex.clientFamily.deliveredText(framesOf(Buffer.concat(this.sample, this.sampled))) : ''));
       ex.set(deliveredScale, () => (this.sampled ? this.relayed / this.sampled : 1));
     } else {
       this.stream = translating(ex, this.dialect);
@@ -269,8 +272,8 @@ export class Relay implements ResponseSink {
   }
 }
 
-/** The complete frames of a byte sample (its cut-off last frame left out). */
-function completeFrames(sample: Buffer): Buffer[] {
+/** The frames of a sample of relayed bytes. */
+function framesOf(sample: Buffer): Buffer[] {
   const frames: Buffer[] = [];
   new SseSplitter().push(sample, (frame) => (frames.push(frame), true), () => {});
   return frames;

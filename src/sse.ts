@@ -21,8 +21,6 @@ export class SseSplitter {
   private tailBytes = 0;
   /** Learned from the first frame: upstreams do not switch line endings midway. */
   private delimiter: Buffer | null = null;
-  /** pushSparse's search, in the upstream's JSON style, learned from its first key. */
-  private needle: Buffer | undefined;
 
   /** A frame longer than `maxFrameBytes` is refused: the carry-over must stay bounded. */
   constructor(private readonly maxFrameBytes = Infinity) {}
@@ -64,9 +62,8 @@ export class SseSplitter {
    * Like `push`, for a visitor that needs only the frames where `key` holds an object (a usage
    * object) and the last complete frame of each chunk: the chunk is searched once for the key and
    * once, from its end, for its last frame boundary, instead of frame by frame. The frames not
-   * visited are written as they came. Which way the upstream writes JSON (`"k":{` or `"k": {`) is
-   * read once, from the first key of the stream; a search costs in proportion to how often the
-   * needle's first byte occurs, so searching for one form rather than both halves it.
+   * visited are written as they came. Both ways of writing the key are searched (`"k":{` and
+   * `"k": {`): one upstream may mix them (Anthropic writes its pings with a space).
    */
   pushSparse(chunk: Buffer, key: ObjectKeyNeedle, visit: FrameVisitor, write: (bytes: Buffer) => void): void {
     // Until the first frame has taught the delimiter, frame by frame.
@@ -78,12 +75,6 @@ export class SseSplitter {
       this.push(chunk.subarray(0, end), visit, write);
       chunk = chunk.subarray(end);
     }
-    if (this.needle === undefined) {
-      const colon = chunk.indexOf('":');
-      if (colon < 0) return this.push(chunk, visit, write);
-      this.needle = chunk[colon + 2] === 0x20 ? key.spaced : key.compact;
-    }
-    const needle = this.needle;
     const delimiter = this.delimiter;
     const last = chunk.lastIndexOf(delimiter);
     const complete = last < 0 ? 0 : last + delimiter.length;
@@ -95,13 +86,21 @@ export class SseSplitter {
       if (start > runStart) write(chunk.subarray(runStart, start));
       runStart = end;
     };
-    for (let at = chunk.indexOf(needle); at >= 0 && at < complete; at = chunk.indexOf(needle, visitedUpTo)) {
+    // The next hit of each form; the nearer one is the next frame to visit.
+    let compact = chunk.indexOf(key.compact);
+    let spaced = chunk.indexOf(key.spaced);
+    for (;;) {
+      const at = compact < 0 ? spaced : spaced < 0 ? compact : Math.min(compact, spaced);
+      if (at < 0 || at >= complete) break;
       const before = chunk.lastIndexOf(delimiter, at);
       frameAt(before < 0 ? 0 : before + delimiter.length, chunk.indexOf(delimiter, at) + delimiter.length);
+      if (compact >= 0 && compact < visitedUpTo) compact = chunk.indexOf(key.compact, visitedUpTo);
+      if (spaced >= 0 && spaced < visitedUpTo) spaced = chunk.indexOf(key.spaced, visitedUpTo);
     }
-    // The chunk's last frame, unless the needle already brought it.
+    // The chunk's last frame, unless a search already brought it.
     if (complete > visitedUpTo) {
-      const before = chunk.lastIndexOf(delimiter, complete - delimiter.length - 1);
+      const from = complete - delimiter.length - 1;
+      const before = from < 0 ? -1 : chunk.lastIndexOf(delimiter, from);
       frameAt(Math.max(visitedUpTo, before < 0 ? 0 : before + delimiter.length), complete);
     }
     if (complete > runStart) write(chunk.subarray(runStart, complete));

@@ -33,6 +33,8 @@ export interface Traceparent {
 const TRACEPARENT = /^([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})(-[\s\S]*)?$/;
 const ZERO_TRACE = '0'.repeat(32);
 const ZERO_SPAN = '0'.repeat(16);
+/** Printable ASCII only: anything else could make the upstream request itself invalid. */
+const PRINTABLE = /^[\x20-\x7e]*$/;
 /** The spec's recommended minimum for `tracestate`; a longer one is dropped rather than cut. */
 const MAX_TRACESTATE = 512;
 
@@ -63,7 +65,7 @@ export function traceOf(headers: Record<string, string>): TraceContext {
     spanId: randomId(8, ZERO_SPAN),
     parentId: parent.parentId,
     sampled: parent.sampled,
-    state: state && state.length <= MAX_TRACESTATE ? state : undefined,
+    state: state && state.length <= MAX_TRACESTATE && PRINTABLE.test(state) ? state : undefined,
   };
 }
 

@@ -46,6 +46,8 @@ const RETRY_MAX_MS = 60_000;
 const READ_CHUNK_BYTES = 1 << 20;
 /** A journal larger than this is rewritten to what is not yet stored, even while records keep arriving. */
 const COMPACT_BYTES = 8 << 20;
+/** With nothing queued, the file is rewritten to the open exchanges' lines once it passes this. */
+const OPEN_ONLY_COMPACT_BYTES = 256 << 10;
 /** About 5 MB of records; the file keeps the rest. */
 const DEFAULT_MAX_HELD_RECORDS = 10_000;
 
@@ -264,11 +266,12 @@ export class JournaledStore implements Store {
 
   /** Open exchanges not yet appended: those begun in this turn of the event loop. */
   private readonly opening: OpenExchange[] = [];
+  private closed = false;
 
   private readonly appendOpening = () => {
     const opening = this.opening.filter((e) => this.open.has(e.requestId));
     this.opening.length = 0;
-    if (opening.length === 0) return;
+    if (opening.length === 0 || this.closed) return;
     try {
       this.journal!.appendAll(opening.map((open) => ({ open })));
     } catch (err) {
@@ -332,9 +335,9 @@ export class JournaledStore implements Store {
         if (!this.fileAhead && this.journal && this.journal.size > COMPACT_BYTES) this.compact();
       }
       // Synchronously after seeing memory empty: nothing was appended that is not stored. While
-      // exchanges are open the file keeps growing until COMPACT_BYTES instead (a rewrite costs
-      // more than the appends it saves).
-      if (!this.fileAhead && (this.open.size === 0 || (this.journal && this.journal.size > COMPACT_BYTES))) this.compact();
+      // exchanges are open the file is rewritten to their lines only past OPEN_ONLY_COMPACT_BYTES
+      // (a rewrite per flush would cost more than it saves; a large file costs every replay).
+      if (!this.fileAhead && (this.open.size === 0 || (this.journal && this.journal.size > OPEN_ONLY_COMPACT_BYTES))) this.compact();
       if (this.failures > 0) this.log.info({ attempts: this.failures + 1 }, 'usage writes recovered');
       this.failures = 0;
     } catch (err) {
@@ -376,8 +379,10 @@ export class JournaledStore implements Store {
   }
 
   async close(): Promise<void> {
+    this.appendOpening();
     await this.flush();
     clearTimeout(this.timer);
+    this.closed = true;
     this.journal?.close();
     await this.backend.close();
   }

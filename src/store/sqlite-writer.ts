@@ -2,7 +2,7 @@
  * A thread that writes usage batches to the SQLite file, so that a batch (a few milliseconds for
  * 256 records, more at a WAL checkpoint) never blocks the event loop that serves requests. It has
  * its own connection; WAL lets it write while the serving thread reads. SqliteStore with
- * `usageWriter: 'thread'` starts it and sends it each batch.
+ * `usageWriter: 'thread'` starts it, sends it each batch, and ends it (the connection goes with it).
  */
 import { parentPort, workerData } from 'node:worker_threads';
 import { SqliteStore } from './sqlite.js';
@@ -20,5 +20,3 @@ parentPort!.on('message', async ({ id, records }: WriterRequest) => {
     parentPort!.postMessage({ id, error: (err as Error).message } satisfies WriterReply);
   }
 });
-// Ends when the store closes the port: the connection goes with the thread.
-parentPort!.once('close', () => void store.close());

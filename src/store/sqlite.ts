@@ -270,12 +270,14 @@ class UsageWriter {
     });
     // A thread that dies fails what it was given (the journal keeps those records and tries
     // again) and is started anew by the next batch.
+    let failure: Error | undefined;
+    // Why it died (a bad path, a lock) is what its waiters are told.
+    worker.on('error', (err) => (failure = err));
     worker.once('exit', (code) => {
       if (this.worker === worker) this.worker = undefined;
-      for (const waiter of this.waiting.values()) waiter.reject(new Error(`the usage writer thread exited (${code})`));
+      for (const waiter of this.waiting.values()) waiter.reject(failure ?? new Error(`the usage writer thread exited (${code})`));
       this.waiting.clear();
     });
-    worker.on('error', () => {});
     worker.unref();
     return worker;
   }

@@ -53,7 +53,8 @@ export function geminiPassthrough(ex: Exchange, errorBody: (err: GatewayError) =
     // As SSE the frames pass unchanged and only usage frames matter; as a JSON array each is rewritten.
     ...(sse && { sparseKey: USAGE_OBJECT }),
     frame(frame) {
-      if (hasObjectField(frame, USAGE_KEY)) lastUsageFrame = frame;
+      // A copy: a view would pin the whole upstream chunk for the rest of the stream.
+      if (hasObjectField(frame, USAGE_KEY)) lastUsageFrame = Buffer.from(frame);
       if (sse) return true;
       const data = frameData(frame);
       if (data) pending += framing.event(data);
