@@ -35,6 +35,10 @@ function processStats(pid: number): { rssMb: number; fds: number } {
   return { rssMb: Math.round(Number(rss) / 1024), fds: readdirSync(`/proc/${pid}/fd`).length };
 }
 
+const TIMEOUTS = '{ firstByteMs: 1000, idleMs: 2000 }';
+/** The injected faults would open the breakers, and the soak would measure 503s: it is about the gateway's own lifecycle. */
+const NEVER_OPEN = '{ failures: 1000000, errorRate: 1 }';
+
 async function main(): Promise<void> {
   const dataDir = mkdtempSync(join(tmpdir(), 'sluice-soak-'));
   const sim = await spawnUntil([join(dist, 'plugins/upstreams/simulator/server.js'), '--port', '0'], {}, /listening on (http:\/\/127\.0\.0\.1:\d+)/);
@@ -45,9 +49,9 @@ async function main(): Promise<void> {
     `server: { writeStallMs: 5000, shutdownTimeoutMs: 2000 }
 log: { level: warn }
 upstreams:
-  chat: { kind: openai-chat, baseUrl: "${simUrl}/v1", timeouts: { firstByteMs: 1000, idleMs: 2000 } }
-  responses: { kind: openai-responses, baseUrl: "${simUrl}/v1", timeouts: { firstByteMs: 1000, idleMs: 2000 } }
-  gemini: { kind: gemini, baseUrl: "${simUrl}/v1beta", apiKey: k, timeouts: { firstByteMs: 1000, idleMs: 2000 } }
+  chat: { kind: openai-chat, baseUrl: "${simUrl}/v1", timeouts: ${TIMEOUTS}, breaker: ${NEVER_OPEN} }
+  responses: { kind: openai-responses, baseUrl: "${simUrl}/v1", timeouts: ${TIMEOUTS}, breaker: ${NEVER_OPEN} }
+  gemini: { kind: gemini, baseUrl: "${simUrl}/v1beta", apiKey: k, timeouts: ${TIMEOUTS}, breaker: ${NEVER_OPEN} }
 models:
   - { id: sim-chat, upstream: chat }
   - { id: sim-responses, upstream: responses }
