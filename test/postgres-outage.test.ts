@@ -4,8 +4,8 @@
  * `store_unavailable`, and the gateway recovers without a restart.
  */
 import t from 'tap';
-import { startSimulatorProcess, startTestGateway } from './helpers.js';
-import { call, eventually } from './scale.js';
+import { eventually, startSimulatorProcess, startTestGateway } from './helpers.js';
+import { call } from './scale.js';
 import { startPostgres } from './servers.js';
 
 t.setTimeout(120_000);

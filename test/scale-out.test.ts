@@ -10,8 +10,8 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import t from 'tap';
-import { distRoot, startSimulatorProcess, startTestGateway } from './helpers.js';
-import { call, eventually, exactnessTests, keyIn, type Cluster } from './scale.js';
+import { distRoot, eventually, startSimulatorProcess, startTestGateway } from './helpers.js';
+import { call, exactnessTests, keyIn, PATIENCE_MS, type Cluster } from './scale.js';
 import { postgresDatabase, startRedis } from './servers.js';
 
 t.setTimeout(180_000);
@@ -125,7 +125,7 @@ t.test('kill -9 of an instance holding slots: they return within the lease; its 
   const records = await eventually(async () => {
     const got = (await cluster.admin('GET', `/admin/requests?key=${id}&limit=100`)).body.data as any[];
     return got.filter((r) => r.outcome === 'interrupted').length === 3 && got;
-  }, 'three interrupted records');
+  }, 'three interrupted records', PATIENCE_MS);
   t.equal(records.filter((r: any) => r.outcome === 'interrupted').length, 3);
 });
 
@@ -143,12 +143,12 @@ t.test('Redis stopped mid-run: failMode closed answers 503, failMode open serves
   const refused = await eventually(async () => {
     const r = await ask(instances[1]!.url);
     return r.status === 503 && r;
-  }, 'the closed instance to answer 503');
+  }, 'the closed instance to answer 503', PATIENCE_MS);
   t.match(JSON.parse(refused.text), { error: { message: /limit/i } }, 'in the family shape, saying why');
   t.equal((await ask(open.url)).status, 200, 'the open instance serves');
 
   redis.start();
-  await eventually(async () => (await ask(instances[1]!.url)).status === 200, 'the closed instance to recover');
+  await eventually(async () => (await ask(instances[1]!.url)).status === 200, 'the closed instance to recover', PATIENCE_MS);
   t.equal((await ask(open.url)).status, 200);
   t.match(open.logs.map((l) => l.msg).join('\n'), /redis/i, 'the outage is logged');
 });

@@ -6,6 +6,7 @@
  */
 import { Agent } from 'undici';
 import type { Test } from 'tap';
+import { eventually } from './helpers.js';
 
 export interface Cluster {
   urls: string[];
@@ -47,23 +48,15 @@ export async function keyIn(cluster: Cluster, fields: Record<string, unknown> = 
 export const spread = (cluster: Cluster, n: number, send: (url: string, i: number) => ReturnType<typeof call>) =>
   Promise.all(Array.from({ length: n }, (_, i) => send(cluster.urls[i % cluster.urls.length]!, i)));
 
-/** Polls until `check` holds; fails after `ms` instead of hanging. */
-export async function eventually<T>(check: () => Promise<T | undefined | false>, what: string, ms = 10_000): Promise<T> {
-  const deadline = Date.now() + ms;
-  for (;;) {
-    const value = await check();
-    if (value) return value;
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 25));
-  }
-}
+/** How long the scale tests wait for what other threads and instances do (records, replacements). */
+export const PATIENCE_MS = 10_000;
 
 /** Every request of `ids` has exactly one usage record, whichever instance served it. */
 export async function oneRecordEach(t: Test, cluster: Cluster, keyId: string, ids: string[]): Promise<any[]> {
   const records = await eventually(async () => {
     const got = (await cluster.admin('GET', `/admin/requests?key=${keyId}&limit=1000`)).body.data as any[];
     return got.length >= ids.length && got;
-  }, `${ids.length} usage records`);
+  }, `${ids.length} usage records`, PATIENCE_MS);
   const byId = new Map<string, number>();
   for (const r of records) byId.set(r.requestId, (byId.get(r.requestId) ?? 0) + 1);
   t.equal(records.length, ids.length, 'as many records as requests');

@@ -5,8 +5,8 @@
  * held recorded as interrupted.
  */
 import t from 'tap';
-import { startStack } from './helpers.js';
-import { call, eventually, exactnessTests, keyIn, type Cluster } from './scale.js';
+import { eventually, startStack } from './helpers.js';
+import { call, exactnessTests, keyIn, PATIENCE_MS, type Cluster } from './scale.js';
 
 t.setTimeout(120_000);
 
@@ -64,7 +64,7 @@ t.test('a thread that fails is replaced; the exchanges it held end with a failur
   t.ok(cut.length >= 1, `the failed thread's streams end early (${cut.length})`);
   t.ok(cut.length < 12, 'the other thread finishes its own');
   for (const r of cut) t.match(r, { status: 200, text: /"code":"shutting_down"/ }, "with the family's failure event");
-  await eventually(async () => gw.gateway.workers!.replacements === 1, 'the replacement thread');
+  await eventually(async () => gw.gateway.workers!.replacements === 1, 'the replacement thread', PATIENCE_MS);
   // Every slot is free again: the failed thread's exchanges settled their leases as they ended.
   const after = await Promise.all(Array.from({ length: 12 }, () => call(gw.url, key, { messages: [{ role: 'user', content: 'After [[sim tokens=2]]' }], stream: true })));
   t.same(
@@ -75,7 +75,7 @@ t.test('a thread that fails is replaced; the exchanges it held end with a failur
   const records = await eventually(async () => {
     const got = (await gw.admin('GET', `/admin/requests?key=${id}&limit=1000`)).body.data as any[];
     return got.filter((r) => r.outcome === 'shutdown').length >= cut.length && got;
-  }, 'the records of the cut exchanges');
+  }, 'the records of the cut exchanges', PATIENCE_MS);
   t.equal(records.filter((r: any) => r.outcome === 'shutdown').length, cut.length, 'one record per stream cut');
 });
 

@@ -14,6 +14,7 @@
 import pg from 'pg';
 import { pino, type Logger } from 'pino';
 import { createLogger } from '../log.js';
+import { jsonText, toGroup, toKey, toUsage, type GroupRow, type KeyRow, type UsageRow } from './rows.js';
 import { hashSecret, mintKey } from './secrets.js';
 import {
   StoreUnavailableError,
@@ -159,103 +160,6 @@ function storeError(err: unknown): unknown {
   return isUnreachable(err) && !(err instanceof StoreUnavailableError) ? new StoreUnavailableError(`PostgreSQL cannot be reached: ${(err as Error).message}`, { cause: err }) : err;
 }
 
-const jsonText = (value: unknown): string | null => (value === null || value === undefined ? null : JSON.stringify(value));
-
-interface GroupRow {
-  name: string;
-  models: string[];
-  families: string[];
-  limits: Limits | null;
-  budget: Budget | null;
-  created_at: number;
-}
-
-interface KeyRow {
-  id: string;
-  prefix: string;
-  name: string | null;
-  group_name: string;
-  disabled: boolean;
-  created_at: number;
-  last_used_at: number | null;
-  expires_at: number | null;
-  limits: Limits | null;
-  budget: Budget | null;
-}
-
-interface UsageRow {
-  time: number;
-  request_id: string;
-  key_id: string | null;
-  group_name: string | null;
-  model: string | null;
-  upstream: string | null;
-  family: string;
-  status: number;
-  prompt_tokens: number;
-  completion_tokens: number;
-  cached_tokens: number | null;
-  cache_write_tokens: number | null;
-  reasoning_tokens: number | null;
-  cost: number | null;
-  channel: string | null;
-  attempts: number;
-  estimated: boolean;
-  latency_ms: number;
-  ttfb_ms: number | null;
-  streamed: boolean;
-  outcome: UsageRecord['outcome'];
-  error: string | null;
-  notes: string | null;
-}
-
-const toGroup = (r: GroupRow): Group => ({
-  name: r.name,
-  models: r.models,
-  families: r.families,
-  limits: r.limits,
-  budget: r.budget,
-  createdAt: r.created_at,
-});
-
-const toKey = (r: KeyRow): ApiKey => ({
-  id: r.id,
-  name: r.name,
-  group: r.group_name,
-  disabled: r.disabled,
-  prefix: r.prefix,
-  createdAt: r.created_at,
-  lastUsedAt: r.last_used_at,
-  expiresAt: r.expires_at,
-  limits: r.limits,
-  budget: r.budget,
-});
-
-const toUsage = (r: UsageRow): UsageRecord => ({
-  time: r.time,
-  requestId: r.request_id,
-  keyId: r.key_id,
-  group: r.group_name,
-  model: r.model,
-  upstream: r.upstream,
-  family: r.family,
-  status: r.status,
-  promptTokens: r.prompt_tokens,
-  completionTokens: r.completion_tokens,
-  cachedInputTokens: r.cached_tokens,
-  cacheWriteTokens: r.cache_write_tokens,
-  reasoningTokens: r.reasoning_tokens,
-  cost: r.cost,
-  channel: r.channel,
-  attempts: r.attempts,
-  estimated: r.estimated,
-  latencyMs: r.latency_ms,
-  ttfbMs: r.ttfb_ms,
-  streamed: r.streamed,
-  outcome: r.outcome,
-  error: r.error,
-  notes: r.notes,
-});
 
 /** A WHERE clause for a usage query, its values appended to `values` as $1, $2, ... */
 function usageFilter(query: UsageQuery, values: unknown[]): string {

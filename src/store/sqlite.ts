@@ -12,6 +12,7 @@
 import { resolve } from 'node:path';
 import { BroadcastChannel, Worker } from 'node:worker_threads';
 import Database from 'better-sqlite3';
+import { jsonText, toGroup, toKey, toUsage, type GroupRow, type KeyRow, type UsageRow } from './rows.js';
 import { hashSecret, mintKey } from './secrets.js';
 import type { WriterReply, WriterRequest } from './sqlite-writer.js';
 import type { ApiKey, AuditEntry, AuditQuery, Budget, Group, GroupInput, KeyPatch, Limits, StoreBackend, UpstreamActivity, UsagePoint, UsageQuery, UsageRecord, UsageTotals } from './store.js';
@@ -122,104 +123,6 @@ const absentUsage: Record<keyof UsageRecord, null> = {
   cachedInputTokens: null, cacheWriteTokens: null, reasoningTokens: null, cost: null, channel: null, attempts: null,
 };
 
-interface GroupRow {
-  name: string;
-  models: string;
-  families: string;
-  limits: string | null;
-  budget: string | null;
-  created_at: number;
-}
-
-interface KeyRow {
-  id: string;
-  prefix: string;
-  name: string | null;
-  group_name: string;
-  disabled: number;
-  created_at: number;
-  last_used_at: number | null;
-  expires_at: number | null;
-  limits: string | null;
-  budget: string | null;
-}
-
-interface UsageRow {
-  time: number;
-  request_id: string;
-  key_id: string | null;
-  group_name: string | null;
-  model: string | null;
-  upstream: string | null;
-  family: string;
-  status: number;
-  prompt_tokens: number;
-  completion_tokens: number;
-  estimated: number;
-  latency_ms: number;
-  ttfb_ms: number | null;
-  streamed: number;
-  outcome: UsageRecord['outcome'];
-  error: string | null;
-  notes: string | null;
-  cached_tokens: number | null;
-  cache_write_tokens: number | null;
-  reasoning_tokens: number | null;
-  cost: number | null;
-  channel: string | null;
-  attempts: number;
-}
-
-const json = <T>(text: string | null): T | null => (text === null ? null : JSON.parse(text));
-const jsonText = (value: unknown): string | null => (value === null || value === undefined ? null : JSON.stringify(value));
-
-const toGroup = (r: GroupRow): Group => ({
-  name: r.name,
-  models: JSON.parse(r.models),
-  families: JSON.parse(r.families),
-  limits: json<Limits>(r.limits),
-  budget: json<Budget>(r.budget),
-  createdAt: r.created_at,
-});
-
-const toKey = (r: KeyRow): ApiKey => ({
-  id: r.id,
-  name: r.name,
-  group: r.group_name,
-  disabled: r.disabled === 1,
-  prefix: r.prefix,
-  createdAt: r.created_at,
-  lastUsedAt: r.last_used_at,
-  expiresAt: r.expires_at,
-  limits: json<Limits>(r.limits),
-  budget: json<Budget>(r.budget),
-});
-
-const toUsage = (r: UsageRow): UsageRecord => ({
-  time: r.time,
-  requestId: r.request_id,
-  keyId: r.key_id,
-  group: r.group_name,
-  model: r.model,
-  upstream: r.upstream,
-  family: r.family,
-  status: r.status,
-  promptTokens: r.prompt_tokens,
-  completionTokens: r.completion_tokens,
-  cachedInputTokens: r.cached_tokens,
-  cacheWriteTokens: r.cache_write_tokens,
-  reasoningTokens: r.reasoning_tokens,
-  cost: r.cost,
-  channel: r.channel,
-  attempts: r.attempts,
-  estimated: r.estimated === 1,
-  latencyMs: r.latency_ms,
-  ttfbMs: r.ttfb_ms,
-  streamed: r.streamed === 1,
-  outcome: r.outcome,
-  error: r.error,
-  notes: r.notes,
-});
 
 export interface SqliteOptions {
   /** How long a write waits for another connection's lock before it fails (SQLITE_BUSY). */
