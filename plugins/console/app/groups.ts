@@ -3,10 +3,10 @@ import * as api from './api.js';
 import { append, h, icon, icons, replace } from './dom.js';
 import { familyInfo, familyLabel } from './families.js';
 import { ago, dateTime, plural } from './format.js';
-import { budgetCell, budgetFields, FieldError, limitsCell, limitsFields } from './limits.js';
+import { budgetCell, budgetFields, limitsCell, limitsFields } from './limits.js';
 import type { Page } from './page.js';
 import type { Group, Key, ModelsResponse } from './types.js';
-import { busy, button, card, checkboxes, chip, confirmDialog, empty, errorText, field, isAbort, loadFailed, loading, Notice, pageHead, table, toast, when } from './ui.js';
+import { busy, button, card, checkboxes, chip, confirmDialog, empty, errorText, field, FieldError, isAbort, loadFailed, loading, Notice, pageHead, submitForm, table, toast, when } from './ui.js';
 
 export const groupsPage: Page = (ctx) => {
   const notice = new Notice();
@@ -175,39 +175,22 @@ function groupForm(models: ModelsResponse, existing: Group | undefined, on: { ca
   const budget = budgetFields(existing?.budget, existing?.spend);
 
   const submit = h('button', { type: 'submit', class: 'btn btn-primary' }, existing ? 'Save changes' : 'Create group');
-  const form = h(
-    'form',
-    {
-      class: 'form',
-      novalidate: true,
-      onsubmit: async (ev: SubmitEvent) => {
-        ev.preventDefault();
-        notice.clear();
-        const newName = name.value.trim();
-        if (!newName) {
-          notice.show('error', 'Give the group a name.');
-          name.focus();
-          return;
-        }
-        if (!/^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/.test(newName)) {
-          notice.show('error', 'A group name starts with a letter or digit and has only letters, digits, “.”, “_” and “-” (64 at most).');
-          name.focus();
-          return;
-        }
-        try {
-          const body = { name: newName, models: all.checked ? ['*'] : modelBoxes.values(), families: familyBoxes.values(), limits: limits.read(), budget: budget.read() };
-          const g = await busy(submit, () => {
-            if (!existing) return api.createGroup(body);
-            const patch: Partial<typeof body> = { models: body.models, families: body.families, limits: body.limits, budget: body.budget };
-            if (newName !== existing.name) patch.name = newName;
-            return api.updateGroup(existing.name, patch);
-          });
-          on.saved(g);
-        } catch (err) {
-          notice.error(err);
-          if (err instanceof FieldError) err.input.focus();
-        }
-      },
+  const form = submitForm(
+    notice,
+    async () => {
+      const newName = name.value.trim();
+      if (!newName) throw new FieldError('Give the group a name.', name);
+      if (!/^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/.test(newName)) {
+        throw new FieldError('A group name starts with a letter or digit and has only letters, digits, “.”, “_” and “-” (64 at most).', name);
+      }
+      const body = { name: newName, models: all.checked ? ['*'] : modelBoxes.values(), families: familyBoxes.values(), limits: limits.read(), budget: budget.read() };
+      const g = await busy(submit, () => {
+        if (!existing) return api.createGroup(body);
+        const patch: Partial<typeof body> = { models: body.models, families: body.families, limits: body.limits, budget: body.budget };
+        if (newName !== existing.name) patch.name = newName;
+        return api.updateGroup(existing.name, patch);
+      });
+      on.saved(g);
     },
     h('div', { class: 'form-grid' }, field('Name', name, 'Letters, digits, “.”, “_” and “-”.' + (existing ? ' Renaming moves its keys along.' : ''))),
     h(

@@ -5,10 +5,10 @@
 import * as api from './api.js';
 import { append, h, icon, icons, replace } from './dom.js';
 import { ago, dateTime, plural } from './format.js';
-import { budgetCell, budgetFields, FieldError, limitsCell, limitsFields } from './limits.js';
+import { budgetCell, budgetFields, limitsCell, limitsFields } from './limits.js';
 import type { Page } from './page.js';
 import type { CreatedKey, Group, Key } from './types.js';
-import { badge, busy, button, card, confirmDialog, empty, errorText, field, isAbort, loadFailed, loading, Notice, pageHead, table, toast, when } from './ui.js';
+import { badge, busy, button, card, confirmDialog, empty, errorText, field, isAbort, loadFailed, loading, Notice, pageHead, submitForm, table, toast, when } from './ui.js';
 
 export const keysPage: Page = (ctx) => {
   const notice = new Notice();
@@ -242,25 +242,15 @@ export const keysPage: Page = (ctx) => {
     const group = groupSelect(groupFilter || groups[0]!.name);
     const expires = h('input', { type: 'date' });
     const submit = h('button', { type: 'submit', class: 'btn btn-primary' }, 'Create key');
-    const form = h(
-      'form',
-      {
-        class: 'form',
-        novalidate: true,
-        onsubmit: async (ev: SubmitEvent) => {
-          ev.preventDefault();
-          formNotice.clear();
-          try {
-            const n = name.value.trim();
-            const expiresAt = expiryFromDate(expires.value);
-            const created = await busy(submit, () => api.createKey({ group: group.value, ...(n ? { name: n } : {}), ...(expiresAt ? { expiresAt } : {}) }));
-            replace(formSlot);
-            showSecret(created);
-            await load();
-          } catch (err) {
-            formNotice.error(err);
-          }
-        },
+    const form = submitForm(
+      formNotice,
+      async () => {
+        const n = name.value.trim();
+        const expiresAt = expiryFromDate(expires.value);
+        const created = await busy(submit, () => api.createKey({ group: group.value, ...(n ? { name: n } : {}), ...(expiresAt ? { expiresAt } : {}) }));
+        replace(formSlot);
+        showSecret(created);
+        await load();
       },
       h(
         'div',
@@ -284,25 +274,14 @@ export const keysPage: Page = (ctx) => {
     const limits = limitsFields(k.limits, groups.find((g) => g.name === k.group)?.limits ?? null);
     const budget = budgetFields(k.budget, k.spend);
     const submit = h('button', { type: 'submit', class: 'btn btn-primary' }, 'Save limits');
-    const form = h(
-      'form',
-      {
-        class: 'form',
-        novalidate: true,
-        onsubmit: async (ev: SubmitEvent) => {
-          ev.preventDefault();
-          formNotice.clear();
-          try {
-            const patch = { limits: limits.read(), budget: budget.read() };
-            await busy(submit, () => api.updateKey(k.id, patch));
-            replace(formSlot);
-            toast(`Limits of key “${label}” saved`);
-            await load();
-          } catch (err) {
-            formNotice.error(err);
-            if (err instanceof FieldError) err.input.focus();
-          }
-        },
+    const form = submitForm(
+      formNotice,
+      async () => {
+        const patch = { limits: limits.read(), budget: budget.read() };
+        await busy(submit, () => api.updateKey(k.id, patch));
+        replace(formSlot);
+        toast(`Limits of key “${label}” saved`);
+        await load();
       },
       h('p', { class: 'muted' }, `Limits set here replace those of group “${k.group}” for this key alone. A budget here is checked besides the group's: a request needs room in both.`),
       h('div', { class: 'form-grid form-grid-2' }, limits.el, budget.el),

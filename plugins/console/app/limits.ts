@@ -2,7 +2,7 @@
 import { h, uid } from './dom.js';
 import { compact, dateTime, money } from './format.js';
 import type { Budget, BudgetPeriod, Limits, Spend } from './types.js';
-import { field } from './ui.js';
+import { field, FieldError } from './ui.js';
 
 const limitFields: { key: keyof Limits; label: string; unit: string }[] = [
   { key: 'rpm', label: 'Requests per minute', unit: 'rpm' },
@@ -11,16 +11,6 @@ const limitFields: { key: keyof Limits; label: string; unit: string }[] = [
 ];
 
 export const periodText: Record<BudgetPeriod, string> = { day: 'per day', month: 'per month', total: 'in total' };
-
-/** A form value the API would refuse; the form shows the message and focuses the field. */
-export class FieldError extends Error {
-  constructor(
-    message: string,
-    readonly input: HTMLElement,
-  ) {
-    super(message);
-  }
-}
 
 /** "60 rpm · 100K tpm · 4 at once", one per line; a key's limits inherited from its group are muted. */
 export function limitsCell(own: Limits | null | undefined, inherited?: Limits | null): HTMLElement {

@@ -41,6 +41,34 @@ export function chip(text: string, title?: string): HTMLElement {
   return h('span', { class: 'chip', title }, text);
 }
 
+/** A form value the API would refuse; the form shows the message and focuses the field. */
+export class FieldError extends Error {
+  constructor(
+    message: string,
+    readonly input: HTMLElement,
+  ) {
+    super(message);
+  }
+}
+
+/**
+ * A form whose submit runs `save`: what it throws is shown in `notice`, and a FieldError's input
+ * gets the focus. The browser's own validation is off: the gateway's messages are the ones shown.
+ */
+export function submitForm(notice: Notice, save: () => Promise<void>, ...children: Child[]): HTMLFormElement {
+  const onsubmit = async (ev: SubmitEvent) => {
+    ev.preventDefault();
+    notice.clear();
+    try {
+      await save();
+    } catch (err) {
+      notice.error(err);
+      if (err instanceof FieldError) err.input.focus();
+    }
+  };
+  return h('form', { class: 'form', novalidate: true, onsubmit }, ...children);
+}
+
 /** A place for an error (or success) message under a form or above a table. */
 export class Notice {
   readonly el = h('div', { class: 'notice-slot', 'aria-live': 'polite' });
