@@ -4,7 +4,7 @@
  */
 import type { Logger } from 'pino';
 import type { GatewayError } from './errors.js';
-import type { ObjectKeyNeedle } from './sse.js';
+import type { SparseScan } from './sse.js';
 import { StateKey, type Exchange } from './exchange.js';
 import type { Config, FamilyMode, ModelConfig } from './config.js';
 import type { CachedStore } from './store/cache.js';
@@ -140,11 +140,11 @@ export interface ClientStream {
   /** Called per upstream SSE frame; returns false to keep the frame from the client. */
   frame(frame: Buffer): boolean;
   /**
-   * The key (`usage`) that every frame `frame` must see holds an object in, besides the last frame
-   * of each chunk. Set, it lets a passthrough skip the rest unseen: a search per chunk instead of
-   * per frame (when no plugin looks at frames and the model name needs no splicing).
+   * The frames `frame` must see: those where a key (`usage`) holds an object and, if asked, each
+   * chunk's last frame. Set, it lets a passthrough skip the rest unseen: a search per chunk instead
+   * of per frame (when no plugin looks at frames and the model name needs no splicing).
    */
-  sparseKey?: ObjectKeyNeedle;
+  sparse?: SparseScan;
   /** After each upstream chunk: frames of its own the stream wrote for that chunk, if any. */
   take?(): string;
   /** The upstream ended cleanly: closing bytes for the client, if any. */

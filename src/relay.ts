@@ -10,7 +10,7 @@ import { GatewayError } from './errors.js';
 import { StateKey, type Exchange, type Outcome } from './exchange.js';
 import { replaceStringField } from './json-splice.js';
 import type { ClientResponse, Pipeline } from './pipeline.js';
-import { SseSplitter, frameData, sniffEventStream, type ObjectKeyNeedle } from './sse.js';
+import { SseSplitter, frameData, sniffEventStream, type SparseScan } from './sse.js';
 import { SAMPLE_BYTES, answerText, deliveredOutput, deliveredScale, estimateUsage } from './usage-estimate.js';
 
 const NO_BODY = Buffer.alloc(0);
@@ -42,8 +42,8 @@ export class Relay implements ResponseSink {
   private readonly renamed: Buffer[] = [];
   /** The upstream speaks the client's family: its bytes are the client's. */
   private readonly passthrough: boolean;
-  /** Passthrough: only the frames where this key holds an object are visited (see ClientStream.sparseKey). */
-  private sparseKey: ObjectKeyNeedle | undefined;
+  /** Passthrough: only the frames this scan names are visited (see ClientStream.sparse). */
+  private sparse: SparseScan | undefined;
   /** Passthrough: a copy of the first bytes relayed, and how many were relayed, for a usage estimate. */
   private readonly sample: Buffer[] = [];
   private sampled = 0;
@@ -121,7 +121,7 @@ export class Relay implements ResponseSink {
     ex.body = NO_BODY;
     if (this.passthrough) {
       this.stream = ex.clientFamily.passthroughStream(ex);
-      if (!this.rename && this.framePlugins.length === 0) this.sparseKey = this.stream.sparseKey;
+      if (!this.rename && this.framePlugins.length === 0) this.sparse = this.stream.sparse;
       ex.set(deliveredOutput, () => (this.sampled ? ex.clientFamily.deliveredText(framesOf(Buffer.concat(this.sample, this.sampled))) : ''));
       ex.set(deliveredScale, () => (this.sampled ? this.relayed / this.sampled : 1));
     } else {
@@ -155,7 +155,7 @@ export class Relay implements ResponseSink {
       }
       this.writable = true;
       const out = this.passthrough ? this.relay : this.write;
-      if (this.sparseKey) this.splitter.pushSparse(chunk, this.sparseKey, this.visit, out);
+      if (this.sparse) this.splitter.pushSparse(chunk, this.sparse, this.visit, out);
       else this.splitter.push(chunk, this.rename ? this.visitRenamed : this.visit, out);
       this.writeRenamed();
       const own = this.stream!.take?.();

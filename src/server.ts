@@ -548,14 +548,20 @@ class UwsResponse implements ClientResponse {
 
   /** One corked write: it and its chunk framing fit uWS's cork buffer, so it leaves in one syscall. */
   private corkedWrite(bytes: string | Buffer): boolean {
-    let ok = true;
-    if (this.pendingHead && bytes.length > SLICE_BYTES / 2) this.res.cork(() => this.flushHead());
-    this.res.cork(() => {
-      this.flushHead();
-      ok = this.res.write(bytes);
-    });
-    return ok;
+    if (this.pendingHead && bytes.length > SLICE_BYTES / 2) this.res.cork(this.flushHead);
+    this.corking = bytes;
+    this.res.cork(this.writeCorking);
+    this.corking = '';
+    return this.corkedOk;
   }
+
+  /** What corkedWrite hands to uWS inside its cork, and whether uWS took it all (no closure per write). */
+  private corking: string | Buffer = '';
+  private corkedOk = true;
+  private readonly writeCorking = () => {
+    this.flushHead();
+    this.corkedOk = this.res.write(this.corking);
+  };
 
   private block(): void {
     // Every refused write re-arms uWS's fixed timeout; pausing disarms it again.
@@ -601,11 +607,11 @@ class UwsResponse implements ClientResponse {
     this.bodyReserved = 0;
   }
 
-  private flushHead(): void {
+  private readonly flushHead = (): void => {
     if (!this.pendingHead) return;
     this.head(this.pendingHead.status, this.pendingHead.headers);
     this.pendingHead = undefined;
-  }
+  };
 
   private head(status: number, headers: Record<string, string>): void {
     this.res.writeStatus(statusLine(status));

@@ -59,15 +59,16 @@ export class SseSplitter {
   }
 
   /**
-   * Like `push`, for a visitor that needs only the frames where `key` holds an object (a usage
-   * object) and the last complete frame of each chunk: the chunk is searched once for the key and
-   * once, from its end, for its last frame boundary, instead of frame by frame. The frames not
-   * visited are written as they came. Both ways of writing the key are searched (`"k":{` and
-   * `"k": {`): one upstream may mix them (Anthropic writes its pings with a space).
+   * Like `push`, for a visitor that needs only the frames where the scan's key holds an object (a
+   * usage object) and, with `scan.lastFrame`, the last complete frame of each chunk: the chunk is
+   * searched for the key and (unless it ends on a frame boundary, as it mostly does) for its last
+   * boundary, instead of frame by frame. The frames not visited are written as they came. Both ways
+   * of writing the key are searched (`"k":{` and `"k": {`): one upstream may mix them (Anthropic
+   * writes its pings with a space).
    */
-  pushSparse(chunk: Buffer, key: ObjectKeyNeedle, visit: FrameVisitor, write: (bytes: Buffer) => void): void {
-    // Until the first frame has taught the delimiter, frame by frame.
-    if (!this.delimiter) return this.push(chunk, visit, write);
+  pushSparse(chunk: Buffer, scan: SparseScan, visit: FrameVisitor, write: (bytes: Buffer) => void): void {
+    // The first frame end teaches the delimiter (push finds it where it spans two chunks).
+    if (!this.delimiter && (this.tailBytes > 0 || this.frameEnd(chunk, 0) < 0)) return this.push(chunk, visit, write);
     if (this.tailBytes > 0) {
       // The frame carried over from the last chunk, whole, then the rest.
       const end = this.endOfStraddlingFrame(chunk);
@@ -75,36 +76,45 @@ export class SseSplitter {
       this.push(chunk.subarray(0, end), visit, write);
       chunk = chunk.subarray(end);
     }
-    const delimiter = this.delimiter;
-    const last = chunk.lastIndexOf(delimiter);
-    const complete = last < 0 ? 0 : last + delimiter.length;
+    const delimiter = this.delimiter!;
+    const complete = this.lastFrameEnd(chunk, 0, chunk.length);
+    /** Where the run of frames not yet written starts, and the end of the last frame visited. */
     let runStart = 0;
     let visitedUpTo = 0;
-    const frameAt = (start: number, end: number) => {
+    const visitFrame = (start: number, end: number) => {
       visitedUpTo = end;
       if (visit(chunk.subarray(start, end))) return;
       if (start > runStart) write(chunk.subarray(runStart, start));
       runStart = end;
     };
-    // The next hit of each form; the nearer one is the next frame to visit.
-    let compact = chunk.indexOf(key.compact);
-    let spaced = chunk.indexOf(key.spaced);
-    for (;;) {
-      const at = compact < 0 ? spaced : spaced < 0 ? compact : Math.min(compact, spaced);
-      if (at < 0 || at >= complete) break;
-      const before = chunk.lastIndexOf(delimiter, at);
-      frameAt(before < 0 ? 0 : before + delimiter.length, chunk.indexOf(delimiter, at) + delimiter.length);
-      if (compact >= 0 && compact < visitedUpTo) compact = chunk.indexOf(key.compact, visitedUpTo);
-      if (spaced >= 0 && spaced < visitedUpTo) spaced = chunk.indexOf(key.spaced, visitedUpTo);
+    for (let at = scan.key.find(chunk, 0); at >= 0 && at < complete; at = scan.key.find(chunk, visitedUpTo)) {
+      visitFrame(this.lastFrameEnd(chunk, visitedUpTo, at), chunk.indexOf(delimiter, at) + delimiter.length);
     }
     // The chunk's last frame, unless a search already brought it.
-    if (complete > visitedUpTo) {
-      const from = complete - delimiter.length - 1;
-      const before = from < 0 ? -1 : chunk.lastIndexOf(delimiter, from);
-      frameAt(Math.max(visitedUpTo, before < 0 ? 0 : before + delimiter.length), complete);
-    }
+    if (scan.lastFrame && complete > visitedUpTo) visitFrame(this.lastFrameEnd(chunk, visitedUpTo, complete - 1), complete);
     if (complete > runStart) write(chunk.subarray(runStart, complete));
     if (complete < chunk.length) this.carry(chunk.subarray(complete));
+  }
+
+  /**
+   * The end of the last frame of `chunk` that ends at or before `limit`, counting from `from` (a
+   * frame start); `from` when none does. Its delimiter is found by one search backwards, except in
+   * a run of blank lines, whose delimiters overlap and only some of which end a frame: there the
+   * frames are counted forwards from `from`, as `push` does.
+   */
+  private lastFrameEnd(chunk: Buffer, from: number, limit: number): number {
+    const delimiter = this.delimiter!;
+    const n = delimiter.length;
+    // (A negative offset would count from the end.)
+    const at = limit < n ? -1 : occursAt(chunk, delimiter, limit - n) ? limit - n : chunk.lastIndexOf(delimiter, limit - n);
+    if (at < from) return from;
+    for (let p = Math.max(from, at - n + 1); p < at; p++) {
+      if (!occursAt(chunk, delimiter, p)) continue;
+      let end = from;
+      for (let next = this.frameEnd(chunk, end); next >= 0 && next <= limit; next = this.frameEnd(chunk, end)) end = next;
+      return end;
+    }
+    return at + n;
   }
 
   /** The blank line that ends this stream's frames (LF LF until one was seen). */
@@ -208,10 +218,56 @@ export function eventFrame(event: string, payload: string): string {
 export class ObjectKeyNeedle {
   readonly compact: Buffer;
   readonly spaced: Buffer;
+  /** The key in quotes, which ends where a hit's colon begins. */
+  private readonly quoted: Buffer;
   constructor(key: string) {
     this.compact = Buffer.from(`"${key}":{`);
     this.spaced = Buffer.from(`"${key}": {`);
+    this.quoted = Buffer.from(`"${key}"`);
   }
+
+  /**
+   * Where the next hit of either form starts in `chunk` at or after `from`, or -1. Each `{` is
+   * found by a byte search (SIMD, tens of nanoseconds) and the key checked before it: a JSON event
+   * has a handful, so this costs a fifth of two substring searches. A chunk dense with braces
+   * (escaped JSON in text) gets the substring searches instead, so the worst case stays bounded.
+   */
+  find(chunk: Buffer, from: number): number {
+    const quoted = this.quoted;
+    let budget = 8 + ((chunk.length - from) >> 6);
+    for (let brace = chunk.indexOf(0x7b, from); brace >= 0; brace = chunk.indexOf(0x7b, brace + 1)) {
+      if (--budget < 0) return this.findBySearch(chunk, from);
+      let colon = brace - 1;
+      if (chunk[colon] === 0x20) colon--;
+      if (chunk[colon] !== 0x3a) continue;
+      const start = colon - quoted.length;
+      if (start < from) continue;
+      let i = 0;
+      while (i < quoted.length && chunk[start + i] === quoted[i]) i++;
+      if (i === quoted.length) return start;
+    }
+    return -1;
+  }
+
+  /** The same as `find`, by two substring searches. */
+  findBySearch(chunk: Buffer, from: number): number {
+    const compact = chunk.indexOf(this.compact, from);
+    const spaced = chunk.indexOf(this.spaced, from);
+    return compact < 0 ? spaced : spaced < 0 ? compact : Math.min(compact, spaced);
+  }
+}
+
+/** What a sparse scan visits: the frames where `key` holds an object and, with `lastFrame`, each chunk's last frame. */
+export interface SparseScan {
+  key: ObjectKeyNeedle;
+  lastFrame: boolean;
+}
+
+/** Whether `bytes` occur in `chunk` at `offset`: cheaper than a search where they mostly do (a chunk mostly ends a frame). */
+function occursAt(chunk: Buffer, bytes: Buffer, offset: number): boolean {
+  if (offset < 0 || offset + bytes.length > chunk.length) return false;
+  for (let i = 0; i < bytes.length; i++) if (chunk[offset + i] !== bytes[i]) return false;
+  return true;
 }
 
 /**

@@ -91,29 +91,48 @@ function framesOf(bytes: Buffer): string[] {
   return frames;
 }
 
-t.test('the sparse scan: the same bytes out, every frame with a needle visited, none dropped that was kept', async (t) => {
-  const hasKey = (f: string | Buffer) => f.includes('"a":{') || f.includes('"a": {');
+for (const lastFrame of [false, true]) {
+  t.test(`the sparse scan${lastFrame ? ' with last frames' : ''}: the same bytes out, every frame with a needle visited, none dropped that was kept`, async (t) => {
+    const hasKey = (f: string | Buffer) => f.includes('"a":{') || f.includes('"a": {');
+    const scan = { key: new ObjectKeyNeedle('a'), lastFrame };
+    fc.assert(
+      fc.property(stream, cuts, (bytes, fractions) => {
+        const splitter = new SseSplitter();
+        const out: Buffer[] = [];
+        const visited: string[] = [];
+        // Drops the needle frames whose length is a multiple of 3, as a usage-chunk filter would.
+        const visit = (frame: Buffer) => {
+          visited.push(frame.toString('latin1'));
+          return !(hasKey(frame) && frame.length % 3 === 0);
+        };
+        for (const chunk of chunked(bytes, fractions)) splitter.pushSparse(chunk, scan, visit, (b) => out.push(Buffer.from(b)));
+        const rest = splitter.flush();
+        if (rest) out.push(rest);
+        // What frame-by-frame splitting keeps, and the frames it sees that hold the needle.
+        const all = framesOf(bytes);
+        const kept = split([bytes]);
+        const expected = Buffer.concat([Buffer.from(all.filter((f) => !(hasKey(f) && f.length % 3 === 0)).join(''), 'latin1'), Buffer.from(kept.rest ?? '', 'latin1')]);
+        assert.equal(Buffer.concat(out).toString('latin1'), expected.toString('latin1'));
+        for (const f of all) if (hasKey(f)) assert.ok(visited.includes(f), `the frame ${JSON.stringify(f)}, with the key in either form, is visited`);
+        // What a Messages passthrough reads the end of the stream from.
+        if (lastFrame && all.length) assert.equal(visited.at(-1), all.at(-1), 'the last complete frame is visited');
+      }),
+      { numRuns: 3000 },
+    );
+    t.pass('3000 byte strings, each cut at random');
+  });
+}
+
+t.test('the key search: brace by brace finds what the two substring searches find', async (t) => {
+  const needle = new ObjectKeyNeedle('a');
+  // Brace-dense strings too, past the point where the brace scan gives way to the searches.
+  const braces = fc.array(fc.constantFrom('{', '"a":{', '"a": {', ':{', ' ', 'x'), { maxLength: 400 }).map((pieces) => Buffer.from(pieces.join('')));
   fc.assert(
-    fc.property(stream, cuts, (bytes, fractions) => {
-      const splitter = new SseSplitter();
-      const out: Buffer[] = [];
-      const visited: string[] = [];
-      // Drops the needle frames whose length is a multiple of 3, as a usage-chunk filter would.
-      const visit = (frame: Buffer) => {
-        visited.push(frame.toString('latin1'));
-        return !(hasKey(frame) && frame.length % 3 === 0);
-      };
-      for (const chunk of chunked(bytes, fractions)) splitter.pushSparse(chunk, new ObjectKeyNeedle('a'), visit, (b) => out.push(Buffer.from(b)));
-      const rest = splitter.flush();
-      if (rest) out.push(rest);
-      // What frame-by-frame splitting keeps, and the frames it sees that hold the needle.
-      const all = framesOf(bytes);
-      const kept = split([bytes]);
-      const expected = Buffer.concat([Buffer.from(all.filter((f) => !(hasKey(f) && f.length % 3 === 0)).join(''), 'latin1'), Buffer.from(kept.rest ?? '', 'latin1')]);
-      assert.equal(Buffer.concat(out).toString('latin1'), expected.toString('latin1'));
-      for (const f of all) if (hasKey(f)) assert.ok(visited.includes(f), `the frame ${JSON.stringify(f)}, with the key in either form, is visited`);
+    fc.property(fc.oneof(stream, braces), fc.double({ min: 0, max: 1, noNaN: true }), (bytes, fraction) => {
+      const from = Math.floor(fraction * bytes.length);
+      assert.equal(needle.find(bytes, from), needle.findBySearch(bytes, from));
     }),
-    { numRuns: 3000 },
+    { numRuns: 5000 },
   );
-  t.pass('3000 byte strings, each cut at random');
+  t.pass('5000 byte strings, searched from a random point');
 });

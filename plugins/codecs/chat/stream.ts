@@ -8,11 +8,11 @@ import { readOpenAiError } from '../openai-common.js';
 import type { Exchange } from '../../../src/exchange.js';
 import { newId, unixNow } from '../../../src/ids.js';
 import { estimateUsage } from '../../../src/usage-estimate.js';
-import { dataFrame, frameData, hasObjectField, ObjectKeyNeedle } from '../../../src/sse.js';
+import { dataFrame, frameData, hasObjectField, ObjectKeyNeedle, type SparseScan } from '../../../src/sse.js';
 import { chatFinishReason, readChatUsage, readFinishReason, writeChatUsage } from './canonical.js';
 
 const USAGE_KEY = Buffer.from('"usage"');
-const USAGE_OBJECT = new ObjectKeyNeedle('usage');
+const USAGE_FRAMES: SparseScan = { key: new ObjectKeyNeedle('usage'), lastFrame: false };
 const DONE = 'data: [DONE]\n\n';
 
 export const chatErrorFrame = (body: string) => dataFrame(body);
@@ -32,7 +32,7 @@ export function chatPassthrough(
   let heldDone = false;
   return {
     // Owing usage, it must see every frame (to hold back [DONE]); otherwise only usage frames.
-    ...(!owesUsage && { sparseKey: USAGE_OBJECT }),
+    ...(!owesUsage && { sparse: USAGE_FRAMES }),
     frame(frame) {
       if (owesUsage) {
         const data = frameData(frame);

@@ -10,7 +10,7 @@ import { GatewayError } from '../../../src/errors.js';
 import { StateKey, type Exchange } from '../../../src/exchange.js';
 import { newId } from '../../../src/ids.js';
 import { estimateUsage } from '../../../src/usage-estimate.js';
-import { dataFrame, frameData, hasObjectField, ObjectKeyNeedle } from '../../../src/sse.js';
+import { dataFrame, frameData, hasObjectField, ObjectKeyNeedle, type SparseScan } from '../../../src/sse.js';
 import { blockedPrompt, readFinishReason, readGeminiUsage, readParts, writeAnswerParts, writeFinishReason, writeGeminiUsage } from './canonical.js';
 
 type Json = Record<string, any>;
@@ -19,7 +19,7 @@ type Json = Record<string, any>;
 export const sseMode = new StateKey<boolean>('gemini sse');
 
 const USAGE_KEY = Buffer.from('"usageMetadata"');
-const USAGE_OBJECT = new ObjectKeyNeedle('usageMetadata');
+const USAGE_FRAMES: SparseScan = { key: new ObjectKeyNeedle('usageMetadata'), lastFrame: false };
 
 /** Frames events as SSE, or as the elements of one JSON array. */
 export class GeminiFraming {
@@ -51,7 +51,7 @@ export function geminiPassthrough(ex: Exchange, errorBody: (err: GatewayError) =
   let estimate: Usage | undefined;
   return {
     // As SSE the frames pass unchanged and only usage frames matter; as a JSON array each is rewritten.
-    ...(sse && { sparseKey: USAGE_OBJECT }),
+    ...(sse && { sparse: USAGE_FRAMES }),
     frame(frame) {
       // A copy: a view would pin the whole upstream chunk for the rest of the stream.
       if (hasObjectField(frame, USAGE_KEY)) lastUsageFrame = Buffer.from(frame);

@@ -6,7 +6,7 @@ import { GatewayError } from '../../../src/errors.js';
 import type { Exchange } from '../../../src/exchange.js';
 import { newId } from '../../../src/ids.js';
 import { jsonOrUndefined } from '../../../src/json-body.js';
-import { eventFrame, frameData, hasObjectField, ObjectKeyNeedle } from '../../../src/sse.js';
+import { eventFrame, frameData, hasObjectField, ObjectKeyNeedle, type SparseScan } from '../../../src/sse.js';
 import { estimateTokens } from '../../../src/tokens.js';
 import { estimateDeliveredOutput } from '../../../src/usage-estimate.js';
 import type { JsonTool } from './request.js';
@@ -26,7 +26,8 @@ import {
 type Json = Record<string, any>;
 
 const USAGE_KEY = Buffer.from('"usage"');
-const USAGE_OBJECT = new ObjectKeyNeedle('usage');
+/** Usage frames, and each chunk's last frame: whether the stream ended properly is read from it. */
+const USAGE_AND_LAST_FRAMES: SparseScan = { key: new ObjectKeyNeedle('usage'), lastFrame: true };
 /** How the last events of a complete stream begin (Anthropic writes the event line first). */
 const LAST_EVENTS = ['event: message_stop', 'event: error'].map((s) => Buffer.from(s));
 
@@ -42,8 +43,7 @@ export function messagesPassthrough(ex: Exchange): ClientStream {
   /** message_delta carries the output count; message_start's is only the first token or two. */
   let finalUsage = false;
   return {
-    // Usage frames, and each chunk's last frame: whether the stream ended properly is read from it.
-    sparseKey: USAGE_OBJECT,
+    sparse: USAGE_AND_LAST_FRAMES,
     frame(frame) {
       complete = LAST_EVENTS.some((start) => frame.subarray(0, start.length).equals(start));
       if (!hasObjectField(frame, USAGE_KEY)) return true;
