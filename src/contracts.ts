@@ -145,6 +145,8 @@ export interface ClientStream {
    * of per frame (when no plugin looks at frames and the model name needs no splicing).
    */
   sparse?: SparseScan;
+  /** Edits the upstream's kept frames on their way out (whole frames, a run at a time). */
+  rewrite?(frames: Buffer): Buffer;
   /** After each upstream chunk: frames of its own the stream wrote for that chunk, if any. */
   take?(): string;
   /** The upstream ended cleanly: closing bytes for the client, if any. */

@@ -82,6 +82,7 @@ export class Relay implements ResponseSink {
    * the sample is whole frames too, however long the first one is (bounded by maxEventBytes).
    */
   private readonly relay = (bytes: Buffer) => {
+    if (this.stream!.rewrite) bytes = this.stream!.rewrite(bytes);
     this.relayed += bytes.length;
     if (this.sampled < SAMPLE_BYTES) {
       // A view would pin the whole upstream chunk; the sample is small, so copy it.

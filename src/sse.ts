@@ -6,6 +6,7 @@
 
 import { GatewayError } from './errors.js';
 import { jsonOrUndefined } from './json-body.js';
+import { occursAt } from './json-splice.js';
 
 const LF = 0x0a;
 const CR = 0x0d;
@@ -234,7 +235,7 @@ export class ObjectKeyNeedle {
    */
   find(chunk: Buffer, from: number): number {
     const quoted = this.quoted;
-    let budget = 8 + ((chunk.length - from) >> 6);
+    let budget = 8 + ((chunk.length - from) >> 4);
     for (let brace = chunk.indexOf(0x7b, from); brace >= 0; brace = chunk.indexOf(0x7b, brace + 1)) {
       if (--budget < 0) return this.findBySearch(chunk, from);
       let colon = brace - 1;
@@ -263,12 +264,6 @@ export interface SparseScan {
   lastFrame: boolean;
 }
 
-/** Whether `bytes` occur in `chunk` at `offset`: cheaper than a search where they mostly do (a chunk mostly ends a frame). */
-function occursAt(chunk: Buffer, bytes: Buffer, offset: number): boolean {
-  if (offset < 0 || offset + bytes.length > chunk.length) return false;
-  for (let i = 0; i < bytes.length; i++) if (chunk[offset + i] !== bytes[i]) return false;
-  return true;
-}
 
 /**
  * True when the frame has the JSON key (given as `"name"` bytes) followed by an object rather than

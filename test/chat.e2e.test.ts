@@ -59,6 +59,19 @@ t.test('streaming without include_usage: no usage chunk reaches the client, usag
   t.ok(r.ttfbMs !== null && r.ttfbMs >= 0, 'time to first byte recorded');
 });
 
+t.test('streaming without include_usage: no chunk has a usage field, not even the null the upstream writes when asked', async (t) => {
+  const post = (body: object) => fetch(`${gw.url}/v1/chat/completions`, { method: 'POST', headers: { authorization: `Bearer ${gw.key}`, 'content-type': 'application/json' }, body: JSON.stringify(body) });
+  const request = { model: 'sim-chat', messages: user('Stream please [[sim tokens=12]]'), stream: true };
+  const raw = await (await post(request)).text();
+  const events = raw.split('\n\n').filter((f) => f.startsWith('data: {')).map((f) => JSON.parse(f.slice(6)));
+  t.ok(events.length >= 12, `${events.length} chunks`);
+  t.same(events.filter((e) => 'usage' in e), [], 'no chunk carries usage');
+  // Asked for by the client, the upstream's chunks reach it as they are: usage null in each, then the usage chunk.
+  const asked = (await (await post({ ...request, stream_options: { include_usage: true } })).text()).split('\n\n').filter((f) => f.startsWith('data: {')).map((f) => JSON.parse(f.slice(6)));
+  t.ok(asked.slice(0, -1).every((e) => e.usage === null), 'usage: null in every chunk the client asked for');
+  t.equal(asked.at(-1).usage?.completion_tokens, 12);
+});
+
 t.test('streaming with include_usage: the client gets the usage chunk', async (t) => {
   const stream = await openai.chat.completions.create({
     model: 'sim-chat',

@@ -5,6 +5,7 @@
 import assert from 'node:assert/strict';
 import fc from 'fast-check';
 import t from 'tap';
+import { blankNullFields } from '../src/json-splice.js';
 import { ObjectKeyNeedle, SseSplitter } from '../src/sse.js';
 
 /** Byte strings rich in what framing looks at: both line endings, blank lines, field names. */
@@ -135,4 +136,57 @@ t.test('the key search: brace by brace finds what the two substring searches fin
     { numRuns: 5000 },
   );
   t.pass('5000 byte strings, searched from a random point');
+});
+
+/** JSON as Python's json.dumps writes it: ", " between items, ": " after keys. */
+const pythonJson = (v: unknown): string =>
+  Array.isArray(v)
+    ? `[${v.map(pythonJson).join(', ')}]`
+    : v !== null && typeof v === 'object'
+      ? `{${Object.entries(v).map(([k, x]) => `${JSON.stringify(k)}: ${pythonJson(x)}`).join(', ')}}`
+      : JSON.stringify(v);
+
+t.test('dropping "usage": null: every null usage field goes, nothing else changes', async (t) => {
+  const quotedKey = Buffer.from('"usage"');
+  // Events as OpenAI writes them (compact) and as Python servers do (", " and ": "), the usage field anywhere.
+  const event = fc.record({
+    fields: fc.dictionary(fc.constantFrom('id', 'model', 'choices', 'x', 'usage_', 'nested'), fc.jsonValue({ maxDepth: 2 }), { maxKeys: 4 }),
+    usage: fc.constantFrom<'absent' | 'null' | 'object'>('absent', 'null', 'object'),
+    at: fc.nat(),
+    spaced: fc.boolean(),
+    crlf: fc.boolean(),
+  });
+  const extra = fc.constantFrom(': keep-alive\n\n', 'event: ping\ndata: {"type":"ping"}\n\n', 'data: [DONE]\n\n');
+  fc.assert(
+    fc.property(fc.array(fc.oneof(event, extra), { maxLength: 12 }), (items) => {
+      let input = '';
+      const expected: unknown[] = [];
+      const untouched: string[] = [];
+      for (const item of items) {
+        if (typeof item === 'string') {
+          input += item;
+          untouched.push(item);
+          if (item.includes('ping')) expected.push({ type: 'ping' });
+          continue;
+        }
+        const entries = Object.entries(item.fields);
+        if (item.usage !== 'absent') entries.splice(item.at % (entries.length + 1), 0, ['usage', item.usage === 'null' ? null : { total_tokens: 3 }]);
+        const text = (item.spaced ? pythonJson : JSON.stringify)(Object.fromEntries(entries));
+        const frame = `data: ${text}${item.crlf ? '\r\n\r\n' : '\n\n'}`;
+        input += frame;
+        if (item.usage === 'null') expected.push(Object.fromEntries(entries.filter(([k]) => k !== 'usage')));
+        else (expected.push(JSON.parse(text)), untouched.push(frame));
+      }
+      const bytes = Buffer.from(input);
+      blankNullFields(bytes, quotedKey);
+      const out = bytes.toString();
+      const events = [...out.matchAll(/^data: (.*)$/gm)].map((m) => m[1]!.replace(/\r$/, '')).filter((d) => d !== '[DONE]');
+      // (Through JSON, as the events were: -0 becomes 0.)
+      assert.deepEqual(events.map((d) => JSON.parse(d)), JSON.parse(JSON.stringify(expected)));
+      assert.ok(!/"usage": ?null/.test(out), 'no null usage is left');
+      for (const frame of untouched) assert.ok(out.includes(frame), 'a frame without a null usage passes unchanged');
+    }),
+    { numRuns: 3000 },
+  );
+  t.pass('3000 event streams');
 });

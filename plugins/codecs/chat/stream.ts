@@ -2,6 +2,7 @@
 import { unreadableEvent } from '../../../src/canonical.js';
 import type * as C from '../../../src/canonical.js';
 import { jsonOrUndefined } from '../../../src/json-body.js';
+import { blankNullFields } from '../../../src/json-splice.js';
 import type { ClientStream, Usage } from '../../../src/contracts.js';
 import { GatewayError } from '../../../src/errors.js';
 import { readOpenAiError } from '../openai-common.js';
@@ -33,6 +34,8 @@ export function chatPassthrough(
   return {
     // Owing usage, it must see every frame (to hold back [DONE]); otherwise only usage frames.
     ...(!owesUsage && { sparse: USAGE_FRAMES }),
+    // Asked for on the client's behalf, usage is not the client's to see, not even as the null of every chunk.
+    ...(dropUsageChunk && { rewrite: (frames: Buffer) => (blankNullFields(frames, USAGE_KEY), frames) }),
     frame(frame) {
       if (owesUsage) {
         const data = frameData(frame);
