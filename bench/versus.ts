@@ -2,7 +2,8 @@
  * Versus: Sluice against nginx as a plain reverse proxy, both in front of the same simulator, and
  * the simulator direct, each in its own process and measured in alternating rounds of one run, so
  * the figures that matter are the ratios. nginx and Sluice get one thread each (one nginx worker
- * process, `workers: 1`); Sluice with two workers is measured alongside. Writes
+ * process, `workers: 1`); Sluice with two workers is measured alongside, and so is the floor
+ * (bench/floor.ts): a bare proxy on the libraries Sluice sits on, the least Node pays on them. Writes
  * bench/results/<date>.json (every row, the targets and the machine) and <date>.svg (the ratios to
  * nginx as a bar chart, for the README).
  */
@@ -26,8 +27,9 @@ const CONCURRENCY = 50;
 const PACED_SECONDS = 2;
 const LONG_REQUESTS = 150;
 
-type PathName = 'direct' | 'nginx' | 'sluice, 1 worker' | 'sluice, 2 workers';
-const PATHS: PathName[] = ['direct', 'nginx', 'sluice, 1 worker', 'sluice, 2 workers'];
+type PathName = 'direct' | 'nginx' | 'floor (uWS + undici)' | 'sluice, 1 worker' | 'sluice, 2 workers';
+const FLOOR = 'floor (uWS + undici)';
+const PATHS: PathName[] = ['direct', 'nginx', FLOOR, 'sluice, 1 worker', 'sluice, 2 workers'];
 
 /** Where a path's requests go. */
 interface Endpoint {
@@ -216,6 +218,13 @@ async function startSluice(simUrl: string, workers: number): Promise<Gateway> {
   };
 }
 
+/** The runtime's floor in front of the simulator, with Sluice's Node flags so the GC works alike. */
+async function startFloor(simUrl: string): Promise<Gateway> {
+  const { child, match } = await spawnUntil([...SERVE_FLAGS, join(dist, 'bench/floor.js'), '--upstream', simUrl], {}, /floor listening on (http:\/\/127\.0\.0\.1:\d+)/);
+  const pids = () => [child.pid!];
+  return { ...plain(match[1]!, pids), stop: () => exited(child) };
+}
+
 /** The same request as through Sluice, in the client's family, sent to `origin` for the simulator's own model. */
 function plain(origin: string, pids: () => number[]): Endpoint {
   return {
@@ -263,6 +272,7 @@ export async function runVersus(): Promise<VersusReport> {
   const notes = [
     'Portkey and the other gateway peers: skipped; Portkey breaks on Node 20 (issue 14).',
     `Throughput rows: the best of ${ROUNDS} alternating rounds (the round least disturbed by the other processes). Paced rows: the median p99 of ${ROUNDS} rounds.`,
+    `${FLOOR}: bench/floor.ts, a reverse proxy with no gateway logic on uWebSockets.js and an undici pool (Sluice's pool settings, Node flags ${SERVE_FLAGS.join(' ')}); what any Node proxy on these libraries pays, so "Sluice vs floor" is Sluice's own cost.`,
     `${CONCURRENCY} connections everywhere. The load generator (undici, one thread), the simulator, nginx and Sluice share the machine's ${cores} cores; the cpu column is in cores, "other" being processes outside the benchmark.`,
   ];
   if ('skip' in binary) notes.push(`nginx rows skipped: ${binary.skip}.`);
@@ -280,10 +290,11 @@ export async function runVersus(): Promise<VersusReport> {
       stoppers.push(nginx.stop);
       endpoints.set('nginx', plain(nginx.url, nginx.pids));
     }
-    const gateways = await Promise.allSettled([startSluice(simUrl, 1), startSluice(simUrl, 2)]);
+    const gateways = await Promise.allSettled([startFloor(simUrl), startSluice(simUrl, 1), startSluice(simUrl, 2)]);
     for (const g of gateways) if (g.status === 'fulfilled') stoppers.push(g.value.stop);
     for (const g of gateways) if (g.status === 'rejected') throw g.reason;
-    const [one, two] = gateways.map((g) => (g as PromiseFulfilledResult<Gateway>).value) as [Gateway, Gateway];
+    const [floor, one, two] = gateways.map((g) => (g as PromiseFulfilledResult<Gateway>).value) as [Gateway, Gateway, Gateway];
+    endpoints.set(FLOOR, floor);
     endpoints.set('sluice, 1 worker', one);
     endpoints.set('sluice, 2 workers', two);
 
@@ -335,7 +346,8 @@ export async function runVersus(): Promise<VersusReport> {
     const ratioText = (w: Workload, p: PathName, m: Measured): string => {
       const r = (other: Measured | undefined, what: string) => (other ? `${(rateOf(w, m.load) / rateOf(w, other.load)).toFixed(2)}× ${what} ${w.unit}` : '');
       if (w.baseline) return r(baselineOf(w), w.baseline.label);
-      return p === 'nginx' ? '' : r(best(w, 'nginx'), 'nginx');
+      const vsNginx = p === 'nginx' ? '' : r(best(w, 'nginx'), 'nginx');
+      return p === 'sluice, 1 worker' && w.paths.includes(FLOOR) ? [vsNginx, r(best(w, FLOOR), 'floor')].filter(Boolean).join(', ') : vsNginx;
     };
     for (const w of all) {
       for (const p of runsOf(w)) {
@@ -392,11 +404,15 @@ export async function runVersus(): Promise<VersusReport> {
 
     // The targets of issue 14.
     const targets: Target[] = [];
-    const versus = (what: string, num: Measured | undefined, den: Measured | undefined, unit: 'req/s' | 'MB/s', floor: number) => {
+    const compared = (num: Measured, den: Measured, unit: 'req/s' | 'MB/s') => {
       const rateIn = (m: Measured) => (unit === 'req/s' ? m.load.reqPerSec : m.load.mbPerSec);
-      if (!num || !den) return targets.push({ target: `${what} ≥ ${floor}×`, measured: '-', met: 'n/a: nginx skipped' });
       const ratio = rateIn(num) / rateIn(den);
-      targets.push({ target: `${what} ≥ ${floor}×`, measured: `${ratio.toFixed(2)}× (${rateIn(num).toFixed(unit === 'MB/s' ? 1 : 0)} vs ${rateIn(den).toFixed(unit === 'MB/s' ? 1 : 0)} ${unit})`, met: ratio >= floor ? 'met' : 'not met' });
+      return { ratio, text: `${ratio.toFixed(2)}× (${rateIn(num).toFixed(unit === 'MB/s' ? 1 : 0)} vs ${rateIn(den).toFixed(unit === 'MB/s' ? 1 : 0)} ${unit})` };
+    };
+    const versus = (what: string, num: Measured | undefined, den: Measured | undefined, unit: 'req/s' | 'MB/s', floor: number) => {
+      if (!num || !den) return targets.push({ target: `${what} ≥ ${floor}×`, measured: '-', met: 'n/a: nginx skipped' });
+      const { ratio, text } = compared(num, den, unit);
+      targets.push({ target: `${what} ≥ ${floor}×`, measured: text, met: ratio >= floor ? 'met' : 'not met' });
     };
     versus('non-stream req/s, Sluice (1 worker) vs nginx (1 worker)', best(short, 'sluice, 1 worker'), best(short, 'nginx'), 'req/s', 0.8);
     {
@@ -411,6 +427,12 @@ export async function runVersus(): Promise<VersusReport> {
     }
     versus('stream passthrough MB/s, 100 chunks, Sluice vs nginx', best(chunks, 'sluice, 1 worker'), best(chunks, 'nginx'), 'MB/s', 0.9);
     versus('stream passthrough MB/s, 4000 tokens, Sluice vs nginx', best(long, 'sluice, 1 worker'), best(long, 'nginx'), 'MB/s', 0.9);
+    // No targets: they tell how much of the gap to nginx is the runtime's and how much Sluice's.
+    for (const w of [short, chunks, long]) {
+      const [viaFloor, viaNginx] = [best(w, FLOOR)!, best(w, 'nginx')];
+      targets.push({ target: `floor vs nginx, ${w.scenario.name} ${w.unit}`, measured: viaNginx ? compared(viaFloor, viaNginx, w.unit).text : '-', met: viaNginx ? 'reference' : 'n/a: nginx skipped' });
+      targets.push({ target: `Sluice (1 worker) vs floor, ${w.scenario.name} ${w.unit}`, measured: compared(best(w, 'sluice, 1 worker')!, viaFloor, w.unit).text, met: 'reference' });
+    }
     for (const w of all.filter((x) => x.baseline)) {
       versus(`${w.scenario.name} vs ${w.baseline!.label}, req/s`, best(w, 'sluice, 1 worker'), baselineOf(w), 'req/s', w.baseline!.floor);
     }
@@ -462,7 +484,7 @@ export async function runVersus(): Promise<VersusReport> {
   }
 }
 
-const COLORS: Record<PathName, string> = { direct: '#9aa0a6', nginx: '#2e7d32', 'sluice, 1 worker': '#1a73e8', 'sluice, 2 workers': '#8ab4f8' };
+const COLORS: Record<PathName, string> = { direct: '#9aa0a6', nginx: '#2e7d32', [FLOOR]: '#f29900', 'sluice, 1 worker': '#1a73e8', 'sluice, 2 workers': '#8ab4f8' };
 
 const signed = (ms: number) => `${ms >= 0 ? '+' : ''}${ms.toFixed(2)}`;
 
@@ -470,7 +492,7 @@ const escapeXml = (s: string) => s.replace(/&/g, '&amp;').replace(/</g, '&lt;').
 
 /** Grouped bars of each path's rate as a ratio to nginx's, with each group's target as a dashed line. */
 function chart(groups: { label: string; target: number; bars: { path: PathName; ratio: number }[] }[], subtitle: string): string {
-  const [width, height] = [800, 420];
+  const [width, height] = [900, 420];
   const [left, right, top, bottom] = [52, 40, 96, 48];
   const plotWidth = width - left - right;
   const plotHeight = height - top - bottom;
@@ -498,8 +520,8 @@ function chart(groups: { label: string; target: number; bars: { path: PathName; 
     out.push(`<text x="${left - 6}" y="${(y(v) + 4).toFixed(1)}" text-anchor="end" fill="#5f6368">${v.toFixed(1)}×</text>`);
   }
   const groupWidth = plotWidth / groups.length;
-  const barWidth = 40;
-  const gap = 8;
+  const barWidth = 36;
+  const gap = 6;
   groups.forEach((g, i) => {
     const span = g.bars.length * barWidth + (g.bars.length - 1) * gap;
     const start = left + i * groupWidth + (groupWidth - span) / 2;
