@@ -25,6 +25,7 @@ const ROUNDS = 3;
 /** The issue's setting, for every workload. */
 const CONCURRENCY = 50;
 const PACED_SECONDS = 2;
+const PACED_WARMUP_SECONDS = 1;
 const LONG_REQUESTS = 150;
 
 type PathName = 'direct' | 'nginx' | 'floor (uWS + undici)' | 'sluice, 1 worker' | 'sluice, 2 workers';
@@ -271,7 +272,7 @@ export async function runVersus(): Promise<VersusReport> {
   const binary = nginxBinary();
   const notes = [
     'Portkey and the other gateway peers: skipped; Portkey breaks on Node 20 (issue 14).',
-    `Throughput rows: the best of ${ROUNDS} alternating rounds (the round least disturbed by the other processes). Paced rows: the median p99 of ${ROUNDS} rounds.`,
+    `Throughput rows: the best of ${ROUNDS} alternating rounds (the round least disturbed by the other processes). Paced rows: the median p99 of ${ROUNDS} rounds, each after ${PACED_WARMUP_SECONDS} s at the same pace.`,
     `${FLOOR}: bench/floor.ts, a reverse proxy with no gateway logic on uWebSockets.js and an undici pool (Sluice's pool settings, Node flags ${SERVE_FLAGS.join(' ')}); what any Node proxy on these libraries pays, so "Sluice vs floor" is Sluice's own cost.`,
     `${CONCURRENCY} connections everywhere. The load generator (undici, one thread), the simulator, nginx and Sluice share the machine's ${cores} cores; the cpu column is in cores, "other" being processes outside the benchmark.`,
   ];
@@ -330,7 +331,11 @@ export async function runVersus(): Promise<VersusReport> {
       for (const { rate } of paces) {
         for (const p of pacedPaths) {
           const e = endpoints.get(p)!;
-          const m = await measure(e, simPid, () => runPaced({ ...e.load(short.scenario), rate, seconds: PACED_SECONDS, concurrency: CONCURRENCY }));
+          const pace = { ...e.load(short.scenario), rate, concurrency: CONCURRENCY };
+          // A second at the pace first: the round before left a backlog and garbage behind, and a
+          // steady state is what a latency figure should describe.
+          await runPaced({ ...pace, seconds: PACED_WARMUP_SECONDS });
+          const m = await measure(e, simPid, () => runPaced({ ...pace, seconds: PACED_SECONDS }));
           paced.set(`${rate}|${p}`, [...(paced.get(`${rate}|${p}`) ?? []), m]);
         }
       }
