@@ -1,7 +1,8 @@
 /**
  * Byte-level edits of JSON the gateway relays without parsing: the value of one string field is
- * replaced in place, so the rest of the bytes go out exactly as the upstream wrote them.
+ * replaced, or null fields blanked out, so the rest of the bytes go out exactly as the upstream wrote them.
  */
+import { CR, LF, occursAt } from './bytes.js';
 
 const QUOTE = 0x22;
 const BACKSLASH = 0x5c;
@@ -65,18 +66,20 @@ export function replaceStringField(json: Buffer, quotedKey: Buffer, value: Buffe
   return json;
 }
 
-const LF = 0x0a;
-const CR = 0x0d;
 const COMMA = 0x2c;
 const NULL = Buffer.from('null');
+
+/** Space or tab: what may stand between a line's tokens (a line break ends the line). */
+const isInlineSpace = (byte: number | undefined) => byte === 0x20 || byte === 0x09;
 
 /**
  * Blanks out the `"key": null` fields of `frames` (whole SSE frames of JSON events), in place: an
  * upstream asked for usage on the client's behalf writes `"usage":null` in every chunk, which the
  * client did not ask for. The field and its comma become spaces, which JSON ignores, so nothing is
- * copied. Servers write it last in the event (OpenAI), so each `data:` line is checked at its end
- * first, a few byte compares; a line that does not end so is searched. The raw bytes `"key"`
- * cannot occur inside a JSON string (its quotes would be escaped), so every hit is a field.
+ * copied. Each line that ends an object (`}`) is looked at: servers write the field last (OpenAI),
+ * so its end is checked first, a few byte compares; otherwise the line is searched. A hit counts
+ * only after `{` or `,`: anywhere else the quote is an escaped one inside a string. A field on a
+ * line of its own (an event split over several `data:` lines) is left as it is.
  */
 export function blankNullFields(frames: Buffer, quotedKey: Buffer): void {
   /** The next occurrence of the key at or after the current line, once searched (-2: not yet). */
@@ -85,6 +88,7 @@ export function blankNullFields(frames: Buffer, quotedKey: Buffer): void {
   for (let lf = frames.indexOf(LF); lf >= 0; lineStart = lf + 1, lf = frames.indexOf(LF, lineStart)) {
     let end = lf;
     if (frames[end - 1] === CR) end--;
+    while (end > lineStart && isInlineSpace(frames[end - 1])) end--;
     if (end <= lineStart || frames[end - 1] !== CLOSE_OBJECT) continue;
     const start = nullFieldBefore(frames, end - 1, quotedKey, lineStart);
     if (start >= 0) {
@@ -94,7 +98,7 @@ export function blankNullFields(frames: Buffer, quotedKey: Buffer): void {
     // One search serves every line up to its hit, so a run is searched once however many lines it has.
     if (nextKey !== -1 && nextKey < lineStart) nextKey = frames.indexOf(quotedKey, lineStart);
     if (nextKey < 0) return;
-    if (nextKey < end) blank(frames, ...(nullFieldIn(frames, nextKey, end, quotedKey) ?? [0, 0]));
+    if (nextKey < end) blankNullFieldIn(frames, nextKey, lineStart, end, quotedKey);
   }
 }
 
@@ -103,45 +107,42 @@ function blank(buf: Buffer, from: number, to: number): void {
   for (let i = from; i < to; i++) buf[i] = 0x20;
 }
 
-/** Where the field `, "key": null` ending right before `close` (an object's `}`) starts, comma included, or -1. */
+/** Where the field `, "key": null` ending right before `close` (an object's `}`) starts, comma included, or -1; not before `min`. */
 function nullFieldBefore(json: Buffer, close: number, quotedKey: Buffer, min: number): number {
   let at = close;
-  while (isSpace(json[at - 1])) at--;
+  while (at > min && isInlineSpace(json[at - 1])) at--;
   if (at - NULL.length < min || !occursAt(json, NULL, at - NULL.length)) return -1;
   at -= NULL.length;
-  while (isSpace(json[at - 1])) at--;
-  if (json[--at] !== COLON) return -1;
-  while (isSpace(json[at - 1])) at--;
+  while (at > min && isInlineSpace(json[at - 1])) at--;
+  if (at <= min || json[--at] !== COLON) return -1;
+  while (at > min && isInlineSpace(json[at - 1])) at--;
   const keyStart = at - quotedKey.length;
   if (keyStart < min || !occursAt(json, quotedKey, keyStart)) return -1;
   let comma = keyStart;
-  while (isSpace(json[comma - 1])) comma--;
-  return json[comma - 1] === COMMA ? comma - 1 : -1;
+  while (comma > min && isInlineSpace(json[comma - 1])) comma--;
+  return comma > min && json[comma - 1] === COMMA ? comma - 1 : -1;
 }
 
-/** The first `"key": null` field within [from, to) (`from` is where the key first occurs), with the comma that separates it, as [start, end). */
-function nullFieldIn(json: Buffer, from: number, to: number, quotedKey: Buffer): [number, number] | undefined {
+/**
+ * Blanks the first `"key": null` field of the line [lineStart, to), searching from `from` (where
+ * the key first occurs), with the comma that separates it from its neighbour.
+ */
+function blankNullFieldIn(json: Buffer, from: number, lineStart: number, to: number, quotedKey: Buffer): void {
   for (let key = from; key >= 0 && key < to; key = json.indexOf(quotedKey, key + 1)) {
     let at = key + quotedKey.length;
-    while (isSpace(json[at])) at++;
+    while (at < to && isInlineSpace(json[at])) at++;
     if (json[at++] !== COLON) continue;
-    while (isSpace(json[at])) at++;
-    if (!occursAt(json, NULL, at)) continue;
+    while (at < to && isInlineSpace(json[at])) at++;
+    if (at + NULL.length > to || !occursAt(json, NULL, at)) continue;
     at += NULL.length;
     let before = key;
-    while (isSpace(json[before - 1])) before--;
+    while (before > lineStart && isInlineSpace(json[before - 1])) before--;
+    if (before <= lineStart) continue;
     // `, "key": null` goes with the comma before it; a first field `{"key": null, …` with the one after.
-    if (json[before - 1] === COMMA) return [before - 1, at];
-    while (isSpace(json[at])) at++;
-    if (json[at] === COMMA) return [key, at + 1];
-    if (json[at] === CLOSE_OBJECT) return [key, at];
+    if (json[before - 1] === COMMA) return blank(json, before - 1, at);
+    if (json[before - 1] !== OPEN_OBJECT) continue;
+    while (at < to && isInlineSpace(json[at])) at++;
+    if (json[at] === COMMA) return blank(json, key, at + 1);
+    if (json[at] === CLOSE_OBJECT) return blank(json, key, at);
   }
-  return undefined;
-}
-
-/** Whether `bytes` occur in `buf` at `offset`: compared in place (a view and a native compare cost more for a few bytes). */
-export function occursAt(buf: Buffer, bytes: Buffer, offset: number): boolean {
-  if (offset < 0 || offset + bytes.length > buf.length) return false;
-  for (let i = 0; i < bytes.length; i++) if (buf[offset + i] !== bytes[i]) return false;
-  return true;
 }

@@ -77,7 +77,8 @@ export class Relay implements ResponseSink {
   };
 
   /**
-   * The upstream's own bytes on their way to the client (a passthrough), sampled for an estimate.
+   * The upstream's own bytes on their way to the client (a passthrough), as the stream rewrites
+   * them (ClientStream.rewrite), sampled for an estimate.
    * Each write is whole frames, and is sampled whole while the sample is short of SAMPLE_BYTES, so
    * the sample is whole frames too, however long the first one is (bounded by maxEventBytes).
    */

@@ -6,10 +6,8 @@
 
 import { GatewayError } from './errors.js';
 import { jsonOrUndefined } from './json-body.js';
-import { occursAt } from './json-splice.js';
+import { CR, LF, occursAt } from './bytes.js';
 
-const LF = 0x0a;
-const CR = 0x0d;
 const LF_LF = Buffer.from('\n\n');
 const CRLF_CRLF = Buffer.from('\r\n\r\n');
 
@@ -217,8 +215,8 @@ export function eventFrame(event: string, payload: string): string {
  * (a stream with include_usage sends `"usage":null` in every chunk) do not match.
  */
 export class ObjectKeyNeedle {
-  readonly compact: Buffer;
-  readonly spaced: Buffer;
+  private readonly compact: Buffer;
+  private readonly spaced: Buffer;
   /** The key in quotes, which ends where a hit's colon begins. */
   private readonly quoted: Buffer;
   constructor(key: string) {
@@ -242,10 +240,7 @@ export class ObjectKeyNeedle {
       if (chunk[colon] === 0x20) colon--;
       if (chunk[colon] !== 0x3a) continue;
       const start = colon - quoted.length;
-      if (start < from) continue;
-      let i = 0;
-      while (i < quoted.length && chunk[start + i] === quoted[i]) i++;
-      if (i === quoted.length) return start;
+      if (start >= from && occursAt(chunk, quoted, start)) return start;
     }
     return -1;
   }
@@ -263,7 +258,6 @@ export interface SparseScan {
   key: ObjectKeyNeedle;
   lastFrame: boolean;
 }
-
 
 /**
  * True when the frame has the JSON key (given as `"name"` bytes) followed by an object rather than
