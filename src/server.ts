@@ -528,8 +528,12 @@ class UwsResponse implements ClientResponse {
     } else {
       return;
     }
-    if (this.corkedWrite(probe)) this.progress();
-    else this.res.pause();
+    if (this.corkedWrite(probe)) return this.progress();
+    // Refused: left reading until the client catches up. Paused, uWS never reads, so a client
+    // that closed its connection goes unseen (uWS holds our bytes, so no write reaches the kernel
+    // to fail) until writeStallMs; reading, its EOF closes the socket within a probe. The refused
+    // write re-armed uWS's fixed timeout, and each next probe, due long before it, does again.
+    this.res.resume();
   }
 
   /** Hands bytes to uWS slice by slice; false when it could not pass them all on, with the rest in `unsent`. */
@@ -585,6 +589,8 @@ class UwsResponse implements ClientResponse {
       }
     }
     this.blocked = false;
+    // Paused again, as for the rest of a response (a probe may have left it reading).
+    this.res.pause();
     if (this.ending) return this.end();
     const resume = this.resumeUpstream;
     this.resumeUpstream = undefined;

@@ -1,8 +1,9 @@
 /**
  * Clients that read slowly or not at all. A slow reader gets its whole stream, however long it
  * takes, while the upstream waits; a client that takes nothing for `writeStallMs` is cut, the
- * upstream call is aborted and the exchange is recorded as `client_stalled`; and what the gateway
- * holds per stream stays small whatever the client does.
+ * upstream call is aborted and the exchange is recorded as `client_stalled`; one that leaves while
+ * behind is seen at the next probe; and what the gateway holds per stream stays small whatever the
+ * client does.
  */
 import { spawn } from 'node:child_process';
 import { connect, type Socket } from 'node:net';
@@ -106,6 +107,18 @@ t.test('a client that stops reading is cut after writeStallMs and recorded as cl
   t.ok(closed, 'the gateway closed the connection');
   const record = await usageOf(local, await id);
   t.equal(record.outcome, 'client_stalled');
+});
+
+t.test('a client that stops reading and then leaves is let go at the next probe, as aborted, not after writeStallMs', async (t) => {
+  const { socket, id } = openStream(local);
+  await id;
+  // Behind: the gateway holds bytes for it and probes; then it closes its connection.
+  socket.pause();
+  await new Promise((r) => setTimeout(r, 300));
+  socket.destroy();
+  // Unseen (a paused uWS socket does not read its EOF), it would end at writeStallMs as client_stalled.
+  const record = await usageOf(local, await id);
+  t.equal(record.outcome, 'aborted', 'the close was seen: the client left');
 });
 
 /**
