@@ -256,6 +256,8 @@ t.test('the request log shows a failed call with its error', async (t) => {
   await failed.waitFor();
   t.match(await failed.textContent(), /503.*upstream_unavailable: Upstream `unreachable` is unreachable/);
   await page.getByLabel('Status').selectOption('2xx');
+  // The successful call is in the list before and after the filter: wait for the failed one to go.
+  await page.locator('tr[data-request]', { hasText: 'sim-unreachable' }).first().waitFor({ state: 'detached' });
   await page.locator(`tr[data-request="${requestId}"]`).waitFor();
   t.equal(await page.locator('tr[data-request]', { hasText: 'sim-unreachable' }).count(), 0, 'the status filter hides it');
   await screenshot(page, 'requests');
