@@ -200,6 +200,9 @@ export interface Gateway {
   answer?(topic: string): Promise<unknown>;
 }
 
+/** The gather topic on which every worker thread writes the usage records it has queued (Store.settle). */
+const USAGE_FLUSH = 'usage:flush';
+
 /** What a worker thread's gateway gets from the primary thread (src/workers/). */
 export interface ThreadSetup {
   /** Names the thread's usage journal, `usage-wN.journal`, which a replacement thread takes over. */
@@ -263,6 +266,11 @@ export async function startGateway(config: Config, log: Logger, source: LoadOpti
   running = pipeline;
   const service = adminService(store, config, loaded);
   service.upstreamReport = () => pipeline.currentRouting().channels.report();
+  if (thread) {
+    // A usage read served by one thread sees the records the others still hold in their batches.
+    answers.set(USAGE_FLUSH, () => store.settle().then(() => true));
+    service.settleUsage = () => thread.gather(USAGE_FLUSH);
+  }
   const reloader = new Reloader({
     load: () => loadConfig(source),
     config,

@@ -26,6 +26,19 @@ t.test('two threads serve the port', async (t) => {
   t.ok(all.every((r) => r.status === 200));
 });
 
+t.test('a usage read on either thread shows every record made before it, whichever thread made it', async (t) => {
+  const { key } = await keyIn(cluster);
+  for (let round = 0; round < 3; round++) {
+    // Fresh connections, so the kernel spreads them over both threads.
+    const calls = await Promise.all(Array.from({ length: 12 }, () => call(gw.url, key, { messages: [{ role: 'user', content: 'hi [[sim tokens=2]]' }] })));
+    const ids = calls.map((c) => c.id);
+    // At once, not eventually: each thread batches its records for up to a second.
+    const { body } = await gw.admin('GET', '/admin/usage?limit=1000');
+    const seen = new Set((body.records as { requestId: string }[]).map((r) => r.requestId));
+    t.same(ids.filter((id) => !seen.has(id!)), [], `round ${round}: all 12 records read at once`);
+  }
+});
+
 exactnessTests(t, () => cluster);
 
 t.test('a console session started on one thread is known to the other', async (t) => {

@@ -253,10 +253,12 @@ export class AdminService {
   async requests(query: Record<string, string | undefined>) {
     const q = usageQuery(query);
     q.limit = parseLimit(query.limit, 1000) ?? 100;
+    await this.settleUsage();
     return { data: (await this.store.queryUsage(q)).records };
   }
 
-  usage(query: Record<string, string | undefined>) {
+  async usage(query: Record<string, string | undefined>) {
+    await this.settleUsage();
     return this.store.queryUsage(usageQuery(query));
   }
 
@@ -271,10 +273,12 @@ export class AdminService {
       const span = (q.until ?? now) - (q.since ?? now - 86_400_000);
       bucketMs = niceBuckets.find((b) => span / b <= 90) ?? niceBuckets.at(-1)!;
     }
+    await this.settleUsage();
     return { bucketMs, points: await this.store.usageSeries(q, bucketMs) };
   }
 
   async usageCsv(query: Record<string, string | undefined>): Promise<string> {
+    await this.settleUsage();
     const { records } = await this.store.queryUsage({ ...usageQuery(query), limit: usageQuery(query).limit ?? 100_000 });
     const lines = records.map((r) => csvColumns.map((c) => csvCell(c === 'time' ? new Date(r.time).toISOString() : r[c])).join(','));
     return [csvColumns.join(','), ...lines].join('\r\n') + '\r\n';
@@ -318,6 +322,11 @@ export class AdminService {
 
   /** The live channel table's report; the gateway points it at the pipeline's current routing. */
   upstreamReport: () => UpstreamReport[] = () => [];
+  /**
+   * Waits until every record made so far can be read. With worker threads each thread batches its
+   * own records, so the gateway sets this to have them all write what they queued.
+   */
+  settleUsage: () => Promise<unknown> = async () => {};
 
   /** Every upstream with the circuit-breaker state of each model channel on it. */
   listUpstreams() {

@@ -374,7 +374,7 @@ export class JournaledStore implements Store {
   }
 
   /** Reads that show usage see what was recorded, unless the store is refusing writes. */
-  private async settle(): Promise<void> {
+  async settle(): Promise<void> {
     if (this.failures === 0 && (this.pending.length > 0 || this.writing)) await this.flush();
   }
 

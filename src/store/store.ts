@@ -221,6 +221,8 @@ export interface Store extends SharedState {
   recordUsage(record: UsageRecord): void;
   /** Writes queued records now. Never rejects: a failed write keeps them for a later attempt. */
   flush(): Promise<void>;
+  /** Writes what is queued, unless the store is refusing writes (then its retries go on at their pace): what reads of usage wait for. */
+  settle(): Promise<void>;
   queryUsage(query: UsageQuery): Promise<{ records: UsageRecord[]; totals: UsageTotals }>;
   /** Usage in time buckets of `bucketMs`; only buckets with records. */
   usageSeries(query: UsageQuery, bucketMs: number): Promise<UsagePoint[]>;
@@ -241,7 +243,7 @@ export interface Store extends SharedState {
 }
 
 /** What a database implements; usage arrives in batches from the journal in front of it. */
-export interface StoreBackend extends Omit<Store, 'recordUsage' | 'beginExchange' | 'flush'> {
+export interface StoreBackend extends Omit<Store, 'recordUsage' | 'beginExchange' | 'flush' | 'settle'> {
   /**
    * Writes a batch in one transaction, or rejects and writes none of it. A record whose requestId
    * is already stored is skipped, so replaying a journal never counts a request twice.
