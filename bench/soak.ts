@@ -131,8 +131,7 @@ models:
   const end = processStats(gw.child.pid!);
 
   // The last exchanges may end after their clients did: a client that left a stream it was behind
-  // on is noticed at the gateway's next probe, and an admin read does not wait for the batches of
-  // the other threads.
+  // on is noticed at the gateway's next probe.
   const usageRecords = async () =>
     ((await (await fetch(`${url}/admin/usage?limit=1`, { headers: { authorization: `Bearer ${adminToken}` } })).json()) as { totals: { requests: number } }).totals.requests;
   let records = await usageRecords();
