@@ -138,6 +138,7 @@ export class CachedStore implements Store {
   settle() {
     return this.store.settle();
   }
+
   /** Usage records journaled and not yet in the store (none without a journal). */
   usageQueued(): number {
     return this.store instanceof JournaledStore ? this.store.queued : 0;
