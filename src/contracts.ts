@@ -41,7 +41,7 @@ export interface Plugin {
   admit?(ex: Exchange): PhaseResult;
   /** Just before the upstream call: may refuse it. The model's channels choose the upstream (src/channels/). */
   route?(ex: Exchange): PhaseResult;
-  /** Once per upstream SSE frame, synchronously: keep it cheap. The bytes may be edited in place later (ClientStream.rewrite): copy what is kept. */
+  /** Once per upstream SSE frame, synchronously: keep it cheap. The bytes may be edited in place later (ClientStream.edit): copy what is kept. */
   frame?(ex: Exchange, frame: Buffer): void;
   /** Exactly once per exchange, after success, error or abort. */
   done?(ex: Exchange): void;
@@ -146,10 +146,10 @@ export interface ClientStream {
    */
   sparse?: SparseScan;
   /**
-   * Edits the upstream's kept frames on their way out (whole frames, a run at a time), after every
-   * visit to them; it may edit in place, in views of the upstream's chunk.
+   * Edits the upstream's kept frames in place on their way out (whole frames, a run at a time, in
+   * views of the upstream's chunk), after every visit to them; the length stays.
    */
-  rewrite?(frames: Buffer): Buffer;
+  edit?(frames: Buffer): void;
   /** After each upstream chunk: frames of its own the stream wrote for that chunk, if any. */
   take?(): string;
   /** The upstream ended cleanly: closing bytes for the client, if any. */

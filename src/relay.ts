@@ -77,13 +77,13 @@ export class Relay implements ResponseSink {
   };
 
   /**
-   * The upstream's own bytes on their way to the client (a passthrough), as the stream rewrites
-   * them (ClientStream.rewrite), sampled for an estimate.
+   * The upstream's own bytes on their way to the client (a passthrough), as the stream edits
+   * them (ClientStream.edit), sampled for an estimate.
    * Each write is whole frames, and is sampled whole while the sample is short of SAMPLE_BYTES, so
    * the sample is whole frames too, however long the first one is (bounded by maxEventBytes).
    */
   private readonly relay = (bytes: Buffer) => {
-    if (this.stream!.rewrite) bytes = this.stream!.rewrite(bytes);
+    this.stream!.edit?.(bytes);
     this.relayed += bytes.length;
     if (this.sampled < SAMPLE_BYTES) {
       // A view would pin the whole upstream chunk; the sample is small, so copy it.

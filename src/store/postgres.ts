@@ -161,23 +161,31 @@ function storeError(err: unknown): unknown {
 }
 
 
-/** A WHERE clause for a usage query, its values appended to `values` as $1, $2, ... */
-function usageFilter(query: UsageQuery, values: unknown[]): string {
+/** A WHERE clause of the conditions whose value is set, the values appended to `values` as $1, $2, ... */
+function whereClause(conditions: [condition: string, value: unknown][], values: unknown[]): string {
   const where: string[] = [];
-  const add = (condition: string, value: unknown) => {
-    if (value === undefined) return;
+  for (const [condition, value] of conditions) {
+    if (value === undefined) continue;
     values.push(value);
     where.push(`${condition} $${values.length}`);
-  };
-  add('key_id =', query.key);
-  add('group_name =', query.group);
-  add('model =', query.model);
-  add('status >=', query.statusMin);
-  add('status <', query.statusMax);
-  add('time >=', query.since);
-  add('time <', query.until);
+  }
   return where.length ? `WHERE ${where.join(' AND ')}` : '';
 }
+
+/** A WHERE clause for a usage query, its values appended to `values`. */
+const usageFilter = (query: UsageQuery, values: unknown[]) =>
+  whereClause(
+    [
+      ['key_id =', query.key],
+      ['group_name =', query.group],
+      ['model =', query.model],
+      ['status >=', query.statusMin],
+      ['status <', query.statusMax],
+      ['time >=', query.since],
+      ['time <', query.until],
+    ],
+    values,
+  );
 
 /** Tells every watcher, once the transaction commits, that a group or key changed. */
 const notifyChange = (client: pg.PoolClient) => client.query(`SELECT pg_notify('${CHANGES_CHANNEL}', '')`);
@@ -480,19 +488,18 @@ export class PostgresStore implements StoreBackend {
   }
 
   async queryAudit(query: AuditQuery): Promise<AuditEntry[]> {
-    const where: string[] = [];
     const values: unknown[] = [];
-    const add = (condition: string, value: unknown) => {
-      if (value === undefined) return;
-      values.push(value);
-      where.push(`${condition} $${values.length}`);
-    };
-    add('action =', query.action);
-    add('time >=', query.since);
-    add('time <', query.until);
+    const filter = whereClause(
+      [
+        ['action =', query.action],
+        ['time >=', query.since],
+        ['time <', query.until],
+      ],
+      values,
+    );
     values.push(query.limit ?? 100);
     return this.query<AuditEntry>(
-      `SELECT time, actor, action, target, detail FROM audit ${where.length ? `WHERE ${where.join(' AND ')}` : ''}
+      `SELECT time, actor, action, target, detail FROM audit ${filter}
        ORDER BY time DESC, id DESC LIMIT $${values.length}`,
       values,
     );

@@ -35,7 +35,7 @@ export function chatPassthrough(
     // Owing usage, it must see every frame (to hold back [DONE]); otherwise only usage frames.
     ...(!owesUsage && { sparse: USAGE_FRAMES }),
     // Asked for on the client's behalf, usage is not the client's to see, not even as the null of every chunk.
-    ...(dropUsageChunk && { rewrite: (frames: Buffer) => (blankNullFields(frames, USAGE_KEY), frames) }),
+    ...(dropUsageChunk && { edit: (frames: Buffer) => blankNullFields(frames, USAGE_KEY) }),
     frame(frame) {
       if (owesUsage) {
         const data = frameData(frame);
