@@ -66,6 +66,10 @@ export class Exchange {
   /** What `usage` cost at the model's prices, set before the done phase; undefined without prices. */
   cost: number | undefined;
   outcome: Outcome = 'finished';
+  /** The status the usage records and metrics report: a client that left before any answer is a 499. */
+  get reportedStatus(): number {
+    return this.status || (this.outcome === 'aborted' ? 499 : 0);
+  }
   error: GatewayError | undefined;
   stage: Stage = 'accepted';
   /** Set when the client went away; nothing may be written after that. */

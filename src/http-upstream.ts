@@ -107,7 +107,6 @@ export function createHttpUpstream(kind: HttpUpstreamKind, name: string, raw: Re
   if (options.apiKey) Object.assign(fixedHeaders, kind.authHeaders(options.apiKey));
   const gate = new ConnectionGate(name, connections, options.maxQueue ?? connections * 4, options.queueTimeoutMs ?? 5000);
 
-  // undici takes any iterable of chunks as a body; its types list only some.
   const dispatch = (call: HttpCall) => {
     const req = call.req!;
     const sink = call.sink;
@@ -119,6 +118,7 @@ export function createHttpUpstream(kind: HttpUpstreamKind, name: string, raw: Re
     const body = typeof req.body === 'string' ? Buffer.from(req.body) : req.body;
     const large = body !== undefined && body.length > HELD_BODY_BYTES;
     if (large) headers['content-length'] = String(body.length);
+    // undici takes any iterable of chunks as a body (sentOnce); its types list only some.
     pool.dispatch(
       { method: req.method, path: basePath + (kind.target ? kind.target(req) : req.path), headers, body: large ? (sentOnce(body) as unknown as Buffer) : body },
       {
@@ -158,7 +158,6 @@ export function createHttpUpstream(kind: HttpUpstreamKind, name: string, raw: Re
   };
 }
 
-/** One call to an HTTP upstream: waiting for a connection, or dispatched. */
 /** Bodies above this go to undici as a one-shot iterable: it keeps a Buffer body until the answer ends. */
 const HELD_BODY_BYTES = 16 * 1024;
 
@@ -178,6 +177,7 @@ function sentOnce(body: Buffer): Iterable<Buffer> {
   return { [Symbol.iterator]: () => iterator };
 }
 
+/** One call to an HTTP upstream: waiting for a connection, or dispatched. */
 class HttpCall implements UpstreamCall {
   controller: { pause(): void; resume(): void; abort(reason: Error): void } | undefined;
   /** The sink has heard the end (or the client left): nothing more reaches it. */

@@ -303,6 +303,8 @@ export class Pipeline {
     const canonical = ex.clientFamily.toCanonical(ex, upstreamFamily);
     const rules = applyModelRules(ex, canonical, dialect);
     ex.stage = 'upstream';
+    // Every upstream call is in the exchange's trace, with the gateway's span as its parent.
+    const traceparent = upstreamTraceparent(ex.trace);
     // Each call names its channel on the exchange: the one that served is the last one made.
     const call = (channel: Channel): UpstreamCall => {
       ex.model = channel.model;
@@ -313,8 +315,7 @@ export class Pipeline {
         ? ex.clientFamily.prepare(ex, channel.upstream, rules)
         : dialect.fromCanonical({ ...canonical, model: channel.model.upstreamModel }, ex);
       req.model = channel.model.upstreamModel;
-      // Every upstream call is in the exchange's trace, with the gateway's span as its parent.
-      req.traceparent = upstreamTraceparent(ex.trace);
+      req.traceparent = traceparent;
       req.tracestate = ex.trace.state;
       const relay = new Relay(this, ex, res, channel.upstream, dialect, this.framePlugins, failover);
       ex.set(activeRelay, relay);

@@ -247,8 +247,7 @@ export class Instruments {
     const upstream = ex.upstream?.name ?? '';
     const channel = ex.channel?.name ?? '';
     const errorType = ex.error?.code ?? '';
-    // As the usage records have it: a client that left before any answer is a 499.
-    const status = String(ex.status || (ex.outcome === 'aborted' ? 499 : 0));
+    const status = String(ex.reportedStatus);
     this.requests.inc([family, ex.endpoint.kind, model, upstream, channel, status, ex.outcome, errorType]);
     const refusal = ex.get(limitRefusal);
     if (refusal) this.rejections.inc([refusal]);
@@ -259,10 +258,12 @@ export class Instruments {
     if (ex.stream && ex.status === 200 && ex.ttfbMs !== undefined) this.timeToFirstToken.observe(labels, ex.ttfbMs / 1000);
     const usage = ex.usage;
     if (!usage) return;
-    this.tokenUsage.observe([...labels, 'input'], usage.inputTokens);
-    this.tokenUsage.observe([...labels, 'output'], usage.outputTokens);
-    this.tokens.inc([...labels, 'input'], usage.inputTokens);
-    this.tokens.inc([...labels, 'output'], usage.outputTokens);
+    const input = [...labels, 'input'];
+    const output = [...labels, 'output'];
+    this.tokenUsage.observe(input, usage.inputTokens);
+    this.tokenUsage.observe(output, usage.outputTokens);
+    this.tokens.inc(input, usage.inputTokens);
+    this.tokens.inc(output, usage.outputTokens);
     if (usage.cachedTokens) this.tokens.inc([...labels, 'cached_input'], usage.cachedTokens);
     if (usage.cacheWriteTokens) this.tokens.inc([...labels, 'cache_write'], usage.cacheWriteTokens);
     if (usage.reasoningTokens) this.tokens.inc([...labels, 'reasoning'], usage.reasoningTokens);
