@@ -14,6 +14,8 @@ import { createHash, timingSafeEqual } from 'node:crypto';
 import { createServer, type Server } from 'node:http';
 import type { Logger } from 'pino';
 import { AggregatorRegistry, collectDefaultMetrics, type MetricObjectWithValues, type MetricValue } from 'prom-client';
+import { TooManyGuesses, bearerToken, checkAdminToken } from '../../src/admin/http.js';
+import { AdminError } from '../../src/admin/service.js';
 import { GuessThrottle, SharedThrottleStorage, addressKey } from '../../src/admin/throttle.js';
 import { definePlugin, type GatewayView, type JsonReply, type JsonRequest } from '../../src/contracts.js';
 import type { CachedStore } from '../../src/store/cache.js';
@@ -80,19 +82,17 @@ function scrape(gateway: GatewayView, instruments: Instruments): Exposition {
 function adminCheck(digest: string, store: CachedStore, proxies: TrustedProxies): (req: JsonRequest) => Promise<JsonReply | undefined> {
   const expected = Buffer.from(digest, 'hex');
   const throttle = new GuessThrottle({}, new SharedThrottleStorage(store));
-  const ignore = () => 0;
+  const isAdmin = (token: string) => timingSafeEqual(createHash('sha256').update(token).digest(), expected);
   return async ({ headers, remoteAddress }) => {
-    const authorization = headers.authorization;
-    if (!authorization?.startsWith('Bearer ')) return failure(401, 'invalid_admin_token', 'missing admin token (Authorization: Bearer <admin token>)');
-    const token = authorization.slice(7).trim();
-    const client = addressKey(proxies.view(remoteAddress, headers).client);
-    return throttle.serially(client, async () => {
-      const wait = await throttle.waitFor(client).catch(ignore);
-      if (wait) return failure(429, 'too_many_attempts', `too many wrong admin tokens from this client; try again in ${wait} s`, { 'retry-after': String(wait) });
-      if (timingSafeEqual(createHash('sha256').update(token).digest(), expected)) return undefined;
-      await throttle.failed(client).catch(ignore);
-      return failure(401, 'invalid_admin_token', 'wrong admin token');
-    });
+    const token = bearerToken(headers.authorization);
+    if (!token) return failure(401, 'invalid_admin_token', 'missing admin token (Authorization: Bearer <admin token>)');
+    try {
+      await checkAdminToken(throttle, isAdmin, addressKey(proxies.view(remoteAddress, headers).client), token);
+      return undefined;
+    } catch (err) {
+      if (!(err instanceof AdminError)) throw err;
+      return failure(err.status, err.code, err.message, err instanceof TooManyGuesses ? { 'retry-after': String(err.waitSeconds) } : undefined);
+    }
   };
 }
 

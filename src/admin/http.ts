@@ -32,30 +32,35 @@ const safeMethods = new Set(['GET', 'HEAD', 'OPTIONS']);
 const cookie = (name: string, value: string, maxAgeSeconds: number, path: string, secure: boolean) =>
   `${name}=${value}; HttpOnly; SameSite=Strict; Path=${path}; Max-Age=${maxAgeSeconds}${secure ? '; Secure' : ''}`;
 
-class TooManyGuesses extends AdminError {
+export class TooManyGuesses extends AdminError {
   constructor(readonly waitSeconds: number) {
     super(429, 'too_many_attempts', `too many wrong admin tokens from this client; try again in ${waitSeconds} s`);
   }
 }
 
-const bearerToken = (authorization: string | undefined) =>
+export const bearerToken = (authorization: string | undefined) =>
   authorization?.startsWith('Bearer ') ? authorization.slice(7).trim() : undefined;
+
+/**
+ * Checks a token with `isAdmin` unless `client` is waiting out its wrong ones (TooManyGuesses);
+ * a wrong token counts against it and throws a 401. The admin API and /metrics share it.
+ */
+export const checkAdminToken = (throttle: GuessThrottle, isAdmin: (token: string) => boolean, client: string, token: string): Promise<void> =>
+  throttle.serially(client, async () => {
+    // The store is unreachable: tokens are still checked, unthrottled until it is back.
+    const wait = await throttle.waitFor(client).catch(unlessStoreAway(0));
+    if (wait) throw new TooManyGuesses(wait);
+    if (isAdmin(token)) return;
+    await throttle.failed(client).catch(unlessStoreAway(0));
+    throw new AdminError(401, 'invalid_admin_token', 'wrong admin token');
+  });
 
 export function adminRoutes(service: AdminService, sessions: Sessions, options: AdminHttpOptions): JsonHandler {
   const { proxies } = options;
   const throttle = options.throttle ?? new GuessThrottle();
   const allowedOrigins = new Set(options.allowedOrigins.map((o) => normalizeOrigin(o) ?? o));
 
-  /** Checks a token unless `client` is waiting out its wrong ones; throws on a wrong token. */
-  const checkToken = (client: string, token: string): Promise<void> =>
-    throttle.serially(client, async () => {
-      // The store is unreachable: tokens are still checked, unthrottled until it is back.
-      const wait = await throttle.waitFor(client).catch(unlessStoreAway(0));
-      if (wait) throw new TooManyGuesses(wait);
-      if (sessions.isAdminToken(token)) return;
-      await throttle.failed(client).catch(unlessStoreAway(0));
-      throw new AdminError(401, 'invalid_admin_token', 'wrong admin token');
-    });
+  const checkToken = (client: string, token: string) => checkAdminToken(throttle, (t) => sessions.isAdminToken(t), client, token);
 
   /**
    * Throws unless the caller is the admin; a cookie session must prove it is not a forged request.
