@@ -2,7 +2,7 @@
  * Boot: config → store → plugins → upstreams → pipeline → server, and the way back down.
  * Plugins are loaded by the names listed in config; the core imports none of them.
  */
-import { mkdirSync, readdirSync, unlinkSync } from 'node:fs';
+import { accessSync, constants, mkdirSync, readdirSync, unlinkSync } from 'node:fs';
 import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import type { Logger } from 'pino';
@@ -126,7 +126,7 @@ function resolveFamilies(model: ModelConfig, upstreamFamily: string, families: C
  */
 export async function openStore(config: Pick<Config, 'dataDir' | 'store'>, journal: JournalOptions & { file?: string } = { owner: false }): Promise<CachedStore> {
   const { dataDir } = config;
-  mkdirSync(dataDir, { recursive: true, mode: 0o700 });
+  ensureDataDir(dataDir);
   // Only the journal's owner writes usage all the time; the CLI and the primary thread replay once.
   const backend = await openBackend(config, journal.log, journal.owner);
   try {
@@ -147,6 +147,20 @@ function openBackend(config: Pick<Config, 'dataDir' | 'store'>, log?: Logger, se
     : new SqliteStore(join(config.dataDir, 'sluice.db'), { usageWriter: serving ? 'thread' : 'inline' });
 }
 
+/**
+ * Makes the data dir (and its parents) when missing, as a fresh clone starts. One that cannot be
+ * made or written is refused in one sentence that says what to do, before anything reads it.
+ */
+export function ensureDataDir(dataDir: string): void {
+  try {
+    mkdirSync(dataDir, { recursive: true, mode: 0o700 });
+    accessSync(dataDir, constants.W_OK);
+  } catch (err) {
+    const reason = (err as NodeJS.ErrnoException).code ?? (err as Error).message;
+    throw new Error(`cannot use the data directory "${dataDir}" (${reason}): make it writable, or set SLUICE_DATA_DIR (or dataDir in the config file) to a directory Sluice may create and write`);
+  }
+}
+
 /** The usage journals in a data dir: `usage.journal` of one thread, `usage-wN.journal` of worker thread N. */
 const journalFiles = (dataDir: string) => readdirSync(dataDir).filter((f) => /^usage(-w\d+)?\.journal$/.test(f));
 
@@ -156,6 +170,7 @@ const journalFiles = (dataDir: string) => readdirSync(dataDir).filter((f) => /^u
  * interrupted, and removed when that worked (otherwise the next start tries again).
  */
 export async function adoptJournals(config: Pick<Config, 'dataDir' | 'store'>, owned: string[], log: Logger): Promise<void> {
+  ensureDataDir(config.dataDir);
   for (const file of journalFiles(config.dataDir).filter((f) => !owned.includes(f))) {
     const path = join(config.dataDir, file);
     const journal = await JournaledStore.open(await openBackend(config, log), path, { owner: true, log });
