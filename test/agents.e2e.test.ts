@@ -3,24 +3,25 @@
  * and WebSocket), Gemini CLI and Claude Code, each run as a new user would run it, offline, on
  * 127.0.0.1 only.
  *
- * The simulator calls the first tool an agent offers, then answers the tool result with text that
- * starts `The tool returned:`. So each run proves the whole agent loop: a tool call, the agent's
- * tool result sent back, and the final text. Codex runs with a read-only sandbox so the sampled
- * command (`sample`) can change nothing even where the sandbox can start.
+ * Each agent is asked to read a file the test wrote, whose first line only that run knows. The
+ * simulator calls the agent's file-reading tool with the path (Codex has none: its shell runs `cat`),
+ * the agent runs the tool and sends the result back, and the simulator's answer repeats what the
+ * tool returned. So each run proves the whole agent loop, and fails when the tool failed: the final
+ * answer must carry the first line, and the agent's own report of the tool (Codex's command exit
+ * code, Claude Code's tool_result, Gemini CLI's tool stats) must show no error.
  */
 import { execFile } from 'node:child_process';
 import { existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import t from 'tap';
+import t, { type Test } from 'tap';
 import { distRoot, eventually, startTestGateway, type TestGateway } from './helpers.js';
 
-// Real agents start Node and native binaries: slower than the other end-to-end files on a busy machine.
-t.setTimeout(150_000);
+// Real agents start Node and native binaries: about two minutes alone (Gemini CLI's runs take longest), more on a busy machine.
+t.setTimeout(240_000);
 
 const bin = (name: string) => join(distRoot, '..', 'node_modules', '.bin', name);
 const RUN_TIMEOUT_MS = 45_000;
-const PROMPT = 'Say hello in one sentence.';
 
 interface Run {
   code: number | null;
@@ -46,6 +47,14 @@ async function unavailable(name: string): Promise<string | undefined> {
   if (!existsSync(bin(name))) return `${name} is not installed (node_modules/.bin/${name} missing)`;
   const probe = await runAgent(bin(name), ['--version'], { HOME: tmpdir() }, tmpdir());
   return probe.code === 0 ? undefined : `${name} --version exited ${probe.code}: ${probe.stderr.trim().slice(0, 300)}`;
+}
+
+/** A file in `dir` whose first line names this run, and the prompt asking an agent for that line. */
+function fileToRead(dir: string, run: string): { prompt: string; firstLine: string } {
+  const firstLine = `Marker for ${run}: heron-742`;
+  const path = join(dir, 'notes.txt');
+  writeFileSync(path, `${firstLine}\nThe second line is not asked for.\n`);
+  return { prompt: `Read the file ${path} and reply with its first line.`, firstLine };
 }
 
 const scratch = mkdtempSync(join(tmpdir(), 'sluice-agents-'));
@@ -99,18 +108,38 @@ supports_websockets = ${websocket}
   return home;
 }
 
+/** The JSON lines of an agent's output. */
+function jsonLines(stdout: string): Record<string, any>[] {
+  return stdout
+    .split('\n')
+    .filter((l) => l.startsWith('{'))
+    .map((l) => JSON.parse(l));
+}
+
 async function codex(model: string, websocket: boolean, on: TestGateway = gw) {
   const home = codexHome(model, websocket, on.url);
   const work = join(home, 'work');
   mkdirSync(work);
-  const args = ['exec', '--skip-git-repo-check', '--sandbox', 'read-only', '--ephemeral', '--json', '-C', work, PROMPT];
+  const { prompt, firstLine } = fileToRead(work, `Codex on ${model} over ${websocket ? 'WebSocket' : 'HTTP'}`);
+  // A read-only sandbox is all `cat` needs, and it keeps any other command from changing anything.
+  const args = ['exec', '--skip-git-repo-check', '--sandbox', 'read-only', '--ephemeral', '--json', '-C', work, prompt];
   const run = await runAgent(bin('codex'), args, { HOME: home, SLUICE_KEY: on.key, RUST_LOG: 'codex_api=info' }, work);
-  const events = run.stdout
-    .split('\n')
-    .filter((l) => l.startsWith('{'))
-    .map((l) => JSON.parse(l));
+  const events = jsonLines(run.stdout);
   const answer = events.findLast((e) => e.type === 'item.completed' && e.item?.type === 'agent_message')?.item.text;
-  return { run, events, answer };
+  const commands = events.filter((e) => e.type === 'item.completed' && e.item?.type === 'command_execution').map((e) => e.item);
+  return { run, events, answer, commands, firstLine };
+}
+
+/** Codex ran `cat` on the file, the command succeeded, and the final message carries the first line. */
+function readByCodex(t: Test, result: Awaited<ReturnType<typeof codex>>): void {
+  t.equal(result.run.code, 0, `codex exits 0 (stderr: ${result.run.stderr.slice(-500)})`);
+  t.ok(result.commands.length > 0, 'Codex ran a command');
+  for (const command of result.commands) {
+    t.match(command, { exit_code: 0, status: 'completed' }, `\`${command.command}\` succeeded (output: ${JSON.stringify(command.aggregated_output)})`);
+  }
+  t.ok(result.commands.some((c) => c.aggregated_output.includes(result.firstLine)), 'the command printed the file');
+  t.match(result.answer, /^The tool returned: /, "the simulator's answer to the tool result is Codex's final message");
+  t.ok(result.answer?.includes(result.firstLine), `the final message carries the first line (${JSON.stringify(result.answer)})`);
 }
 
 t.test('Codex CLI', async (t) => {
@@ -120,8 +149,7 @@ t.test('Codex CLI', async (t) => {
   for (const model of ['sim-responses', 'sim-chat']) {
     t.test(`over HTTP on ${model}`, async (t) => {
       const { result, lines } = await logged(() => codex(model, false));
-      t.equal(result.run.code, 0, `codex exits 0 (stderr: ${result.run.stderr.slice(-500)})`);
-      t.match(result.answer, /^The tool returned: \S/, "the simulator's answer to the tool result is Codex's final message");
+      readByCodex(t, result);
       t.ok(result.events.some((e) => e.type === 'turn.completed' && e.usage.output_tokens > 0), 'the turn reports usage');
       t.notOk(lines.some((l) => l.method === 'WS' || l.status === 101), 'no WebSocket');
       const posts = lines.filter((l) => l.method === 'POST' && l.path === '/v1/responses' && l.model === model);
@@ -136,8 +164,7 @@ t.test('Codex CLI', async (t) => {
 
   t.test('over WebSocket on sim-responses', async (t) => {
     const { result, lines } = await logged(() => codex('sim-responses', true));
-    t.equal(result.run.code, 0, `codex exits 0 (stderr: ${result.run.stderr.slice(-500)})`);
-    t.match(result.answer, /^The tool returned: \S/);
+    readByCodex(t, result);
     t.match(result.run.stderr, /successfully connected to Responses WebSocket/, 'Codex says it used the WebSocket');
     t.notOk(lines.some((l) => l.method === 'POST'), 'no fallback to HTTP');
     const turns = lines.filter((l) => l.method === 'WS');
@@ -154,8 +181,7 @@ t.test('Codex CLI', async (t) => {
     const from = off.logs.length;
     const result = await codex('sim-responses', true, off);
     const lines = off.logs.slice(from).filter((l) => l.plugin === 'access-log');
-    t.equal(result.run.code, 0, `codex exits 0 (stderr: ${result.run.stderr.slice(-500)})`);
-    t.match(result.answer, /^The tool returned: \S/);
+    readByCodex(t, result);
     t.equal(lines.filter((l) => l.method === 'GET' && l.status === 426).length, 1, 'one refused upgrade, no retries');
     t.notOk(lines.some((l) => l.method === 'WS'));
     t.ok(lines.filter((l) => l.method === 'POST' && l.status === 200).length >= 2, 'the turns went over HTTP');
@@ -182,10 +208,13 @@ t.test('Gemini CLI', async (t) => {
     t.test(`on ${model}`, async (t) => {
       const work = join(home, `work-${model}`);
       mkdirSync(work);
-      const { result: run, lines } = await logged(() => runAgent(bin('gemini'), ['-m', model, '-p', PROMPT, '--output-format', 'json'], env, work));
+      const { prompt, firstLine } = fileToRead(work, `Gemini CLI on ${model}`);
+      const { result: run, lines } = await logged(() => runAgent(bin('gemini'), ['-m', model, '-p', prompt, '--output-format', 'json'], env, work));
       t.equal(run.code, 0, `gemini exits 0 (stderr: ${run.stderr.slice(-500)})`);
       const out = JSON.parse(run.stdout);
-      t.match(out.response, /^The tool returned: \S/, "the simulator's answer to the tool result is Gemini CLI's response");
+      t.match(out.response, /^The tool returned: /, "the simulator's answer to the tool result is Gemini CLI's response");
+      t.ok(out.response.includes(firstLine), `the response carries the first line (${JSON.stringify(out.response)})`);
+      t.match(out.stats.tools, { totalFail: 0, byName: { read_file: { success: 1 } } }, 'Gemini CLI read the file with read_file, and no tool failed');
       t.equal(out.stats.models[model]?.api.totalErrors, 0);
       const calls = lines.filter((l) => l.path === `/v1beta/models/${model}:streamGenerateContent`);
       t.ok(calls.length >= 2, 'a tool call and the answer to its result');
@@ -203,7 +232,9 @@ t.test('Claude Code', async (t) => {
   if (why) return t.plan(0, `Claude Code cannot run here: ${why}`);
 
   // As in the README's client section: the base URL without /v1, a Sluice key, a model, and no
-  // traffic to the vendor. `--tools Read` offers one read-only tool for the simulator to call.
+  // traffic to the vendor. The default tools and `--tools Read` both offer a deferred
+  // (`defer_loading`) placeholder the simulator must not call; with `--tools Read` it comes first.
+  // The file sits in the working folder, which Claude Code may read without asking.
   const home = join(scratch, 'claude');
   mkdirSync(home);
   const env = {
@@ -212,17 +243,36 @@ t.test('Claude Code', async (t) => {
     ANTHROPIC_API_KEY: gw.key,
     CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC: '1',
   };
-  for (const model of ['sim-messages', 'sim-chat', 'sim-gemini']) {
-    t.test(`on ${model}`, async (t) => {
-      const work = join(home, `work-${model}`);
-      mkdirSync(work);
-      const args = ['-p', 'Read a file for me.', '--output-format', 'json', '--tools', 'Read'];
+  const runs: [model: string, tools: string[]][] = [
+    ['sim-messages', []],
+    ['sim-messages', ['--tools', 'Read']],
+    ['sim-chat', []],
+    ['sim-gemini', []],
+  ];
+  for (const [model, tools] of runs) {
+    const offered = tools.length > 0 ? `with ${tools.join(' ')}` : 'default tools';
+    t.test(`on ${model}, ${offered}`, async (t) => {
+      const work = mkdtempSync(join(home, `work-${model}-`));
+      const { prompt, firstLine } = fileToRead(work, `Claude Code on ${model}, ${offered}`);
+      // stream-json shows every message, so the tool_result Claude Code sent back can be checked.
+      const args = ['-p', prompt, '--output-format', 'stream-json', '--verbose', ...tools];
       const { result: run, lines } = await logged(() => runAgent(bin('claude'), args, { ...env, ANTHROPIC_MODEL: model }, work));
       t.equal(run.code, 0, `claude exits 0 (stderr: ${run.stderr.slice(-500)})`);
-      const out = JSON.parse(run.stdout);
+      const messages = jsonLines(run.stdout);
+      const blocks = (type: string) => messages.flatMap((m) => (Array.isArray(m.message?.content) ? m.message.content : [])).filter((b) => b.type === type);
+      const uses = blocks('tool_use').map((b) => [b.name, b.input]);
+      t.same(uses, [['Read', { file_path: join(work, 'notes.txt') }]], 'the simulator called Read with the path, and only the path');
+      const results = blocks('tool_result');
+      t.equal(results.length, 1, 'Claude Code sent one tool result back');
+      for (const r of results) {
+        t.notOk(r.is_error, `the tool result is no error (${JSON.stringify(r.content).slice(0, 300)})`);
+        t.ok(JSON.stringify(r.content).includes(firstLine), 'the tool result holds the file');
+      }
+      const out = messages.find((m) => m.type === 'result');
       t.match(out, { subtype: 'success', is_error: false, num_turns: 2 }, 'a tool call, then the answer to its result');
-      t.match(out.result, /^The tool returned: \S/, "the simulator's answer to the tool result is Claude Code's result");
-      t.ok(out.usage.input_tokens > 0 && out.usage.output_tokens > 0, 'Claude Code read the usage');
+      t.match(out?.result, /^The tool returned: /, "the simulator's answer to the tool result is Claude Code's result");
+      t.ok(out?.result.includes(firstLine), `the result carries the first line (${JSON.stringify(out?.result)})`);
+      t.ok(out?.usage.input_tokens > 0 && out?.usage.output_tokens > 0, 'Claude Code read the usage');
       const calls = lines.filter((l) => l.path === '/v1/messages' && l.model === model);
       t.ok(calls.length >= 2, 'both turns went through /v1/messages');
       t.ok(calls.every((l) => l.status === 200), 'every request succeeded');

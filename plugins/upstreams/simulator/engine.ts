@@ -2,7 +2,11 @@
  * The simulator's brain, in family-neutral terms: a normalized conversation goes in, a plan of what
  * to answer (tokens, tool call, finish reason, usage, timing, fault) comes out. Pure and
  * deterministic: the same conversation always gets the same answer. Wire rendering lives in the
- * family modules (chat.ts, responses.ts).
+ * family modules (chat.ts, responses.ts, gemini.ts, messages.ts).
+ *
+ * Agents (Claude Code, Codex CLI, Gemini CLI) run against it as the embedded default, so a tool call
+ * follows what the prompt asks for ("Read the file X": a file-reading tool, else a shell running
+ * `cat X`), and the answer to a tool result repeats what the tool returned.
  */
 import { estimateTokens } from '../../../src/tokens.js';
 
@@ -28,6 +32,8 @@ export type JsonSchema = boolean | { [keyword: string]: unknown };
 export interface SimTool {
   name: string;
   parameters?: JsonSchema;
+  /** Offered with `defer_loading`: a tool search loads its schema first, so it is never called as offered. */
+  deferred?: boolean;
 }
 
 export type ToolChoice = 'auto' | 'none' | 'required' | { name: string };
@@ -117,6 +123,8 @@ const MEDIA_TYPE = /^[\w.+-]+\/[\w.+-]+$/;
 const SEED_CHARS = 4096;
 /** How far into a tool result the echo looks for its words. */
 const TOOL_RESULT_SCAN = 4096;
+/** How much of the latest user message (its end, where an agent puts the prompt) is read for what it asks. */
+const ASK_SCAN = 16_384;
 /** Ceilings on one sampled value, so a schema asking for millions of items (or recursing widely) stays cheap. */
 const MAX_SAMPLE_VALUES = 10_000;
 const MAX_SAMPLE_CHARS = 100_000;
@@ -145,8 +153,9 @@ export function plan(input: EngineInput): Plan {
   const samples = new Map<JsonSchema, string[]>();
   const sample = (schema: JsonSchema) =>
     samples.get(schema) ?? samples.set(schema, fragments(JSON.stringify(sampleValue(schema, { root: schema, values: 0, chars: 0 })))).get(schema)!;
+  const pick = pickTool(input);
   const choices: ChoicePlan[] = [];
-  for (let i = 0; i < input.n; i++) choices.push(planChoice(limited, directives, seed + i * 0x9e3779b9, sample));
+  for (let i = 0; i < input.n; i++) choices.push(planChoice(limited, directives, seed + i * 0x9e3779b9, sample, pick));
   const prompt = inputTokens(input.messages);
   const cachedTokens = Math.min(directives.cached ?? 0, prompt);
   return {
@@ -230,19 +239,18 @@ export function fragments(text: string): string[] {
   return text.match(/ ?[\p{L}\p{N}_]+|\s+|[^\p{L}\p{N}_\s]+/gu) ?? [];
 }
 
-function planChoice(input: EngineInput, directives: Directives, seed: number, sample: (schema: JsonSchema) => string[]): ChoicePlan {
+function planChoice(input: EngineInput, directives: Directives, seed: number, sample: (schema: JsonSchema) => string[], pick: ToolPick | undefined): ChoicePlan {
   const random = mulberry32(seed);
-  const last = input.messages.at(-1);
-  const tool = input.toolChoice === 'none' || last?.role === 'tool' ? undefined : pickTool(input.tools, input.toolChoice);
-  if (tool) {
-    // The further calls take the next offered tools, with distinct sample values; the token cap spans them all.
-    const picked = [tool, ...Array.from({ length: (directives.parallel ?? 1) - 1 }, (_, i) => input.tools[(input.tools.indexOf(tool) + 1 + i) % input.tools.length] ?? tool)];
+  if (pick) {
+    // The further calls take the next callable tools, with distinct sample values; the token cap spans them all.
+    const { tool, callable } = pick;
+    const picked = [tool, ...Array.from({ length: (directives.parallel ?? 1) - 1 }, (_, i) => callable[(callable.indexOf(tool) + 1 + i) % callable.length] ?? tool)];
     let room = input.maxTokens ?? Infinity;
     let cut = false;
     const planned: PlannedCall[] = [];
     for (const [i, t] of picked.entries()) {
       const schema = t.parameters ?? OBJECT_SCHEMA;
-      let full = i === 0 ? sample(schema) : fragments(JSON.stringify(sampleValue(schema, { root: schema, values: 0, chars: 0 }, 0, i)));
+      let full = i === 0 ? (pick.asked ?? sample(schema)) : fragments(JSON.stringify(sampleValue(schema, { root: schema, values: 0, chars: 0 }, 0, i)));
       if (directives.emptyArgs && full.join('') === '{}') full = [];
       const kept = capped(full, room);
       room -= kept.length;
@@ -265,9 +273,171 @@ function planChoice(input: EngineInput, directives: Directives, seed: number, sa
 
 const OBJECT_SCHEMA: JsonSchema = { type: 'object' };
 
-function pickTool(tools: SimTool[], choice: ToolChoice): SimTool | undefined {
-  if (typeof choice === 'object') return tools.find((t) => t.name === choice.name) ?? { name: choice.name };
-  return tools[0];
+/** The tool a turn calls, and with what. */
+interface ToolPick {
+  tool: SimTool;
+  /** The arguments the prompt asked for (fragments); undefined: every property sampled. */
+  asked?: string[];
+  /** The tools that may be called, in offered order (`parallel=N` calls the ones after `tool`). */
+  callable: SimTool[];
+}
+
+/**
+ * No call right after a tool result, nor with `none`. A tool the client names is called with
+ * sampled arguments; otherwise the one the prompt asks for, with arguments from the prompt, and when
+ * the prompt asks for nothing in particular, the first callable tool with sampled arguments.
+ */
+function pickTool(input: EngineInput): ToolPick | undefined {
+  const { tools, toolChoice } = input;
+  if (toolChoice === 'none' || input.messages.at(-1)?.role === 'tool') return undefined;
+  const callable = tools.filter((t) => !t.deferred);
+  if (typeof toolChoice === 'object') return { tool: tools.find((t) => t.name === toolChoice.name) ?? { name: toolChoice.name }, callable };
+  const prompt = input.messages.findLast((m) => m.role === 'user')?.text;
+  const ask = prompt === undefined ? undefined : askOf(prompt, callable);
+  if (ask) return { tool: ask.tool, asked: fragments(JSON.stringify(askedArguments(ask))), callable };
+  return callable.length > 0 ? { tool: callable[0], callable } : undefined;
+}
+
+// ---------------------------------------------------------------------------------------------
+// What a prompt asks of the tools
+
+/** A call the prompt asks for: the tool, and the file path it names, if any. */
+interface Ask {
+  tool: SimTool;
+  path?: string;
+}
+
+/** A word asking for a file's content, and how many words after it, on its line, may name the file. */
+const READ_VERB = /^\W*(?:read|show|open|cat|display|print|view)\W*$/i;
+const READ_REACH = 8;
+/** Every character a path may have here is one a shell leaves alone, so `cat PATH` needs no quoting. */
+const SHELL_SAFE_PATH = /^[\p{L}\p{N}_.~@+%=,/-]+$/u;
+const ROOTED_PATH = /^(?:~|\.{1,2})?\/./;
+/** A file name with an extension; a bare name needs two characters before it, so `e.g.` and `i.e.` are none. */
+const FILE_NAME = /(?:^[^/.]{2,}|\/[^/.]+|[^/.]\.[^/]*)\.[A-Za-z][A-Za-z0-9]{0,7}$/;
+/** Tool names (split into words) that read a file, and that run a shell command. */
+const READER_WORDS = new Set(['read', 'open', 'cat']);
+const SHELL_WORDS = new Set(['shell', 'bash', 'sh', 'zsh', 'powershell', 'exec', 'terminal', 'cmd']);
+/** Argument names (split into words) that take a command line, a directory, a file path. */
+const COMMAND_ARGUMENT = /^(?:cmd|command|commands|script|argv)$/i;
+const DIRECTORY_WORDS = new Set(['dir', 'directory', 'folder', 'cwd', 'workdir']);
+const PATH_WORDS = new Set(['path', 'file', 'filename', 'filepath']);
+
+/**
+ * What the latest user message asks for: an offered tool it names (exact spelling), or a file it
+ * asks to read, shown or opened (a file-reading tool, else a shell tool). Undefined when neither.
+ */
+function askOf(text: string, callable: SimTool[]): Ask | undefined {
+  const prose = withoutHarnessBlocks(text.slice(-ASK_SCAN)).replace(DIRECTIVE, ' ');
+  const readPath = pathToRead(prose);
+  const words = new Set(prose.match(/[\w-]+/g));
+  const named = callable.find((t) => words.has(t.name));
+  if (named) return { tool: named, path: readPath ?? prose.split(/\s+/).map(asPath).find((p) => p !== undefined) };
+  if (readPath === undefined) return undefined;
+  const tool = callable.find((t) => nameWords(t.name).some((w) => READER_WORDS.has(w)) && requiredKeys(t).some(isPathArgument)) ??
+    callable.find((t) => nameWords(t.name).some((w) => SHELL_WORDS.has(w)) && requiredKeys(t).some((k) => COMMAND_ARGUMENT.test(k)));
+  return tool && { tool, path: readPath };
+}
+
+/** The first path within a few words after a read verb; each word is looked at once. */
+function pathToRead(prose: string): string | undefined {
+  for (const line of prose.split('\n')) {
+    let sinceVerb = Infinity;
+    for (const word of line.split(/[ \t]+/)) {
+      const path = sinceVerb < READ_REACH ? asPath(word) : undefined;
+      if (path !== undefined) return path;
+      sinceVerb = READ_VERB.test(word) ? 0 : sinceVerb + 1;
+    }
+  }
+  return undefined;
+}
+
+/** A word as a file path (quotes and trailing punctuation dropped): rooted, or ending in an extension. URLs are none. */
+function asPath(word: string): string | undefined {
+  const token = word.replace(/^[`'"(<[]+/, '').replace(/[`'")>\].,:;!?]+$/, '');
+  if (!SHELL_SAFE_PATH.test(token)) return undefined;
+  return ROOTED_PATH.test(token) || FILE_NAME.test(token) ? token : undefined;
+}
+
+/** Tags an agent harness wraps context in (`<system-reminder>`, `<session_context>`): names with `-` or `_`, which HTML's own never have. */
+const HARNESS_OPEN = /<([A-Za-z]+[-_][\w-]*)(?:\s[^<>]*)?>/g;
+const HARNESS_CLOSE = /<\/([A-Za-z]+[-_][\w-]*)>/g;
+
+/**
+ * Text without the context an agent harness wraps in tags (`<environment_context>` and the like),
+ * in linear time: the closings are found once, then each opening takes the next closing of its name.
+ */
+function withoutHarnessBlocks(text: string): string {
+  const closings = new Map<string, { at: number[]; next: number }>();
+  for (const close of text.matchAll(HARNESS_CLOSE)) {
+    const known = closings.get(close[1]);
+    if (known) known.at.push(close.index);
+    else closings.set(close[1], { at: [close.index], next: 0 });
+  }
+  if (closings.size === 0) return text;
+  let out = '';
+  let from = 0;
+  for (const open of text.matchAll(HARNESS_OPEN)) {
+    const close = closings.get(open[1]);
+    if (!close || open.index < from) continue;
+    const contentStart = open.index + open[0].length;
+    while (close.next < close.at.length && close.at[close.next] < contentStart) close.next++;
+    if (close.next === close.at.length) continue;
+    out += text.slice(from, open.index) + ' ';
+    from = close.at[close.next] + open[1].length + 3;
+  }
+  return out + text.slice(from);
+}
+
+/** `read_file`, `ReadFile`, `run-shell` → lower-case words. */
+function nameWords(name: string): string[] {
+  return name
+    .replace(/([a-z0-9])([A-Z])/g, '$1 $2')
+    .toLowerCase()
+    .split(/[^a-z0-9]+/)
+    .filter(Boolean);
+}
+
+function requiredKeys(tool: SimTool): string[] {
+  const schema = tool.parameters;
+  return isRecord(schema) && Array.isArray(schema.required) ? schema.required.filter((k): k is string => typeof k === 'string') : [];
+}
+
+function isPathArgument(key: string): boolean {
+  const words = nameWords(key);
+  return words.some((w) => PATH_WORDS.has(w)) && !words.some((w) => DIRECTORY_WORDS.has(w));
+}
+
+/**
+ * The required arguments only (an agent fills in the optional ones itself): a command line runs `cat
+ * PATH`, a directory is the path's, a file path is the path, and anything else takes its default or
+ * a sampled value.
+ */
+function askedArguments(ask: Ask): Record<string, unknown> {
+  const schema = ask.tool.parameters ?? OBJECT_SCHEMA;
+  const properties = isRecord(schema) && isRecord(schema.properties) ? schema.properties : {};
+  // Property names are data: `__proto__` or `toString` is a key like any other.
+  const out: Record<string, unknown> = Object.create(null);
+  for (const key of requiredKeys(ask.tool)) {
+    const property = Object.hasOwn(properties, key) ? properties[key] : {};
+    out[key] = askedValue(key, property, ask.path) ?? sampleValue(property, { root: schema, values: 0, chars: 0 });
+  }
+  return out;
+}
+
+function askedValue(key: string, property: unknown, path: string | undefined): unknown {
+  const type = isRecord(property) ? schemaType(property) : 'string';
+  if (path !== undefined) {
+    if (COMMAND_ARGUMENT.test(key)) return type === 'array' ? ['cat', path] : type === 'string' ? `cat ${path}` : undefined;
+    if (type === 'string' && nameWords(key).some((w) => DIRECTORY_WORDS.has(w))) return directoryOf(path);
+    if (type === 'string' && isPathArgument(key)) return path;
+  }
+  return isRecord(property) ? property.default : undefined;
+}
+
+function directoryOf(path: string): string {
+  const slash = path.lastIndexOf('/');
+  return slash < 0 ? '.' : slash === 0 ? '/' : path.slice(0, slash);
 }
 
 /** Prefix (tool result echo or image count) followed by a generated sentence, `length` tokens in all. */
@@ -275,12 +445,69 @@ function textAnswer(messages: SimMessage[], length: number, random: () => number
   const last = messages.at(-1);
   let prefix: string[] = [];
   if (last?.role === 'tool') {
-    const content = last.text.slice(0, TOOL_RESULT_SCAN).split(/\s+/).filter(Boolean).slice(0, TOOL_RESULT_WORDS).join(' ');
+    const content = leadingWords(toolOutput(last.text), TOOL_RESULT_WORDS);
     prefix = fragments(`The tool returned: ${content}${/[.!?]$/.test(content) ? '' : '.'}`);
   } else if (last?.role === 'user' && last.images > 0) {
     prefix = fragments(`I see ${last.images} image${last.images === 1 ? '' : 's'}.`);
   }
   return [...prefix, ...sentence(Math.max(0, length - prefix.length), random, prefix.length > 0)];
+}
+
+/** Claude Code numbers the lines of a file it read: `     1→text` (older versions: `1\ttext`). */
+const LINE_NUMBER = /^[ \t]*\d+(?:→|\t)/;
+const LINE_NUMBERS = new RegExp(LINE_NUMBER.source, 'gm');
+/** Codex CLI heads a command's output with a few lines (chunk id, wall time, exit code), then `Output:`. */
+const COMMAND_OUTPUT_HEAD = /^(?:[^\n]*\n){1,8}?Output:\r?\n/;
+
+/** Where a tool result wrapped in a JSON object (by an agent, or by translation into Gemini's form) keeps its text. */
+const RESULT_TEXT_KEYS = ['output', 'content', 'result', 'text', 'error'];
+
+/**
+ * What a tool returned, without what an agent wraps around it: a JSON envelope, harness blocks, a
+ * command's head, line numbers.
+ */
+function toolOutput(result: string): string {
+  let out = withoutHarnessBlocks(jsonEnvelopeText(result).slice(0, TOOL_RESULT_SCAN)).trimStart();
+  const head = COMMAND_OUTPUT_HEAD.exec(out);
+  if (head && /\bexit/i.test(head[0])) out = out.slice(head[0].length);
+  return LINE_NUMBER.test(out) ? out.replace(LINE_NUMBERS, '') : out;
+}
+
+/** The text inside `{"output": "…"}` and the like; the result itself when it is no such object. */
+function jsonEnvelopeText(result: string): string {
+  const trimmed = result.trim();
+  if (!trimmed.startsWith('{') || !trimmed.endsWith('}')) return result;
+  const envelope = parseJson(trimmed);
+  if (!isRecord(envelope)) return result;
+  const text = RESULT_TEXT_KEYS.map((key) => envelope[key]).find((value) => typeof value === 'string');
+  return typeof text === 'string' ? text : result;
+}
+
+function parseJson(text: string): unknown {
+  try {
+    return JSON.parse(text);
+  } catch {
+    return undefined;
+  }
+}
+
+/** The first `count` words, each line kept as written (trimmed), the lines joined by a space. */
+function leadingWords(text: string, count: number): string {
+  const kept: string[] = [];
+  let left = count;
+  for (const raw of text.split('\n')) {
+    const line = raw.trim();
+    if (line === '') continue;
+    const words = [...line.matchAll(/\S+/g)];
+    if (words.length >= left) {
+      const last = words[left - 1];
+      kept.push(line.slice(0, last.index + last[0].length));
+      break;
+    }
+    kept.push(line);
+    left -= words.length;
+  }
+  return kept.join(' ');
 }
 
 /** `count` tokens: a capitalized word, more words, and a closing period. */

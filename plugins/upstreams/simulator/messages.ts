@@ -750,7 +750,7 @@ function parseTools(raw: unknown): SimTool[] {
     const schema = tool.input_schema;
     if (schema === undefined) throw invalid(`${where}.custom.input_schema: Field required`);
     if (!isRecord(schema) || schema.type !== 'object') throw invalid(`${where}.custom.input_schema.type: Input should be 'object'`);
-    tools.push({ name, parameters: schema as JsonSchema });
+    tools.push({ name, parameters: schema as JsonSchema, ...(tool.defer_loading === true && { deferred: true }) });
   });
   return tools;
 }

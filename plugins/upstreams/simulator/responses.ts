@@ -548,7 +548,7 @@ function parseTools(raw: unknown): ParsedTools {
       if (parameters !== undefined && parameters !== null && !isRecord(parameters)) {
         throw new RequestError(`Invalid type for '${where}.parameters': expected an object.`, `${where}.parameters`, 'invalid_type');
       }
-      out.functions.push({ name, parameters: isSchema(parameters) ? parameters : undefined });
+      out.functions.push({ name, parameters: isSchema(parameters) ? parameters : undefined, ...(tool.defer_loading === true && { deferred: true }) });
       out.echo.push({
         type: 'function',
         description: typeof tool.description === 'string' ? tool.description : null,
