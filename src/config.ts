@@ -5,7 +5,8 @@
 import { readFileSync } from 'node:fs';
 import { availableParallelism } from 'node:os';
 import { dirname, resolve as resolvePath } from 'node:path';
-import { Ajv, type ErrorObject } from 'ajv';
+import type { ErrorObject } from 'ajv';
+import { schemaCompiler } from './schema-compiler.js';
 import { parse as parseYaml } from 'yaml';
 import { parseAddressRange } from './trusted-proxies.js';
 import { defaultRequestCaps, type RequestCaps } from './request-caps.js';
@@ -219,15 +220,17 @@ const embeddedDefault: { upstreams: Record<string, UpstreamConfig>; models: NonN
     'simulator-gemini': { kind: 'simulator', family: 'gemini' },
     'simulator-messages': { kind: 'simulator', family: 'messages' },
   },
+  // Demo prices (per million tokens), so budgets and costs can be tried on the simulator.
   models: [
     // Bridged and translated models drop server-side tools (Codex always sends web_search).
-    { id: 'sim-chat', upstream: 'simulator', maxOutputTokens: { default: 1024, max: 8192, overMax: 'clamp' }, features: { unsupportedTools: 'drop' } },
-    { id: 'sim-responses', upstream: 'simulator-responses', maxOutputTokens: { default: 1024, max: 8192, overMax: 'clamp' }, features: { serverTools: ['web_search'] } },
-    { id: 'sim-gemini', upstream: 'simulator-gemini', maxOutputTokens: { default: 1024, max: 8192, overMax: 'clamp' }, features: { unsupportedTools: 'drop' } },
-    { id: 'sim-messages', upstream: 'simulator-messages', maxOutputTokens: { default: 1024, max: 8192, overMax: 'clamp' }, features: { unsupportedTools: 'drop' } },
+    { id: 'sim-chat', upstream: 'simulator', prices: { input: 0.15, cachedInput: 0.075, output: 0.6 }, maxOutputTokens: { default: 1024, max: 8192, overMax: 'clamp' }, features: { unsupportedTools: 'drop' } },
+    { id: 'sim-responses', upstream: 'simulator-responses', prices: { input: 1.25, cachedInput: 0.125, output: 10 }, maxOutputTokens: { default: 1024, max: 8192, overMax: 'clamp' }, features: { serverTools: ['web_search'] } },
+    { id: 'sim-gemini', upstream: 'simulator-gemini', prices: { input: 0.3, cachedInput: 0.075, output: 2.5 }, maxOutputTokens: { default: 1024, max: 8192, overMax: 'clamp' }, features: { unsupportedTools: 'drop' } },
+    { id: 'sim-messages', upstream: 'simulator-messages', prices: { input: 3, cachedInput: 0.3, cacheWrite: 3.75, output: 15 }, maxOutputTokens: { default: 1024, max: 8192, overMax: 'clamp' }, features: { unsupportedTools: 'drop' } },
     {
       id: 'sim-chat-basic',
       upstream: 'simulator',
+      prices: { input: 0.05, output: 0.4 },
       maxOutputTokens: { default: 256, max: 1024, overMax: 'clamp' },
       features: { tools: false, jsonSchema: false, vision: false, temperature: false, reasoning: false, unsupportedTools: 'drop' },
     },
@@ -444,7 +447,7 @@ const schema = {
   },
 };
 
-const validate = new Ajv({ allErrors: true, strict: true }).compile(schema);
+const validate = schemaCompiler('config', { allErrors: true, strict: true }).compile(schema);
 
 export class ConfigError extends Error {}
 

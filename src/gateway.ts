@@ -14,14 +14,13 @@ import { GuessThrottle, SharedThrottleStorage } from './admin/throttle.js';
 import { startWorkers, type WorkerPool } from './workers/primary.js';
 import { loadConfig, type Config, type LoadOptions, type ModelConfig } from './config.js';
 import type { BootContext, ClientFamily, GatewayView, JsonHandler, Plugin, PluginFactory, Upstream, UpstreamDialect, UpstreamFactory, UpstreamStatus } from './contracts.js';
+import { unpricedBudgetWarnings } from './budget.js';
 import { ChannelTable } from './channels/table.js';
 import { Pipeline, type Routing } from './pipeline.js';
 import { Reloader, Retirements, type ReloadOutcome } from './reload.js';
 import { startServer } from './server.js';
 import { MemoryLimiter } from './limiter-memory.js';
 import { spendInUsage, type Limiter } from './limiter.js';
-import { RedisLimiter } from './limiter-redis.js';
-import { PostgresStore } from './store/postgres.js';
 import { CachedStore } from './store/cache.js';
 import { JournaledStore, type JournalOptions } from './store/journal.js';
 import { SqliteStore } from './store/sqlite.js';
@@ -141,10 +140,11 @@ export async function openStore(config: Pick<Config, 'dataDir' | 'store'>, journ
   }
 }
 
-function openBackend(config: Pick<Config, 'dataDir' | 'store'>, log?: Logger, serving = false): Promise<StoreBackend> | StoreBackend {
-  return config.store.kind === 'postgres'
-    ? PostgresStore.open(config.store.url, { poolSize: config.store.poolSize, ...(log && { log }) })
-    : new SqliteStore(join(config.dataDir, 'sluice.db'), { usageWriter: serving ? 'thread' : 'inline' });
+async function openBackend(config: Pick<Config, 'dataDir' | 'store'>, log?: Logger, serving = false): Promise<StoreBackend> {
+  if (config.store.kind === 'sqlite') return new SqliteStore(join(config.dataDir, 'sluice.db'), { usageWriter: serving ? 'thread' : 'inline' });
+  // Loaded only when configured: the embedded default starts without pg's modules.
+  const { PostgresStore } = await import('./store/postgres.js');
+  return PostgresStore.open(config.store.url, { poolSize: config.store.poolSize, ...(log && { log }) });
 }
 
 /**
@@ -181,10 +181,12 @@ export async function adoptJournals(config: Pick<Config, 'dataDir' | 'store'>, o
   }
 }
 /** The configured limiter: this process's memory, or Redis shared by every instance. */
-export function createLimiter(config: Config, store: CachedStore, log: Logger): Limiter {
+export async function createLimiter(config: Config, store: CachedStore, log: Logger): Promise<Limiter> {
   const spend = spendInUsage(store);
   if (config.limiter.kind === 'memory') return new MemoryLimiter(spend);
   const { kind: _, ...options } = config.limiter;
+  // Loaded only when configured, like the PostgreSQL store.
+  const { RedisLimiter } = await import('./limiter-redis.js');
   return new RedisLimiter({ ...options, log: log.child({ component: 'limiter' }) }, spend);
 }
 
@@ -251,7 +253,7 @@ export async function startGateway(config: Config, log: Logger, source: LoadOpti
   const answer = async (topic: string) => answers.get(topic)?.();
   try {
     admin = thread?.admin ?? (await resolveAdminToken(config.dataDir, config.adminToken, store, config.store.kind !== 'sqlite'));
-    limiter = thread?.limiter ?? createLimiter(config, store, log);
+    limiter = thread?.limiter ?? (await createLimiter(config, store, log));
     const view: GatewayView = {
       adminTokenDigest: admin.digest,
       thread: thread?.index,
@@ -338,6 +340,7 @@ export async function startGateway(config: Config, log: Logger, source: LoadOpti
 
   // Only once listening: a start that fails must not use up the one-time demo key.
   const firstStart = thread ? undefined : await createDemoKey(store, families);
+  if (!thread) await warnUnpricedBudgets(store, config.models, log);
 
   let closing: Promise<void> | undefined;
   return {
@@ -371,6 +374,11 @@ function upstreamStatus(routing: Routing): UpstreamStatus[] {
     pool: routing.upstreams.get(u.name)?.stats?.(),
     channels: u.channels.map((c) => ({ model: c.model, channel: c.channel, state: c.state })),
   }));
+}
+
+/** Said at every start (by one thread): budgets that models without prices slip past. */
+export async function warnUnpricedBudgets(store: CachedStore, models: ModelConfig[], log: Logger): Promise<void> {
+  for (const warning of unpricedBudgetWarnings(await store.listGroups(), await store.listKeys(), models)) log.warn(warning);
 }
 
 /** On the first start (no groups yet): the default group and its demo key, whose secret is shown once. */

@@ -1,13 +1,14 @@
 /** ajv validators that explain the first problem by the field's path, e.g. `messages[2].content`. */
-import { Ajv, type ErrorObject } from 'ajv';
+import type { ErrorObject } from 'ajv';
 import { GatewayError } from './errors.js';
+import { schemaCompiler } from './schema-compiler.js';
 
-const ajv = new Ajv({ allErrors: false, discriminator: true, strict: false });
+const requests = schemaCompiler('request', { allErrors: false, discriminator: true, strict: false });
 
 export type RequestValidator = (value: unknown) => GatewayError | undefined;
 
 export function compileValidator(schema: object): RequestValidator {
-  const validate = ajv.compile(schema);
+  const validate = requests.compile(schema);
   return (value) => (validate(value) ? undefined : describe(validate.errors ?? []));
 }
 

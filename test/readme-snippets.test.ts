@@ -3,10 +3,12 @@
  * or `<!-- test: sh -->` runs against a gateway on the embedded default (the in-process
  * simulator) on a free port. Only two things are replaced: `http://127.0.0.1:8080` by that
  * gateway's URL and the `sk-...` placeholder by its demo key, which every block also gets as
- * SLUICE_KEY. Each block must exit 0 within a deadline and print no error.
+ * SLUICE_KEY. Blocks run in a folder laid out like the project's, whose `data` is the gateway's
+ * data directory, so `cat data/admin-token` and the CLI (`node dist/src/main.js`) work as printed.
+ * Each block must exit 0 within a deadline and print no error.
  */
 import { execFile, execFileSync } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
@@ -17,6 +19,8 @@ import { createLogger } from '../src/log.js';
 import { distRoot } from './helpers.js';
 
 const run = promisify(execFile);
+// Readiness, not a deadline: each block is bounded on its own below.
+t.setTimeout(600_000);
 const readme = readFileSync(join(distRoot, '../README.md'), 'utf8');
 
 interface Snippet {
@@ -49,10 +53,14 @@ const hasCurl = (() => {
 
 t.test('the snippets run against a gateway on the embedded default', async (t) => {
   const dataDir = mkdtempSync(join(tmpdir(), 'sluice-readme-'));
-  const config = loadConfig({ env: { SLUICE_PORT: '0', SLUICE_DATA_DIR: dataDir } });
-  const gateway = await startGateway(config, createLogger('silent'));
-  // Inside dist/, so that `openai`, `ws` and `@google/genai` resolve from the project's node_modules.
-  const workDir = mkdtempSync(join(distRoot, 'readme-snippets-'));
+  // A reload (POST /admin/reload) reads the same source again.
+  const source = { env: { SLUICE_PORT: '0', SLUICE_DATA_DIR: dataDir } };
+  const gateway = await startGateway(loadConfig(source), createLogger('silent'), source);
+  // A project folder as a reader has one: `node_modules` (so `openai`, `ws` and `@google/genai`
+  // resolve), `dist` (so `node dist/src/main.js` runs the CLI) and `data`, the running gateway's.
+  const workDir = mkdtempSync(join(tmpdir(), 'sluice-readme-work-'));
+  for (const entry of ['node_modules', 'dist']) symlinkSync(join(distRoot, '..', entry), join(workDir, entry));
+  symlinkSync(dataDir, join(workDir, 'data'));
   t.teardown(async () => {
     await gateway.shutdown();
     rmSync(dataDir, { recursive: true, force: true });
@@ -65,14 +73,16 @@ t.test('the snippets run against a gateway on the embedded default', async (t) =
     const name = `README.md line ${snippet.line} (${snippet.kind})`;
     t.test(name, { skip: snippet.kind === 'sh' && !hasCurl && 'curl is not installed' }, async (t) => {
       const code = snippet.code.replaceAll('http://127.0.0.1:8080', url).replaceAll('sk-...', key);
-      t.not(code, snippet.code, 'the snippet addresses the gateway at its documented URL');
+      const viaCli = snippet.code.includes('node dist/src/main.js');
+      t.ok(viaCli || code !== snippet.code, 'the snippet addresses the gateway at its documented URL, or through the CLI');
       const file = join(workDir, `line-${snippet.line}.${snippet.kind === 'node' ? 'mjs' : 'sh'}`);
       writeFileSync(file, code);
       const [command, args] = snippet.kind === 'node' ? [process.execPath, [file]] : ['sh', ['-e', file]];
       const result: { code?: number | null; signal?: string | null; stdout?: string; stderr?: string } = await run(command, args, {
         cwd: workDir,
         env: { ...process.env, SLUICE_KEY: key },
-        timeout: 30_000,
+        // A bound for a hang: the CLI block starts the CLI fifteen times, each loading the gateway's modules.
+        timeout: 150_000,
         killSignal: 'SIGKILL',
       }).catch((err) => err);
       t.same({ code: result.code ?? 0, signal: result.signal ?? null }, { code: 0, signal: null }, `exits 0 in time${result.stderr ? `; stderr: ${result.stderr}` : ''}`);

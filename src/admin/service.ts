@@ -3,7 +3,8 @@
  * (and the web console through it) and the CLI all call these, so each rule lives once, and every
  * change is written to the audit log with the actor the caller names.
  */
-import { Ajv } from 'ajv';
+import type { ValidateFunction } from 'ajv';
+import { schemaCompiler } from '../schema-compiler.js';
 import type { UpstreamReport } from '../channels/table.js';
 import { budgetPeriod } from '../budget.js';
 import { limitsSchema, type ModelConfig } from '../config.js';
@@ -69,11 +70,8 @@ const schemas = {
   },
 } as const;
 
-const ajv = new Ajv({ allErrors: false });
-const validators = Object.fromEntries(Object.entries(schemas).map(([k, s]) => [k, ajv.compile(s)])) as Record<
-  keyof typeof schemas,
-  ReturnType<typeof ajv.compile>
->;
+const admin = schemaCompiler('admin', { allErrors: false });
+const validators = Object.fromEntries(Object.entries(schemas).map(([k, s]) => [k, admin.compile(s)])) as Record<keyof typeof schemas, ValidateFunction>;
 
 function check<T>(schema: keyof typeof schemas, input: unknown): T {
   const validate = validators[schema];

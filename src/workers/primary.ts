@@ -20,7 +20,7 @@ import { MessageChannel, Worker } from 'node:worker_threads';
 import type { Logger } from 'pino';
 import { resolveAdminToken } from '../admin/token.js';
 import type { Config, LoadOptions } from '../config.js';
-import { adoptJournals, createDemoKey, openStore, type Gateway } from '../gateway.js';
+import { adoptJournals, createDemoKey, openStore, warnUnpricedBudgets, type Gateway } from '../gateway.js';
 import { MemoryLimiter } from '../limiter-memory.js';
 import { spendInUsage } from '../limiter.js';
 import type { ReloadOutcome } from '../reload.js';
@@ -152,6 +152,7 @@ export async function startWorkers(config: Config, log: Logger, source: LoadOpti
 
     await Promise.all(Array.from({ length: count }, (_, i) => spawn(i, false)));
     const firstStart = await createDemoKey(store, families);
+    await warnUnpricedBudgets(store, config.models, log);
     log.info({ workers: count, port }, 'worker threads listening');
 
     const broadcast = (message: PrimaryMessage) => threads.forEach((t) => t?.postMessage(message));
