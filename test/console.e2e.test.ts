@@ -8,8 +8,11 @@ import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { chromium, type Page } from 'playwright-core';
-import t from 'tap';
+import t, { type Test } from 'tap';
 import { chatGatewayYaml, distRoot, eventually, startSimulatorProcess, startTestGateway } from './helpers.js';
+
+// A real browser through every page, at two widths: it can take longer than the default minute under load.
+t.setTimeout(180_000);
 
 const chromiumPath = process.env.SLUICE_CHROMIUM ?? '/usr/bin/chromium';
 if (!existsSync(chromiumPath)) throw new Error(`the console test needs Chromium at ${chromiumPath} (apt-get install chromium)`);
@@ -19,7 +22,8 @@ const shots = fileURLToPath(new URL(process.env.SLUICE_UPDATE_SCREENSHOTS ? '../
 mkdirSync(shots, { recursive: true });
 
 const sim = await startSimulatorProcess();
-// A priced model, and one whose first channel cannot be reached (its breaker has something to show).
+// A priced model, one explicitly without prices (budgets cannot count it), and one whose first
+// channel cannot be reached (its breaker has something to show).
 const gw = await startTestGateway(
   chatGatewayYaml(
     sim.url,
@@ -28,6 +32,7 @@ const gw = await startTestGateway(
     upstreamModel: sim-chat
     prices: { input: 2, cachedInput: 1, output: 8 }
     limits: { rpm: 600 }
+  - { id: sim-unpriced, upstream: sim, upstreamModel: sim-chat }
   - id: sim-failover
     channels:
       - { upstream: unreachable, upstreamModel: sim-chat }
@@ -68,9 +73,72 @@ function chat(key: string, model: string, content: string) {
   });
 }
 
-/** A full-page picture for the docs, without passing toasts. */
+/** A full-page picture for the docs, without passing toasts, from the top (the sticky bar stays there). */
 async function screenshot(p: Page, name: string): Promise<void> {
+  await p.evaluate('window.scrollTo(0, 0)');
   await p.screenshot({ path: `${shots}${name}.png`, fullPage: true, animations: 'disabled', style: '.toasts { display: none !important; }' });
+}
+
+/** Where an element is, and whether a person can see and click it where it is. */
+interface OnScreen {
+  left: number;
+  right: number;
+  width: number;
+  height: number;
+  viewport: number;
+  /** Ancestors that clip it (overflow other than visible) and that it pokes out of. */
+  clippedBy: string[];
+  /** Boxes that had to scroll sideways to show it. */
+  scrolledSideways: string[];
+  /** The element under its centre is it (or inside it): nothing covers it. */
+  onTop: boolean;
+}
+
+/**
+ * Scrolls the element into view as a person would (the page or a box scrolling down), notes any
+ * box that had to scroll sideways for it, then measures it. It runs in the page; `any`: the test
+ * is compiled without the DOM's types.
+ */
+async function onScreen(locator: ReturnType<Page['locator']>): Promise<OnScreen> {
+  return locator.evaluate((el: any) => {
+    const win = el.ownerDocument.defaultView;
+    const boxes: any[] = [];
+    for (let a = el.parentElement; a; a = a.parentElement) boxes.push(a);
+    const left = boxes.map((a) => a.scrollLeft);
+    el.scrollIntoView({ block: 'center', inline: 'nearest' });
+    const scrolledSideways = boxes.filter((a, i) => a.scrollLeft !== left[i]).map((a) => a.className || a.tagName);
+    const r = el.getBoundingClientRect();
+    const clippedBy: string[] = [];
+    for (let a = el.parentElement; a; a = a.parentElement) {
+      const style = win.getComputedStyle(a);
+      if (style.overflowX === 'visible' && style.overflowY === 'visible') continue;
+      const c = a.getBoundingClientRect();
+      if (r.left < c.left - 0.5 || r.right > c.right + 0.5 || r.top < c.top - 0.5 || r.bottom > c.bottom + 0.5) clippedBy.push(a.className || a.tagName);
+    }
+    const hit = el.ownerDocument.elementFromPoint(r.left + r.width / 2, r.top + r.height / 2);
+    // Put sideways scrolling back, so the next check starts where a person would.
+    boxes.forEach((a, i) => (a.scrollLeft = left[i]));
+    return { left: r.left, right: r.right, width: r.width, height: r.height, viewport: win.innerWidth, clippedBy, scrolledSideways, onTop: !!hit && (hit === el || el.contains(hit)) };
+  });
+}
+
+/** Fails unless a person sees the whole element at once, uncovered, without scrolling sideways. */
+async function checkOnScreen(t: Test, locator: ReturnType<Page['locator']>, what: string): Promise<void> {
+  const at = await onScreen(locator);
+  t.ok(at.width > 0 && at.height > 0, `${what}: rendered`);
+  t.ok(at.left >= 0 && at.right <= at.viewport, `${what}: within the ${at.viewport} px window (${Math.round(at.left)}–${Math.round(at.right)} px)`);
+  t.same(at.scrolledSideways, [], `${what}: in view without scrolling sideways`);
+  t.same(at.clippedBy, [], `${what}: not cut off by a scrolling box`);
+  t.ok(at.onTop, `${what}: nothing covers it`);
+}
+
+/** The table of a page needs no sideways scrolling: every column is in view. */
+async function checkTableFits(t: Test, p: Page, label: string): Promise<void> {
+  const { scrollWidth, clientWidth } = await p.getByRole('table', { name: label }).evaluate((el: any) => {
+    const wrap = el.closest('.table-wrap');
+    return { scrollWidth: wrap.scrollWidth as number, clientWidth: wrap.clientWidth as number };
+  });
+  t.ok(scrollWidth <= clientWidth, `${label}: the table is ${scrollWidth} px wide in ${clientWidth} px, no sideways scrolling`);
 }
 
 /** Follows a sidebar link and waits for the page's heading. */
@@ -109,8 +177,18 @@ t.test('a wrong token shows an error and keeps the login screen', async (t) => {
 });
 
 t.test('sign in and create a group', async (t) => {
+  const promise = (await page.locator('.login-foot').textContent()) ?? '';
   await page.getByLabel('Admin token').fill(gw.adminToken);
+  const signIn = page.waitForResponse((r) => r.url() === `${gw.url}/admin/session` && r.request().method() === 'POST' && r.status() === 200);
   await page.getByRole('button', { name: 'Sign in' }).click();
+  // What the sign-in page promised is what the gateway gave: the session and its cookie.
+  const response = await signIn;
+  const { expiresAt } = (await response.json()) as { expiresAt: number };
+  const hours = Math.round((expiresAt - Date.now()) / 3_600_000);
+  const maxAge = Number(/Max-Age=(\d+)/.exec((await response.headerValue('set-cookie')) ?? '')?.[1]);
+  t.equal(Math.round(maxAge / 3600), hours, `the cookie lasts as long as the session (${hours} h)`);
+  t.match(promise, new RegExp(`\\b${hours} hours\\b`), `the sign-in page says the session lasts ${hours} hours`);
+  t.match(promise, /until you sign out/);
   await page.getByRole('heading', { level: 1, name: 'Groups' }).waitFor();
   t.match(page.url(), /#\/groups$/);
   await page.getByRole('row', { name: /default/ }).waitFor();
@@ -173,6 +251,12 @@ t.test('usage shows the call, with charts and a CSV export', async (t) => {
   await open(page, 'Usage');
   const row = page.locator(`tr[data-request="${requestId}"]`);
   await row.waitFor();
+  // Every call came in the last minutes: the range is the last hour, in one-minute buckets.
+  t.equal(await page.getByRole('button', { name: '1 h' }).getAttribute('aria-pressed'), 'true', 'the range fits fresh data: the last hour');
+  t.equal(await page.getByRole('button', { name: '7 days' }).getAttribute('aria-pressed'), 'false');
+  t.match(await page.locator('.chart-card', { hasText: 'Requests' }).first().locator('.card-head').textContent(), /per minute/, 'in one-minute buckets');
+  t.match(await page.locator('.stat').first().textContent(), /in the last hour/);
+  t.ok(await page.getByText('fits the data').isVisible(), 'the page says the range follows the data');
   const text = (await row.textContent()) ?? '';
   t.match(text, /sim-chat/, 'the model is in the table');
   t.match(text, new RegExp(keyName), 'the key is in the table, by name');
@@ -255,6 +339,13 @@ t.test('the request log shows a failed call with its error', async (t) => {
   const failed = page.locator('tr[data-request]', { hasText: 'sim-unreachable' }).first();
   await failed.waitFor();
   t.match(await failed.textContent(), /503.*upstream_unavailable: Upstream `unreachable` is unreachable/);
+  // Keys by name, as on the Usage page, with the id on hover.
+  const keyId = ((await gw.admin('GET', '/admin/keys')).body.data as { id: string; name: string }[]).find((k) => k.name === keyName)!.id;
+  const mine = page.locator(`tr[data-request="${requestId}"] .key-ref`);
+  t.equal(await mine.textContent(), keyName, 'the key by its name');
+  t.match(await mine.getAttribute('title'), keyId, 'its id on hover');
+  t.notMatch(await page.locator(`tr[data-request="${requestId}"]`).textContent(), keyId, 'not the id in the text');
+  t.equal(await failed.locator('.key-ref').textContent(), 'demo', 'the demo key too');
   await page.getByLabel('Status').selectOption('2xx');
   // The successful call is in the list before and after the filter: wait for the failed one to go.
   await page.locator('tr[data-request]', { hasText: 'sim-unreachable' }).first().waitFor({ state: 'detached' });
@@ -332,6 +423,52 @@ t.test("a key's own limits and budget override its group's", async (t) => {
   t.match(key.spend, { period: 'day', spent: 0, remaining: 2.5 });
 });
 
+t.test('a budget over models without prices warns, naming them', async (t) => {
+  const { body: models } = await gw.admin('GET', '/admin/models');
+  const prices = new Map((models.data as { id: string; prices?: unknown }[]).map((m) => [m.id, m.prices]));
+  t.notOk(prices.get('sim-unpriced'), 'the config gives sim-unpriced no prices');
+  t.ok(prices.get('sim-priced'), 'and sim-priced some');
+  for (const [name, granted] of [['budgeted', ['sim-priced', 'sim-unpriced']], ['priced-only', ['sim-priced']]] as const) {
+    const res = await gw.admin('POST', '/admin/groups', { name, models: granted, families: ['chat'], budget: { amount: 5, period: 'month' } });
+    t.equal(res.status, 201);
+  }
+  t.equal((await gw.admin('POST', '/admin/keys', { group: 'budgeted', name: 'budgeted-app', budget: { amount: 1, period: 'day' } })).status, 201);
+  t.equal((await gw.admin('POST', '/admin/keys', { group: 'priced-only', name: 'priced-app', budget: { amount: 1, period: 'day' } })).status, 201);
+
+  await open(page, 'Groups');
+  const warning = page.locator('tr[data-group="budgeted"] .budget-warning');
+  await warning.waitFor();
+  t.ok(await warning.isVisible(), "the group's row warns");
+  t.match(await warning.textContent(), /no prices.*sim-unpriced/i, 'naming the model without prices');
+  t.notMatch(await warning.textContent(), /sim-priced/, 'and not the priced one');
+  t.equal(await page.locator('tr[data-group="priced-only"] .budget-warning').count(), 0, 'no warning when every model has prices');
+
+  // The form warns while a budget is set and an unpriced model is ticked.
+  await page.getByRole('button', { name: 'Edit group budgeted' }).click();
+  const formWarning = page.locator('.card-form .budget-warning-form');
+  await formWarning.waitFor();
+  t.match(await formWarning.textContent(), /sim-unpriced/);
+  await screenshot(page, 'groups-budget-warning');
+  await page.getByLabel('sim-unpriced', { exact: true }).uncheck();
+  await formWarning.waitFor({ state: 'detached' });
+  await page.getByLabel('sim-unpriced', { exact: true }).check();
+  await formWarning.waitFor();
+  await page.getByLabel('Budget amount').fill('');
+  await formWarning.waitFor({ state: 'detached' });
+  t.pass('the warning follows the ticked models and the amount');
+  await page.getByRole('button', { name: 'Cancel' }).click();
+
+  await open(page, 'Keys');
+  const keyWarning = page.getByRole('row', { name: /budgeted-app/ }).locator('.budget-warning');
+  await keyWarning.waitFor();
+  t.ok(await keyWarning.isVisible(), "a key's own budget warns too");
+  t.match(await keyWarning.textContent(), /sim-unpriced/);
+  t.equal(await page.getByRole('row', { name: /priced-app/ }).locator('.budget-warning').count(), 0);
+  await page.getByRole('button', { name: 'Limits and budget of key budgeted-app' }).click();
+  t.match(await page.locator('.card-form .budget-warning-form').textContent(), /sim-unpriced/, "and the key's budget form");
+  await page.getByRole('button', { name: 'Cancel' }).click();
+});
+
 t.test('usage shows the cost of traffic on a priced model, and a spend chart per group', async (t) => {
   // A second group that spends, so the chart has a line per group; its budget shows the spend.
   t.equal((await gw.admin('POST', '/admin/groups', { name: 'team-b', models: ['*'], families: ['chat'], budget: { amount: 1, period: 'day' } })).status, 201);
@@ -349,11 +486,11 @@ t.test('usage shows the cost of traffic on a priced model, and a spend chart per
   await open(page, 'Usage');
   const row = page.locator(`tr[data-request="${priced[0].requestId}"]`);
   await row.waitFor();
-  // Columns: time, model, key, group, family, status, prompt, completion, cost, …
-  t.equal(await row.locator('td').nth(8).textContent(), money(priced[0].cost), 'the record shows its cost');
+  // Columns: time, model, key / group, family, status, prompt, completion, cost, …
+  t.equal(await row.locator('td').nth(7).textContent(), money(priced[0].cost), 'the record shows its cost');
   const cost = page.locator('.stat').filter({ has: page.getByText('Cost', { exact: true }) }).locator('.stat-value');
   t.equal(await cost.textContent(), money(total), 'the total cost');
-  t.equal(await page.locator(`tr[data-request="${requestId}"]`).locator('td').nth(8).textContent(), '–', 'an unpriced model has no cost');
+  t.equal(await page.locator(`tr[data-request="${requestId}"]`).locator('td').nth(7).textContent(), '–', 'an unpriced model has no cost');
 
   const spend = page.locator('.chart-card', { hasText: 'Spend by group' });
   await spend.locator('canvas').waitFor();
@@ -370,6 +507,34 @@ t.test('usage shows the cost of traffic on a priced model, and a spend chart per
   const budget = (await page.locator('tr[data-group="team-b"] .budget').textContent()) ?? '';
   t.match(budget, `${money(teamB.spend.spent)} of 1.00 per day`, "the period's spend");
   t.match(budget, `${money(teamB.spend.remaining)} left`, 'what remains');
+});
+
+// After the priced traffic and the budgets: the fullest rows, the widest tables.
+t.test('at 1280×800 every column and every row action is on screen', async (t) => {
+  t.same(page.viewportSize(), { width: 1280, height: 800 });
+  await open(page, 'Keys');
+  await page.getByRole('row', { name: new RegExp(keyName) }).waitFor();
+  await checkTableFits(t, page, 'Keys');
+  for (const name of [keyName, 'expiring', 'budgeted-app', 'demo']) {
+    const row = page.getByRole('row', { name: new RegExp(name) });
+    for (const [action, label] of [[/^(Disable|Enable) key/, 'Disable/Enable'], [/^Delete key/, 'Delete'], [/^Rename key/, 'Rename']] as const) {
+      await checkOnScreen(t, row.getByRole('button', { name: action }), `Keys: ${label} of ${name}`);
+    }
+  }
+
+  await open(page, 'Requests');
+  const failed = page.locator('tr[data-request]', { hasText: 'sim-unreachable' }).first();
+  await failed.waitFor();
+  await checkTableFits(t, page, 'Requests');
+  await checkOnScreen(t, page.getByRole('columnheader', { name: 'Error / notes' }), 'Requests: the Error column heading');
+  await checkOnScreen(t, failed.locator('td.request-error'), 'Requests: the error of a failed call');
+
+  await open(page, 'Usage');
+  const usageFailed = page.locator('tr[data-request]', { hasText: 'sim-unreachable' }).first();
+  await usageFailed.waitFor();
+  await checkTableFits(t, page, 'Usage records');
+  await checkOnScreen(t, page.getByRole('columnheader', { name: 'Outcome' }), 'Usage: the Outcome column heading');
+  await checkOnScreen(t, usageFailed.locator('td').last(), 'Usage: the outcome of a failed call');
 });
 
 t.test('the models page shows each channel with its breaker, prices and limits', async (t) => {
@@ -429,9 +594,23 @@ t.test('Reload config applies the file, or shows why not and keeps the running o
   t.equal((await gw.admin('POST', '/admin/reload')).status, 200);
 });
 
-t.test('latencies under a millisecond read "< 1 ms"; usage defaults to the last 7 days', async (t) => {
+t.test('latencies under a millisecond read "< 1 ms"; usage fits its range to the data until one is chosen', async (t) => {
+  // The rule: the shortest range holding every request of the last 30 days (counts per range, shortest first).
+  const fit = (counts: number[]) => page.evaluate(`import('/console/app/usage.js').then((m) => m.fitPreset(${JSON.stringify(counts)}))`);
+  t.equal(await fit([4, 4, 4, 4]), '1h', 'all in the last hour: 1 h');
+  t.equal(await fit([0, 3, 3, 3]), '24h', 'all today: 24 h');
+  t.equal(await fit([1, 2, 3, 3]), '7d');
+  t.equal(await fit([0, 0, 2, 5]), '30d');
+  t.equal(await fit([0, 0, 0, 0]), '24h', 'nothing yet: 24 h');
+
   await open(page, 'Usage');
-  t.equal(await page.getByRole('button', { name: '7 days' }).getAttribute('aria-pressed'), 'true');
+  t.equal(await page.getByRole('button', { name: '1 h' }).getAttribute('aria-pressed'), 'true', 'every call so far is from the last hour');
+  await page.getByRole('button', { name: '7 days' }).click();
+  await eventually(async () => (await page.locator('.stat').first().textContent())?.includes('in the last 7 days'), 'the 7-day totals');
+  t.notOk(await page.getByText('fits the data').isVisible(), 'a chosen range no longer follows the data');
+  await open(page, 'Groups');
+  await open(page, 'Usage');
+  t.equal(await page.getByRole('button', { name: '7 days' }).getAttribute('aria-pressed'), 'true', 'the chosen range stays across visits');
   const { body } = await gw.admin('GET', '/admin/requests?status=4xx');
   t.ok(body.data.length > 0);
   const fast = body.data.find((r: { latencyMs: number }) => r.latencyMs < 1);

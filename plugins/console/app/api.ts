@@ -35,6 +35,8 @@ export class ApiError extends Error {
 }
 
 let csrfToken: string | null = null;
+/** When the current session ends (unix ms), from the gateway. */
+let sessionEnd: number | null = null;
 let unauthorized: (() => void) | null = null;
 
 /** Called when a call answers 401 because the session ended. */
@@ -44,6 +46,11 @@ export function onUnauthorized(handler: () => void): void {
 
 export function signedIn(): boolean {
   return csrfToken !== null;
+}
+
+/** When the session ends (unix ms), or null when signed out. */
+export function sessionEndsAt(): number | null {
+  return csrfToken === null ? null : sessionEnd;
 }
 
 interface Options {
@@ -111,6 +118,7 @@ export async function restoreSession(): Promise<boolean> {
   try {
     const s = await request<Session>('GET', '/admin/session', { sessionCall: true });
     csrfToken = s.csrfToken;
+    sessionEnd = s.expiresAt;
     return true;
   } catch (err) {
     if (err instanceof ApiError && err.status === 401) return false;
@@ -121,6 +129,7 @@ export async function restoreSession(): Promise<boolean> {
 export async function login(token: string): Promise<void> {
   const s = await request<Session>('POST', '/admin/session', { body: { token }, sessionCall: true });
   csrfToken = s.csrfToken;
+  sessionEnd = s.expiresAt;
 }
 
 export async function logout(): Promise<void> {

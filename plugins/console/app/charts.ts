@@ -53,7 +53,8 @@ export function chart(spec: ChartSpec): Chart {
   const opts: uPlot.Options = {
     width: 600,
     height: HEIGHT,
-    padding: [8, 8, 0, 0],
+    // Room on the right for the last time label, centred on the edge.
+    padding: [8, 20, 0, 0],
     cursor: { drag: { x: false, y: false }, points: { size: 6 } },
     legend: { show: true, live: true },
     scales: {

@@ -3,7 +3,7 @@ import * as api from './api.js';
 import { append, h, icon, icons, replace } from './dom.js';
 import { familyInfo, familyLabel } from './families.js';
 import { ago, dateTime, plural } from './format.js';
-import { budgetCell, budgetFields, limitsCell, limitsFields } from './limits.js';
+import { budgetCell, budgetFields, limitsCell, limitsFields, unpricedModels, unpricedWarning } from './limits.js';
 import type { Page } from './page.js';
 import type { Group, Key, ModelsResponse } from './types.js';
 import { busy, button, card, checkboxes, chip, confirmDialog, empty, errorText, field, FieldError, isAbort, loadFailed, loading, Notice, pageHead, submitForm, table, toast, when } from './ui.js';
@@ -67,7 +67,7 @@ export const groupsPage: Page = (ctx) => {
         h('td', null, h('div', { class: 'chips' }, g.models.length === 0 ? h('span', { class: 'muted' }, 'none') : g.models.map((m) => (m === '*' ? chip('All models (*)') : chip(m))))),
         h('td', null, h('div', { class: 'chips' }, g.families.length === 0 ? h('span', { class: 'muted' }, 'none') : g.families.map((f) => chip(f, familyLabel(f))))),
         h('td', null, limitsCell(g.limits)),
-        h('td', null, budgetCell(g.budget, g.spend)),
+        h('td', null, budgetCell(g.budget, g.spend), g.budget && models ? unpricedWarning(unpricedModels(g.models, models.data)) : null),
         h('td', { class: 'num' }, count === null ? '–' : h('a', { href: `#/keys?group=${encodeURIComponent(g.name)}`, title: `Keys of ${g.name}` }, String(count))),
         h('td', null, when(g.createdAt, ago, dateTime)),
         h(
@@ -172,7 +172,9 @@ function groupForm(models: ModelsResponse, existing: Group | undefined, on: { ca
   );
 
   const limits = limitsFields(existing?.limits);
-  const budget = budgetFields(existing?.budget, existing?.spend);
+  const budget = budgetFields(existing?.budget, existing?.spend, () => unpricedModels(all.checked ? ['*'] : modelBoxes.values(), models.data));
+  all.addEventListener('change', budget.check);
+  for (const b of modelBoxes.boxes) b.addEventListener('change', budget.check);
 
   const submit = h('button', { type: 'submit', class: 'btn btn-primary' }, existing ? 'Save changes' : 'Create group');
   const form = submitForm(

@@ -5,9 +5,9 @@
 import * as api from './api.js';
 import { append, h, icon, icons, replace } from './dom.js';
 import { ago, dateTime, plural } from './format.js';
-import { budgetCell, budgetFields, limitsCell, limitsFields } from './limits.js';
+import { budgetCell, budgetFields, limitsCell, limitsFields, unpricedModels, unpricedWarning } from './limits.js';
 import type { Page } from './page.js';
-import type { CreatedKey, Group, Key } from './types.js';
+import type { CreatedKey, Group, Key, Model } from './types.js';
 import { badge, busy, button, card, confirmDialog, empty, errorText, field, isAbort, loadFailed, loading, Notice, pageHead, submitForm, table, toast, when } from './ui.js';
 
 export const keysPage: Page = (ctx) => {
@@ -17,6 +17,8 @@ export const keysPage: Page = (ctx) => {
   const listSlot = h('div', null, card('All keys', loading()));
   let keys: Key[] = [];
   let groups: Group[] = [];
+  /** Null when they could not be read: the page works without them, minus the price warnings. */
+  let models: Model[] | null = null;
   let groupFilter = ctx.params.get('group') ?? '';
 
   const newBtn = button([icon(icons.plus), 'New key'], () => openForm(), { kind: 'primary' });
@@ -31,8 +33,9 @@ export const keysPage: Page = (ctx) => {
 
   async function load(): Promise<void> {
     try {
-      const [k, g] = await Promise.all([api.listKeys(ctx.signal), api.listGroups(ctx.signal)]);
+      const [k, g, m] = await Promise.all([api.listKeys(ctx.signal), api.listGroups(ctx.signal), api.listModels(ctx.signal).catch(() => null)]);
       if (ctx.signal.aborted) return;
+      models = m?.data ?? null;
       keys = k.sort((a, b) => b.createdAt - a.createdAt);
       groups = g.sort((a, b) => a.name.localeCompare(b.name));
       renderList();
@@ -40,6 +43,12 @@ export const keysPage: Page = (ctx) => {
       if (isAbort(err) || ctx.signal.aborted) return;
       replace(listSlot, card('All keys', loadFailed(err, load)));
     }
+  }
+
+  /** The models key `k` may use (its group's) that have no prices, so its budget cannot count them. */
+  function unpricedFor(k: Key): string[] {
+    const group = groups.find((g) => g.name === k.group);
+    return group && models ? unpricedModels(group.models, models) : [];
   }
 
   function groupSelect(selected: string, extra: Partial<Record<string, unknown>> = {}): HTMLSelectElement {
@@ -76,13 +85,15 @@ export const keysPage: Page = (ctx) => {
     );
     const shown = groupFilter ? keys.filter((k) => k.group === groupFilter) : keys;
     const rows = shown.map(keyRow);
+    const list = rows.length
+      ? table(['Name / ID / prefix', 'Group', 'Status', 'Limits & budget', 'Expires (UTC)', 'Last used', { label: '', class: 'row-actions' }], rows, 'Keys')
+      : null;
+    list?.classList.add('table-compact');
     replace(
       listSlot,
       card(
         'All keys',
-        rows.length
-          ? table(['Name / ID / prefix', 'Group', 'Status', 'Limits & budget', 'Expires (UTC)', 'Last used', { label: '', class: 'row-actions' }], rows, 'Keys')
-          : empty('No keys in this group', `Group “${groupFilter}” has no keys yet.`),
+        list ?? empty('No keys in this group', `Group “${groupFilter}” has no keys yet.`),
         { actions: h('div', { class: 'inline' }, h('span', { class: 'muted small' }, plural(shown.length, 'key')), filter) },
       ),
     );
@@ -93,7 +104,7 @@ export const keysPage: Page = (ctx) => {
     const nameSlot = h('div');
     const nameCell = h(
       'td',
-      { class: 'nowrap' },
+      { class: 'key-name' },
       nameSlot,
       h('div', { class: 'sub mono', title: 'Key id' }, k.id),
       h('div', { class: 'sub' }, h('code', { title: 'How the secret starts' }, `${k.prefix}…`)),
@@ -122,7 +133,7 @@ export const keysPage: Page = (ctx) => {
     // A date picker: the key expires at the start of that day, UTC; empty means never.
     const expiry = h('input', {
       type: 'date',
-      class: 'input-sm',
+      class: 'input-sm input-date',
       value: k.expiresAt ? k.expiresAt.slice(0, 10) : '',
       'aria-label': `Expiry of key ${label}`,
       onchange: async () => {
@@ -212,6 +223,7 @@ export const keysPage: Page = (ctx) => {
           { class: 'key-limits' },
           limitsCell(k.limits, groups.find((g) => g.name === k.group)?.limits ?? null),
           budgetCell(k.budget, k.spend, 'No own budget'),
+          k.budget ? unpricedWarning(unpricedFor(k)) : null,
           button('Edit', () => openLimits(k), { small: true, label: `Limits and budget of key ${label}` }),
         ),
       ),
@@ -227,9 +239,14 @@ export const keysPage: Page = (ctx) => {
       h(
         'td',
         { class: 'row-actions' },
-        button('Rename', (ev) => rename(ev.currentTarget as HTMLButtonElement), { small: true, label: `Rename key ${label}` }),
-        button(k.disabled ? 'Enable' : 'Disable', (ev) => toggle(ev.currentTarget as HTMLButtonElement), { small: true, label: `${k.disabled ? 'Enable' : 'Disable'} key ${label}` }),
-        button('Delete', (ev) => remove(ev.currentTarget as HTMLButtonElement), { small: true, kind: 'danger', label: `Delete key ${label}` }),
+        // Stacked: the row is three lines tall anyway, and the table stays narrow enough for 1280 px.
+        h(
+          'div',
+          { class: 'action-stack' },
+          button('Rename', (ev) => rename(ev.currentTarget as HTMLButtonElement), { small: true, label: `Rename key ${label}` }),
+          button(k.disabled ? 'Enable' : 'Disable', (ev) => toggle(ev.currentTarget as HTMLButtonElement), { small: true, label: `${k.disabled ? 'Enable' : 'Disable'} key ${label}` }),
+          button('Delete', (ev) => remove(ev.currentTarget as HTMLButtonElement), { small: true, kind: 'danger', label: `Delete key ${label}` }),
+        ),
       ),
     );
   }
@@ -272,7 +289,7 @@ export const keysPage: Page = (ctx) => {
     const label = k.name ?? k.id;
     const formNotice = new Notice();
     const limits = limitsFields(k.limits, groups.find((g) => g.name === k.group)?.limits ?? null);
-    const budget = budgetFields(k.budget, k.spend);
+    const budget = budgetFields(k.budget, k.spend, () => unpricedFor(k));
     const submit = h('button', { type: 'submit', class: 'btn btn-primary' }, 'Save limits');
     const form = submitForm(
       formNotice,

@@ -1,7 +1,7 @@
 /** Limits and budgets of groups and keys: how they read in a table, and the fields that edit them. */
-import { h, uid } from './dom.js';
+import { h, icon, icons, replace, uid } from './dom.js';
 import { compact, dateTime, money } from './format.js';
-import type { Budget, BudgetPeriod, Limits, Spend } from './types.js';
+import type { Budget, BudgetPeriod, Limits, Model, Spend } from './types.js';
 import { field, FieldError } from './ui.js';
 
 const limitFields: { key: keyof Limits; label: string; unit: string }[] = [
@@ -78,8 +78,54 @@ export function limitsFields(current: Limits | null | undefined, inherited?: Lim
   return { el, read };
 }
 
-/** Fields for a budget: an amount (empty for none) and its period; shows the current spend. */
-export function budgetFields(current: Budget | null | undefined, spend?: Spend | null) {
+/**
+ * The configured models a grant (model ids, or `*`) lets a key use that have no prices. A budget
+ * counts only cost, so requests to these are never counted against it nor refused by it.
+ */
+export function unpricedModels(granted: readonly string[], models: readonly Model[]): string[] {
+  const all = granted.includes('*');
+  return models.filter((m) => !m.prices && (all || granted.includes(m.id))).map((m) => m.id);
+}
+
+/** "a, b, c and 2 more" */
+function someNames(names: string[], max = 3): string {
+  if (names.length <= max) return names.length > 1 ? `${names.slice(0, -1).join(', ')} and ${names.at(-1)}` : names[0] ?? '';
+  return `${names.slice(0, max).join(', ')} and ${names.length - max} more`;
+}
+
+/** Under a budget in a table: which granted models it does not count (all of them on hover). */
+export function unpricedWarning(unpriced: string[]): HTMLElement | null {
+  if (!unpriced.length) return null;
+  return h(
+    'div',
+    { class: 'budget-warning', title: `No prices, so this budget does not count them: ${unpriced.join(', ')}` },
+    icon(icons.alert),
+    h('span', null, `Not counted (no prices): ${someNames(unpriced)}`),
+  );
+}
+
+/** In a budget form: the full warning, every unpriced model named. */
+function unpricedNotice(unpriced: string[]): HTMLElement {
+  return h(
+    'div',
+    { class: 'notice notice-warn budget-warning-form', role: 'status' },
+    icon(icons.alert),
+    h(
+      'div',
+      null,
+      h('strong', null, unpriced.length === 1 ? 'A model has no prices: ' : `${unpriced.length} models have no prices: `),
+      unpriced.map((m, i) => [i ? ' ' : null, h('code', null, m)]),
+      h('p', null, "This budget counts only cost, so requests to them are neither counted nor refused. Give them prices in the config's models to count them."),
+    ),
+  );
+}
+
+/**
+ * Fields for a budget: an amount (empty for none) and its period; shows the current spend.
+ * `unpriced` names the granted models without prices: while an amount is set, the fields warn
+ * that the budget does not count them; call `check()` when the grant changes.
+ */
+export function budgetFields(current: Budget | null | undefined, spend?: Spend | null, unpriced?: () => string[]) {
   const amount = h('input', { type: 'number', min: '0', step: 'any', inputmode: 'decimal', placeholder: 'no budget', value: current ? String(current.amount) : '' });
   const period = h(
     'select',
@@ -88,6 +134,14 @@ export function budgetFields(current: Budget | null | undefined, spend?: Spend |
   );
   const hintId = uid('hint');
   amount.setAttribute('aria-describedby', hintId);
+  const warning = h('div', { class: 'notice-slot', 'aria-live': 'polite' });
+  const check = () => {
+    const names = amount.value.trim() && unpriced ? unpriced() : [];
+    if (names.length) replace(warning, unpricedNotice(names));
+    else replace(warning);
+  };
+  amount.addEventListener('input', check);
+  check();
   const el = h(
     'fieldset',
     { class: 'checks' },
@@ -99,6 +153,7 @@ export function budgetFields(current: Budget | null | undefined, spend?: Spend |
     ),
     h('div', { class: 'field-row' }, field('Budget amount', amount), field('Budget period', period)),
     current && spend ? h('p', { class: 'small' }, `Spent ${money(spend.spent)} ${spend.period === 'total' ? 'in total' : `since ${dateTime(Date.parse(spend.since))}`}; ${money(spend.remaining)} left.`) : null,
+    warning,
   );
   const read = (): Budget | null => {
     const raw = amount.value.trim();
@@ -107,5 +162,5 @@ export function budgetFields(current: Budget | null | undefined, spend?: Spend |
     if (!Number.isFinite(n) || n < 0) throw new FieldError('Budget amount: a number of at least 0, or empty for no budget.', amount);
     return { amount: n, period: period.value as BudgetPeriod };
   };
-  return { el, read };
+  return { el, read, check };
 }

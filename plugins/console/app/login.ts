@@ -3,6 +3,13 @@ import { ApiError, login } from './api.js';
 import { h, icon, icons, replace } from './dom.js';
 import { errorText } from './ui.js';
 
+/**
+ * How long a console session lasts: the admin API's session lifetime (Sessions' ttlMs in
+ * src/admin/sessions.ts). The sign-in page cannot ask before signing in; the console's e2e test
+ * checks the two agree.
+ */
+export const SESSION_HOURS = 8;
+
 export function loginScreen(opts: { message?: string; onSignedIn: () => void }): HTMLElement {
   const input = h('input', {
     id: 'admin-token',
@@ -99,7 +106,7 @@ export function loginScreen(opts: { message?: string; onSignedIn: () => void }):
       h('p', { class: 'muted' }, 'Manage groups, keys, models and usage of this gateway.'),
       form,
     ),
-    h('p', { class: 'login-foot muted small' }, 'Your session is kept in a secure cookie and ends when you sign out.'),
+    h('p', { class: 'login-foot muted small' }, `Your session lasts ${SESSION_HOURS} hours, or until you sign out.`),
   );
   queueMicrotask(() => input.focus());
   return screen;

@@ -11,6 +11,7 @@ import { loginScreen } from './login.js';
 import { modelsPage } from './models.js';
 import type { Page } from './page.js';
 import { requestsPage } from './requests.js';
+import { dateTime } from './format.js';
 import { errorText, toast } from './ui.js';
 import { usagePage } from './usage.js';
 
@@ -90,6 +91,8 @@ function buildShell(): Shell {
     icon(icons.logout),
     h('span', null, 'Logout'),
   );
+  const ends = api.sessionEndsAt();
+  if (ends !== null) logoutBtn.title = `This session ends ${dateTime(ends)}`;
   const header = h(
     'header',
     { class: 'topbar' },

@@ -208,18 +208,24 @@ export function toast(text: string): void {
   setTimeout(() => t.remove(), 3000);
 }
 
-/** A table with a header row; rows are built by the caller. */
+/**
+ * A table with a header row; rows are built by the caller. A table wider than its card scrolls
+ * inside its own box (never the page), with its row actions pinned to the right edge, and is
+ * marked `overflows` so the pinned column shows where the rest slides under it.
+ */
 export function table(headers: (string | { label: string; class?: string })[], rows: HTMLTableRowElement[], label: string): HTMLElement {
-  return h(
-    'div',
-    { class: 'table-wrap' },
-    h(
-      'table',
-      { 'aria-label': label },
-      h('thead', null, h('tr', null, headers.map((c) => (typeof c === 'string' ? h('th', { scope: 'col' }, c) : h('th', { scope: 'col', class: c.class }, c.label))))),
-      h('tbody', null, rows),
-    ),
+  const el = h(
+    'table',
+    { 'aria-label': label },
+    h('thead', null, h('tr', null, headers.map((c) => (typeof c === 'string' ? h('th', { scope: 'col' }, c) : h('th', { scope: 'col', class: c.class }, c.label))))),
+    h('tbody', null, rows),
   );
+  const wrap = h('div', { class: 'table-wrap' }, el);
+  // Dropped with the elements when the table is replaced.
+  const observer = new ResizeObserver(() => wrap.classList.toggle('overflows', wrap.scrollWidth > wrap.clientWidth + 1));
+  observer.observe(wrap);
+  observer.observe(el);
+  return wrap;
 }
 
 /** A relative time with the exact one on hover. */
@@ -237,4 +243,26 @@ export function loadFailed(err: unknown, retry: () => void): HTMLElement {
     h('div', { class: 'notice notice-error', role: 'alert' }, icon(icons.alert), h('span', null, errorText(err))),
     button([icon(icons.refresh), 'Try again'], retry),
   );
+}
+
+/** Names of keys by id, for showing records made with them (null: the key has no name). */
+export type KeyNames = Map<string, string | null>;
+
+export function keyNames(keys: { id: string; name: string | null }[]): KeyNames {
+  return new Map(keys.map((k) => [k.id, k.name]));
+}
+
+/**
+ * The key of a record as operators know it: its name, with the id on hover; an unnamed or
+ * deleted key by its id. The group, when given, goes beneath.
+ */
+export function keyCell(keyId: string | null, group: string | null, names: KeyNames): HTMLTableCellElement {
+  if (keyId === null) return h('td', null, h('span', { class: 'muted' }, '–'), group ? h('div', { class: 'sub' }, group) : null);
+  const known = names.has(keyId);
+  const name = names.get(keyId);
+  // A short name stays on one line; a long one wraps rather than widen the table.
+  const label = name
+    ? h('span', { class: ['key-ref', name.length <= 24 && 'nowrap'], title: `Key id ${keyId}`, 'data-key-id': keyId }, name)
+    : h('span', { class: 'key-ref mono nowrap', title: known ? 'Key id: this key has no name' : 'Key id: this key was deleted', 'data-key-id': keyId }, keyId);
+  return h('td', { class: 'key-cell' }, label, group ? h('div', { class: 'sub' }, group) : null);
 }

@@ -5,10 +5,10 @@ import { append, h, icon, icons, replace } from './dom.js';
 import { compact, dateTime, duration, fromLocalInput, money, num, shortTime, toLocalInput } from './format.js';
 import type { Page } from './page.js';
 import type { Group, Key, Model, SeriesPoint, SeriesResponse, UsageFilter, UsageRecord, UsageResponse } from './types.js';
-import { badge, button, card, empty, errorText, isAbort, loading, Notice, pageHead, table } from './ui.js';
+import { badge, button, card, empty, errorText, isAbort, keyCell, keyNames, loading, Notice, pageHead, table, type KeyNames } from './ui.js';
 
 type Preset = '1h' | '24h' | '7d' | '30d' | 'custom';
-const presets: { id: Preset; label: string; ms: number; text: string }[] = [
+const presets: { id: Exclude<Preset, 'custom'>; label: string; ms: number; text: string }[] = [
   { id: '1h', label: '1 h', ms: 3_600_000, text: 'in the last hour' },
   { id: '24h', label: '24 h', ms: 86_400_000, text: 'in the last 24 hours' },
   { id: '7d', label: '7 days', ms: 7 * 86_400_000, text: 'in the last 7 days' },
@@ -17,13 +17,28 @@ const presets: { id: Preset; label: string; ms: number; text: string }[] = [
 
 const LIMIT = 200;
 
-/** Kept across visits to the page (in memory only). */
-const state: { key: string; group: string; model: string; preset: Preset; from?: number; to?: number } = {
+/**
+ * Kept across visits to the page (in memory only). Until the operator picks a range, `fitted`
+ * holds and the range follows the data (see fittedPreset).
+ */
+const state: { key: string; group: string; model: string; preset: Preset; fitted: boolean; from?: number; to?: number } = {
   key: '',
   group: '',
   model: '',
-  preset: '7d',
+  preset: '24h',
+  fitted: true,
 };
+
+/**
+ * The shortest preset that holds every request the longest one does, from each preset's request
+ * count (shortest first): an install whose traffic all came in the last hour sees that hour in
+ * one-minute buckets, not a week with a sliver at its right edge. No traffic at all: 24 hours.
+ */
+export function fitPreset(counts: number[]): Exclude<Preset, 'custom'> {
+  const all = counts[counts.length - 1] ?? 0;
+  if (all === 0) return '24h';
+  return presets[counts.findIndex((c) => c >= all)]?.id ?? '30d';
+}
 
 const colors = { requests: '#2563eb', prompt: '#7c3aed', completion: '#0d9488', errors: '#dc2626', avg: '#0891b2', max: '#d97706' };
 /** One line per group in the spend chart; the groups that spent most get a line each. */
@@ -60,6 +75,8 @@ export const usagePage: Page = (ctx) => {
   );
 
   let keys: Key[] = [];
+  /** Shows the chosen range on the preset buttons (set once the filters are built). */
+  let syncPresets = () => {};
   let groupNames: string[] = [];
   let charts: Chart[] = [];
   let seq = 0;
@@ -117,6 +134,7 @@ export const usagePage: Page = (ctx) => {
         state.from = f;
         state.to = t;
         state.preset = 'custom';
+        state.fitted = false;
         syncPresets();
         void refresh();
       }, { kind: 'primary', small: true }),
@@ -141,6 +159,7 @@ export const usagePage: Page = (ctx) => {
               return;
             }
             state.preset = p.id;
+            state.fitted = false;
             syncPresets();
             void refresh();
           },
@@ -151,8 +170,10 @@ export const usagePage: Page = (ctx) => {
     const markPressed = (id: Preset) => {
       for (const b of presetButtons) b.setAttribute('aria-pressed', String(b.dataset.preset === id));
     };
-    const syncPresets = () => {
+    const fittedNote = h('span', { class: 'muted fitted-note', title: 'Until you pick a range, it is the shortest one that holds all recent requests' }, ' · fits the data');
+    syncPresets = () => {
       markPressed(state.preset);
+      fittedNote.hidden = !state.fitted;
       custom.hidden = state.preset !== 'custom';
       if (state.preset === 'custom' && state.from !== undefined) {
         from.value = toLocalInput(state.from);
@@ -174,21 +195,36 @@ export const usagePage: Page = (ctx) => {
         ),
         select('Group', 'All groups', groups.map((g) => ({ value: g.name, label: g.name })), 'group'),
         select('Model', 'All models', models.map((m) => ({ value: m.id, label: m.id })), 'model'),
-        h('div', { class: 'field' }, h('span', { class: 'label', id: 'range-label' }, 'Time range'), h('div', { class: 'segmented', role: 'group', 'aria-labelledby': 'range-label' }, presetButtons)),
+        h('div', { class: 'field' }, h('span', { class: 'label', id: 'range-label' }, 'Time range', fittedNote), h('div', { class: 'segmented', role: 'group', 'aria-labelledby': 'range-label' }, presetButtons)),
       ),
       custom,
     );
   }
 
+  /** The preset that fits the data under the current filters (one cheap count per preset). */
+  async function fittedPreset(): Promise<Exclude<Preset, 'custom'>> {
+    const now = Date.now();
+    const counts = await Promise.all(
+      presets.map((p) => api.usage(filter([now - p.ms, now]), 1, ctx.signal).then((u) => u.totals.requests)),
+    );
+    return fitPreset(counts);
+  }
+
   async function refresh(): Promise<void> {
     const mine = ++seq;
-    const r = range();
-    const f = filter(r);
-    csv.href = api.usageCsvUrl(f);
     notice.clear();
     refreshBtn.disabled = true;
     if (!totals.firstChild) replace(totals, loading());
     try {
+      if (state.fitted) {
+        const preset = await fittedPreset();
+        if (ctx.signal.aborted || mine !== seq) return;
+        state.preset = preset;
+        syncPresets();
+      }
+      const r = range();
+      const f = filter(r);
+      csv.href = api.usageCsvUrl(f);
       const bucket = bucketFor(r[1] - r[0]);
       const [u, s, spend] = await Promise.all([api.usage(f, LIMIT, ctx.signal), api.usageSeries(f, bucket, ctx.signal), groupSpend(f, bucket)]);
       if (ctx.signal.aborted || mine !== seq) return;
@@ -304,12 +340,12 @@ export const usagePage: Page = (ctx) => {
   }
 
   function renderRecords(u: UsageResponse): void {
-    const keyNames = new Map(keys.map((k) => [k.id, k.name ?? k.id]));
+    const names = keyNames(keys);
     const shown = u.records.length;
     const list = shown
       ? table(
-          ['Time', 'Model', 'Key', 'Group', 'Family', 'Status', { label: 'Prompt', class: 'num' }, { label: 'Completion', class: 'num' }, { label: 'Cost', class: 'num' }, { label: 'Latency', class: 'num' }, 'Outcome'],
-          u.records.map((rec) => recordRow(rec, keyNames)),
+          ['Time', 'Model', 'Key / group', 'Family', 'Status', { label: 'Prompt', class: 'num' }, { label: 'Completion', class: 'num' }, { label: 'Cost', class: 'num' }, { label: 'Latency', class: 'num' }, 'Outcome'],
+          u.records.map((rec) => recordRow(rec, names)),
           'Usage records',
         )
       : null;
@@ -355,7 +391,7 @@ function bucketLabel(ms: number): string {
   return `per ${duration(ms)}`;
 }
 
-function recordRow(r: UsageRecord, keyNames: Map<string, string>): HTMLTableRowElement {
+function recordRow(r: UsageRecord, names: KeyNames): HTMLTableRowElement {
   const ok = r.status >= 200 && r.status < 300;
   const outcomeTone = r.outcome === 'finished' ? 'ok' : r.outcome === 'aborted' ? 'warn' : 'bad';
   return h(
@@ -368,8 +404,7 @@ function recordRow(r: UsageRecord, keyNames: Map<string, string>): HTMLTableRowE
       r.model ?? h('span', { class: 'muted' }, '–'),
       r.attempts > 1 ? h('div', { class: 'sub', title: 'Upstream calls: the first channels failed before anything reached the client' }, `via ${r.channel ?? '?'} · ${r.attempts} attempts`) : null,
     ),
-    h('td', { class: 'nowrap' }, r.keyId ? h('span', { title: r.keyId }, keyNames.get(r.keyId) ?? r.keyId) : h('span', { class: 'muted' }, '–')),
-    h('td', { class: 'nowrap' }, r.group ?? h('span', { class: 'muted' }, '–')),
+    keyCell(r.keyId, r.group, names),
     h('td', { class: 'nowrap' }, r.family, r.streamed ? h('span', { class: 'muted small', title: 'streamed' }, ' · stream') : null),
     h('td', null, badge(String(r.status), ok ? 'ok' : r.status >= 500 ? 'bad' : 'warn')),
     h('td', { class: 'num', title: r.cachedInputTokens ? `${num(r.cachedInputTokens)} of them from the upstream's cache` : undefined }, compact(r.promptTokens), r.estimated ? h('span', { class: 'est', title: 'Estimated with a tokenizer: the upstream reported no usage' }, '≈') : null),
