@@ -176,6 +176,8 @@ export interface Config {
   };
   dataDir: string;
   adminToken?: string;
+  /** Serve model routes with no authenticating plugin: anyone who reaches the port may call them. */
+  allowAnonymous: boolean;
   admin: {
     /** Origins besides the gateway's own that may make state-changing admin calls. */
     allowedOrigins: string[];
@@ -282,6 +284,7 @@ const schema = {
     },
     dataDir: { type: 'string', minLength: 1 },
     adminToken: { type: 'string', minLength: 16 },
+    allowAnonymous: { type: 'boolean' },
     admin: {
       type: 'object',
       additionalProperties: false,
@@ -482,6 +485,7 @@ interface RawConfig {
   server?: Partial<Config['server']>;
   dataDir?: string;
   adminToken?: string;
+  allowAnonymous?: boolean;
   admin?: { allowedOrigins?: string[] };
   log?: { level?: string };
   usage?: { journalFsync?: boolean };
@@ -563,6 +567,7 @@ function resolve(raw: RawConfig, env: NodeJS.ProcessEnv, source: string, path?: 
     },
     dataDir: env.SLUICE_DATA_DIR || raw.dataDir || './data',
     adminToken: env.SLUICE_ADMIN_TOKEN || raw.adminToken,
+    allowAnonymous: raw.allowAnonymous ?? false,
     admin: { allowedOrigins: raw.admin?.allowedOrigins ?? [] },
     log: { level: env.SLUICE_LOG_LEVEL || raw.log?.level || 'info' },
     usage: { journalFsync: raw.usage?.journalFsync ?? false },

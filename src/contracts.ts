@@ -33,6 +33,12 @@ export type PhaseResult = void | GatewayError | Promise<void | GatewayError>;
 
 export interface Plugin {
   name: string;
+  /**
+   * Its request phase identifies every caller (sets `ex.principal`) or refuses the call. The
+   * gateway refuses to serve model routes without such a plugin unless the config says
+   * `allowAnonymous: true`.
+   */
+  authenticates?: boolean;
   /** Headers only: who is calling. */
   request?(ex: Exchange): PhaseResult;
   /** Model listing: narrow ex.catalog to what the caller may see. */

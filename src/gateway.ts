@@ -12,7 +12,7 @@ import { Sessions } from './admin/sessions.js';
 import { resolveAdminToken, type AdminCredential } from './admin/token.js';
 import { GuessThrottle, SharedThrottleStorage } from './admin/throttle.js';
 import { startWorkers, type WorkerPool } from './workers/primary.js';
-import { loadConfig, type Config, type LoadOptions, type ModelConfig } from './config.js';
+import { ConfigError, loadConfig, type Config, type LoadOptions, type ModelConfig } from './config.js';
 import type { BootContext, ClientFamily, GatewayView, JsonHandler, Plugin, PluginFactory, Upstream, UpstreamDialect, UpstreamFactory, UpstreamStatus } from './contracts.js';
 import { unpricedBudgetWarnings } from './budget.js';
 import { ChannelTable } from './channels/table.js';
@@ -90,6 +90,8 @@ export async function loadPlugins(
     plugins.push(await factory(context(entry.name, entry.options)));
   }
 
+  checkAuthentication(config, plugins, families, log);
+
   const makeUpstream = (current: Config, name: string): Upstream => {
     const { kind, ...options } = current.upstreams[name]!;
     const make = kinds.get(kind);
@@ -99,6 +101,21 @@ export async function loadPlugins(
   const upstreams = new Map(Object.keys(config.upstreams).map((name) => [name, makeUpstream(config, name)]));
   resolveModels(config.models, upstreams, families, dialects);
   return { plugins, families, dialects, upstreams, routes, makeUpstream };
+}
+
+/**
+ * A plugin list without an authenticating plugin would serve every model to anyone who reaches the
+ * port: refused, unless the config asks for exactly that (`allowAnonymous: true`), which is then
+ * said at every start.
+ */
+function checkAuthentication(config: Config, plugins: Plugin[], families: ClientFamily[], log: Logger): void {
+  if (families.length === 0 || plugins.some((p) => p.authenticates)) return;
+  if (!config.allowAnonymous) {
+    throw new ConfigError(
+      'plugins: no plugin authenticates callers (the list has no "auth"), so every model route would be open to anyone. Add auth to plugins, or set allowAnonymous: true to serve without keys on purpose',
+    );
+  }
+  log.warn('allowAnonymous: true and no authenticating plugin: anyone who reaches this port may call every model, with no key, limits or budgets per key');
 }
 
 /** Records on each model which families it serves and how; throws when its channels speak different families. */

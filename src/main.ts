@@ -143,6 +143,7 @@ function startBanner(config: Config, gateway: Gateway, url: string): string {
   else if (gateway.firstStart) lines.push(`  admin token: ${gateway.adminToken}   (also in ${tokenFile})`);
   else lines.push(`  admin token: in ${tokenFile}`);
   if (gateway.firstStart) lines.push(`  demo key (group "default", shown only now): ${gateway.firstStart.demoKey}`);
+  if (config.allowAnonymous) lines.push('  WARNING:     allowAnonymous is on: without an authenticating plugin anyone may call every model');
   return lines.join('\n') + '\n';
 }
 

@@ -13,12 +13,21 @@ function mask(secret: string): string {
   return secret.length > 12 ? `${secret.slice(0, 5)}…${secret.slice(-4)}` : '…';
 }
 
+/** Where each family's codec looks for the key (its `credential`), in the words of its clients' docs. */
+const howToSendKey: Record<string, string> = {
+  chat: 'Send it as `Authorization: Bearer YOUR_KEY`.',
+  responses: 'Send it as `Authorization: Bearer YOUR_KEY`.',
+  gemini: 'Send it as `x-goog-api-key: YOUR_KEY` (`x-svc-api-key: YOUR_KEY` and a `?key=YOUR_KEY` query parameter work too).',
+  messages: 'Send it as `x-api-key: YOUR_KEY` (or `Authorization: Bearer YOUR_KEY`).',
+};
+
 export default definePlugin(({ store }) => ({
   name: 'auth',
+  authenticates: true,
   request(ex) {
     const secret = ex.clientFamily.credential(ex);
     if (secret === undefined) {
-      return new GatewayError('missing_api_key', "You didn't provide an API key. Send it in the family's auth header.");
+      return new GatewayError('missing_api_key', `You didn't provide an API key. ${howToSendKey[ex.family] ?? 'Send it in the header your API client uses for its key.'}`);
     }
     if (secret === '') return new GatewayError('invalid_api_key', 'The API key header is malformed.');
     const found = store.keyBySecret(secret);
