@@ -37,7 +37,6 @@ export const catalog = {
   family_not_permitted: { status: 403, kind: 'permission' },
   not_found: { status: 404, kind: 'not_found' },
   method_not_allowed: { status: 405, kind: 'invalid_request' },
-  length_required: { status: 411, kind: 'invalid_request' },
   request_too_large: { status: 413, kind: 'too_large' },
   unsupported_media_type: { status: 415, kind: 'invalid_request' },
   rate_limit_exceeded: { status: 429, kind: 'rate_limit' },

@@ -94,6 +94,15 @@ export function createHttpUpstream(kind: HttpUpstreamKind, name: string, raw: Re
   const options = readOptions(name, raw);
   const url = new URL(options.baseUrl);
   const basePath = url.pathname.replace(/\/+$/, '');
+  // Shown in errors: the origin drops any user:password, the path leaves out the query.
+  const shownBase = url.origin + basePath;
+  // A base URL with no version segment is the usual cause; the dialect's own URLs say which one.
+  const versionHint = kind.target || /\/v\d/.test(basePath) ? '' : `: does it need ${kind.family === 'gemini' ? '/v1beta' : '/v1'} at the end?`;
+  const missingRouteError = (method: string, path: string) =>
+    new GatewayError(
+      'upstream_error',
+      `Upstream \`${name}\` has no ${method} ${url.origin}${withoutSecrets(path)} (it answered 404). Check upstreams.${name}.baseUrl, now ${shownBase}${versionHint || '.'}`,
+    );
   const timeouts: Timeouts = { ...defaultTimeouts, ...options.timeouts };
   const connections = options.connections ?? 256;
   const pool = new Pool(url.origin, {
@@ -118,23 +127,36 @@ export function createHttpUpstream(kind: HttpUpstreamKind, name: string, raw: Re
     const body = typeof req.body === 'string' ? Buffer.from(req.body) : req.body;
     const large = body !== undefined && body.length > HELD_BODY_BYTES;
     if (large) headers['content-length'] = String(body.length);
+    const path = basePath + (kind.target ? kind.target(req) : req.path);
+    /** A 404, held back until its body says whether the URL itself is missing (see routeMissing). */
+    let notFound: { headers: Record<string, string | string[] | undefined>; chunks: Buffer[]; bytes: number } | undefined;
     // undici takes any iterable of chunks as a body (sentOnce); its types list only some.
     pool.dispatch(
-      { method: req.method, path: basePath + (kind.target ? kind.target(req) : req.path), headers, body: large ? (sentOnce(body) as unknown as Buffer) : body },
+      { method: req.method, path, headers, body: large ? (sentOnce(body) as unknown as Buffer) : body },
       {
         onRequestStart(c) {
           call.controller = c;
           if (call.stopped) c.abort(new Error('call stopped'));
         },
         onResponseStart(_c, status, headers) {
-          if (!call.stopped) sink.start(status, headers);
+          if (status === 404) notFound = { headers, chunks: [], bytes: 0 };
+          else if (!call.stopped) sink.start(status, headers);
         },
         onResponseData(c, chunk) {
-          if (!call.stopped && !sink.data(chunk)) c.pause();
+          if (notFound) {
+            if (notFound.bytes < NOT_FOUND_BODY_BYTES) notFound.chunks.push(chunk.subarray(0, NOT_FOUND_BODY_BYTES - notFound.bytes));
+            notFound.bytes += chunk.length;
+          } else if (!call.stopped && !sink.data(chunk)) c.pause();
         },
         onResponseEnd() {
           gate.release(call);
-          if (call.settle()) sink.end();
+          if (!call.settle()) return;
+          if (!notFound) return sink.end();
+          const answer = Buffer.concat(notFound.chunks);
+          if (routeMissing(answer)) return sink.error(missingRouteError(req.method, path));
+          sink.start(404, notFound.headers);
+          if (answer.length) sink.data(answer);
+          sink.end();
         },
         onResponseError(_c, err) {
           gate.release(call);
@@ -156,6 +178,51 @@ export function createHttpUpstream(kind: HttpUpstreamKind, name: string, raw: Re
     close: () => pool.close(),
     stats: () => gate.stats(),
   };
+}
+
+/**
+ * A path to show in an error. Keys travel in headers (HttpUpstreamKind.authHeaders); a kind's
+ * query parameter that still looks like a credential is hidden all the same.
+ */
+function withoutSecrets(path: string): string {
+  return path.replace(/([?&][^=&]*(?:key|token|secret|sig|password|auth)[^=&]*=)[^&]*/gi, '$1…');
+}
+
+/** Enough of a 404's body to tell a provider's error from a page about a missing URL. */
+const NOT_FOUND_BODY_BYTES = 16 * 1024;
+
+/** Messages that say only that the URL does not exist, lower-cased, without a trailing `(POST /path)` or full stop. */
+const NO_SUCH_URL = [
+  /^invalid url\b/, // OpenAI: "Invalid URL (POST /chat/completions)"
+  /^(?:404\s*[:-]?\s*)?(?:(?:page|file|path|route|endpoint|url|resource|method)\s+)?not found$/, // "Not Found" (Anthropic, FastAPI), "404 page not found" (Go), "Resource not found" (Azure)
+  /^(?:no|unknown) (?:route|path|endpoint|url)\b/,
+  /^cannot (?:get|post|put|patch|delete)\b/, // Express
+];
+
+/**
+ * Whether an upstream's 404 says its URL does not exist (a base URL without `/v1`, say), as
+ * opposed to the provider speaking about the request (a model, a deployment or a previous
+ * response it does not know). The first is the gateway's misconfiguration and becomes a 502 that
+ * names the URL; the second reaches the client as the upstream's own 404. A URL that does not
+ * exist gets a web server's page (HTML, plain text, empty), a JSON body without an error message
+ * (`{"detail":"Not Found"}`), or an error message that says no more than "not found".
+ */
+export function routeMissing(body: Buffer): boolean {
+  let parsed: any;
+  try {
+    parsed = JSON.parse(body.toString('utf8'));
+  } catch {
+    return true;
+  }
+  const error = parsed?.error;
+  const message = typeof error === 'string' ? error : typeof error?.message === 'string' ? error.message : parsed?.message;
+  if (typeof message !== 'string' || message.trim() === '') return true;
+  const said = message
+    .trim()
+    .toLowerCase()
+    .replace(/\s*\([^)]*\)$/, '')
+    .replace(/[.!]+$/, '');
+  return NO_SUCH_URL.some((pattern) => pattern.test(said));
 }
 
 /** Bodies above this go to undici as a one-shot iterable: it keeps a Buffer body until the answer ends. */

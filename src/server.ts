@@ -12,6 +12,7 @@ import type { ClientFamily, Endpoint, JsonHandler, JsonReply } from './contracts
 import { GatewayError } from './errors.js';
 import { Exchange } from './exchange.js';
 import type { ClientResponse, Pipeline } from './pipeline.js';
+import { RouteHints, type ServedRoute } from './server-route-hints.js';
 import { addSocketRoutes, type OpenSockets } from './socket.js';
 
 export interface ServerOptions {
@@ -49,10 +50,29 @@ export function assertNativeUws(): void {
 
 const statusLine = (status: number) => `${status} ${STATUS_CODES[status] ?? ''}`;
 
-/** A 404 for whatever no family endpoint or route serves. */
-function noRoute(res: HttpResponse, req: HttpRequest): void {
-  const body = { error: { message: `No route for ${req.getMethod().toUpperCase()} ${req.getUrl()}.`, type: 'invalid_request_error', param: null, code: 'not_found' } };
-  res.cork(() => res.writeStatus(statusLine(404)).writeHeader('content-type', 'application/json').end(JSON.stringify(body)));
+type Candidates = { family: ClientFamily; endpoint: Endpoint }[];
+
+/**
+ * A 404 for whatever no family endpoint or route serves. When the path is served with its version
+ * prefix fixed, the 404 says so, in the shape of the family that serves it (its SDK then shows
+ * the message); otherwise in the OpenAI shape, as before.
+ */
+function noRoute(res: HttpResponse, req: HttpRequest, hints?: RouteHints<Candidates>): void {
+  const method = req.getMethod().toUpperCase();
+  const path = req.getUrl();
+  const { message, suggested } = hints?.hint(method, path) ?? { message: `No route for ${method} ${path}.` };
+  let status = 404;
+  let body: string;
+  if (suggested) {
+    const { headers } = copyHeaders(req);
+    const { family } = suggested.find((c) => !c.endpoint.when || c.endpoint.when(headers)) ?? suggested[0]!;
+    const err = new GatewayError('not_found', message);
+    status = family.errorStatus?.(err) ?? err.status;
+    body = family.errorBody(err);
+  } else {
+    body = JSON.stringify({ error: { message, type: 'invalid_request_error', param: null, code: 'not_found' } });
+  }
+  res.cork(() => res.writeStatus(statusLine(status)).writeHeader('content-type', 'application/json').end(body));
 }
 
 /**
@@ -105,7 +125,9 @@ export function startServer(options: ServerOptions): Promise<RunningServer> {
   const overloaded = () => pipeline.inFlight.size + sockets.size >= limits.maxConnections;
 
   /** Endpoints by method and path: families may share one (a model list), told apart by `when`. */
-  const routes = new Map<string, { family: ClientFamily; endpoint: Endpoint }[]>();
+  const routes = new Map<string, Candidates>();
+  /** Every family path, sockets and probes too, for what a 404 suggests. */
+  const served: ServedRoute<Candidates>[] = [];
   for (const family of options.families) {
     addSocketRoutes(app, family, pipeline, {
       limits: limits.websocket,
@@ -116,6 +138,7 @@ export function startServer(options: ServerOptions): Promise<RunningServer> {
       refuse: () => (draining ? 'shutting_down' : overloaded() ? 'overloaded' : undefined),
     });
     for (const endpoint of family.endpoints) {
+      served.push({ method: endpoint.method, pattern: endpoint.path, value: [{ family, endpoint }] });
       if (endpoint.kind === 'socket') continue;
       const key = `${endpoint.method} ${endpoint.path}`;
       routes.set(key, [...(routes.get(key) ?? []), { family, endpoint }]);
@@ -133,6 +156,7 @@ export function startServer(options: ServerOptions): Promise<RunningServer> {
     app[method](path, (res, req) => {
       const { headers, repeated } = copyHeaders(req);
       const chosen = candidates.find((c) => !c.endpoint.when || c.endpoint.when(headers));
+      // The path is served, for requests that say which API they speak: no other path to suggest.
       if (!chosen) return noRoute(res, req);
       const { family, endpoint } = chosen;
       const params = Array.from({ length: paramCount }, (_, i) => req.getParameter(i) ?? '');
@@ -187,7 +211,8 @@ export function startServer(options: ServerOptions): Promise<RunningServer> {
     res.cork(() => res.writeHeader('content-type', 'application/json').end(draining ? '{"status":"draining"}' : '{"status":"ok"}'));
   });
 
-  app.any('/*', noRoute);
+  const hints = new RouteHints(served.map((r) => ({ ...r, value: routes.get(`${r.method} ${r.pattern}`) ?? r.value })));
+  app.any('/*', (res, req) => noRoute(res, req, hints));
 
   return new Promise((resolve, reject) => {
     // Exclusive: a second Sluice on the same port fails here instead of silently taking half the
@@ -247,6 +272,10 @@ function copyHeaders(req: HttpRequest): { headers: Record<string, string>; repea
   return { headers, repeated };
 }
 
+function emptyBody(ex: Exchange): GatewayError {
+  return new GatewayError('invalid_request', `The request body is empty: ${ex.method} ${ex.path} needs a JSON object. Send one, with Content-Type: application/json.`);
+}
+
 /** How a request body is framed: its declared length (undefined when chunked), or why it is refused. */
 interface BodyFraming {
   length?: number;
@@ -258,8 +287,9 @@ function bodyFraming(headers: Record<string, string>, repeated: Set<string> | un
   const declared = headers['content-length'];
   if (repeated?.has('content-length')) return { error: new GatewayError('invalid_request', 'The request has more than one Content-Length header.') };
   if (declared === undefined) {
-    if (headers['transfer-encoding'] !== undefined) return { length: undefined };
-    return { error: new GatewayError('length_required', 'The request needs a Content-Length header.') };
+    // Chunked: read up to the limit. Neither header: HTTP/1.1 says the body is empty (RFC 9112
+    // §6.3), which is what `curl -X POST` without data sends; the route says if it needs one.
+    return { length: headers['transfer-encoding'] !== undefined ? undefined : 0 };
   }
   if (!/^\d{1,15}$/.test(declared)) return { error: new GatewayError('invalid_request', `The Content-Length header "${declared.slice(0, 32)}" is not a byte count.`) };
   const length = Number(declared);
@@ -409,6 +439,9 @@ class UwsResponse implements ClientResponse {
     this.bodyReserved = reserve;
     this.body!.read((body) => {
       this.releaseBody();
+      // Every family endpoint that takes a POST wants a JSON object: an empty body gets a
+      // message that says so, instead of a JSON parse error about nothing.
+      if (body.length === 0) return onRefused(emptyBody(this.ex));
       onBody(body);
     }, onRefused);
   }

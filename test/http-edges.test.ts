@@ -66,8 +66,49 @@ t.test('a bad Content-Length is refused before anything is allocated, on every P
     const twice = await raw(port, post(path, ['Content-Length: 2', 'Content-Length: 2'], '{}'), 1500, (text) => text.includes('\r\n\r\n'));
     t.equal(status(twice.text), 400, `${path}: two Content-Length headers`);
   }
-  const missing = await raw(port, post('/v1/chat/completions', [`Authorization: Bearer ${gw.key}`]), 1500, (text) => text.includes('\r\n\r\n'));
-  t.equal(status(missing.text), 411, 'no Content-Length: 411');
+  t.ok(await healthy(), 'the gateway still serves');
+});
+
+/** The JSON body of a raw answer (its first one), once it has all arrived. */
+const jsonOf = (text: string) => JSON.parse(text.slice(text.indexOf('\r\n\r\n') + 4).replace(/^[0-9a-f]+\r\n/i, ''));
+const complete = (text: string) => text.includes('\r\n\r\n') && /}\s*(\r\n0\r\n\r\n)?$/.test(text);
+
+t.test('a POST without Content-Length or Transfer-Encoding has an empty body (RFC 9112 §6.3), on every route', async (t) => {
+  // What `curl -X POST URL -H "Authorization: Bearer …"` sends.
+  const reload = await raw(port, post('/admin/reload', [`Authorization: Bearer ${gw.adminToken}`]), 3000, complete);
+  t.equal(status(reload.text), 200, `POST /admin/reload: ${reload.text.split('\r\n')[0]}`);
+  t.match(jsonOf(reload.text), { applied: true });
+
+  const shapes: [string, string[], (body: any) => unknown][] = [
+    ['/v1/chat/completions', [`Authorization: Bearer ${gw.key}`], (b) => t.match(b, { error: { type: 'invalid_request_error', code: 'invalid_request' } })],
+    ['/v1/responses', [`Authorization: Bearer ${gw.key}`], (b) => t.match(b, { error: { type: 'invalid_request_error', code: 'invalid_request' } })],
+    ['/v1beta/models/sim-chat:generateContent', [`x-goog-api-key: ${gw.key}`], (b) => t.match(b, { error: { code: 400, status: 'INVALID_ARGUMENT' } })],
+    ['/v1/messages', [`x-api-key: ${gw.key}`, 'anthropic-version: 2023-06-01'], (b) => t.match(b, { type: 'error', error: { type: 'invalid_request_error' } })],
+  ];
+  for (const [path, headers, shape] of shapes) {
+    const answer = await raw(port, post(path, headers), 3000, complete);
+    t.equal(status(answer.text), 400, `${path}: 400, not 411`);
+    const body = jsonOf(answer.text);
+    shape(body);
+    t.match(body.error.message, /request body is empty.*JSON object/i, `${path} says what is missing: ${body.error.message}`);
+  }
+});
+
+t.test('a bodyless POST leaves the connection in step: the next request on it is answered', async (t) => {
+  const get = `GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n`;
+  const answer = await raw(port, post('/v1/chat/completions', [`Authorization: Bearer ${gw.key}`]) + get, 3000, (text) => text.includes('"status":"ok"'));
+  t.equal(status(answer.text), 400);
+  t.match(answer.text, /HTTP\/1\.1 200[\s\S]*"status":"ok"/, 'the pipelined GET after it is answered');
+});
+
+t.test('chunked bodies are still read, and still capped', async (t) => {
+  const body = JSON.stringify({ model: 'sim-chat', messages: [{ role: 'user', content: 'hi' }] });
+  const chunked = `${body.length.toString(16)}\r\n${body}\r\n0\r\n\r\n`;
+  const ok = await raw(port, post('/v1/chat/completions', [`Authorization: Bearer ${gw.key}`, 'Content-Type: application/json', 'Transfer-Encoding: chunked'], chunked), 3000, complete);
+  t.equal(status(ok.text), 200, 'a chunked request is served');
+  const big = 'x'.repeat(70_000);
+  const tooBig = await raw(port, post('/v1/chat/completions', [`Authorization: Bearer ${gw.key}`, 'Transfer-Encoding: chunked'], `${big.length.toString(16)}\r\n${big}\r\n0\r\n\r\n`), 3000, complete);
+  t.equal(status(tooBig.text), 413, 'a chunked body over maxBodyBytes is refused');
   t.ok(await healthy(), 'the gateway still serves');
 });
 
