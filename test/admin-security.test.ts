@@ -13,8 +13,12 @@ import { loadConfig } from '../src/config.js';
 import { canonicalAddress } from '../src/trusted-proxies.js';
 import { startTestGateway, type TestGateway } from './helpers.js';
 
-const yaml = (server: string) => (dataDir: string) => `
+// A short operator-chosen token, which the throttle must shield from guessing; a long (generated)
+// one is never refused when right (the last tests).
+const SHORT_TOKEN = 'operator-chosen-pw';
+const yaml = (server: string, adminToken = `adminToken: ${SHORT_TOKEN}`) => (dataDir: string) => `
 dataDir: ${dataDir}
+${adminToken}
 server: ${server}
 admin: { allowedOrigins: ["https://console.example.com"] }
 upstreams: { sim: { kind: simulator } }
@@ -53,7 +57,7 @@ async function statuses(requests: (() => Promise<Response>)[]): Promise<number[]
 }
 const times = (n: number, request: () => Promise<Response>) => Array.from({ length: n }, () => request);
 
-t.test('bearer guesses: five per address, then 429 with Retry-After even for the right token', async (t) => {
+t.test('bearer guesses: five per address, then 429 with Retry-After even for the right short token', async (t) => {
   t.same(await statuses(times(5, () => bearer(gw, 'wrong-token', '203.0.113.1'))), [401, 401, 401, 401, 401]);
   const locked = await bearer(gw, gw.adminToken, '203.0.113.1');
   t.equal(locked.status, 429, 'not even checked while the address waits');
@@ -232,4 +236,17 @@ t.test('config: trusted proxies and allowed origins are checked at start', async
   t.throws(() => load('{ trustedProxies: ["10.0.0.0/33"] }'), /check\.yaml: server\.trustedProxies\[0\]: "10\.0\.0\.0\/33": the prefix length must be 0–32/);
   t.throws(() => load('{ trustedProxies: ["proxy.local"] }'), /server\.trustedProxies\[0\]: "proxy.local" is not an IP address or CIDR range/);
   t.throws(() => load('{}', '{ allowedOrigins: ["https://console.example.com/path"] }'), /\/admin\/allowedOrigins\/0: must match pattern/);
+});
+
+t.test('a long (generated) token is never locked out by wrong guesses from its address', async (t) => {
+  const generated = await startTestGateway(yaml('{ trustedProxies: ["127.0.0.1"] }', ''));
+  t.teardown(() => generated.stop());
+  t.ok(generated.adminToken.length >= 32, `generated: ${generated.adminToken.length} characters`);
+  const nat = '203.0.113.50';
+  t.same(await statuses(times(6, () => bearer(generated, 'wrong-token', nat))), [401, 401, 401, 401, 401, 429], 'the guesser waits');
+  t.equal((await bearer(generated, 'wrong-token', nat)).status, 429, 'and keeps waiting');
+  t.equal((await bearer(generated, generated.adminToken, nat)).status, 200, 'the operator behind the same address is served');
+  t.equal((await signIn(generated, generated.adminToken, { from: nat })).status, 200, 'and signs in to the console');
+  const almost = generated.adminToken.slice(0, -1) + (generated.adminToken.endsWith('A') ? 'B' : 'A');
+  t.equal((await bearer(generated, almost, nat)).status, 429, 'a long wrong token still waits');
 });
