@@ -108,12 +108,16 @@ const csvColumns: (keyof UsageRecord)[] = [
 ];
 
 /**
- * One CSV field. Text a spreadsheet would read as a formula (OWASP's CSV injection list: `=`, `+`,
- * `-`, `@`, tab, CR first) gets a leading `'`; numbers are Sluice's own and stay numbers.
+ * Text a spreadsheet may read as a formula when it comes first: OWASP's CSV injection list (`=`,
+ * `+`, `-`, `@`, tab, CR, LF, NUL), a space (some spreadsheets trim it and read what follows), and
+ * the fullwidth `＝ ＋ － ＠` that some spreadsheets take for their ASCII forms.
  */
-function csvCell(value: unknown): string {
+const FORMULA_START = /^[=+\-@\t\r\n\0 \uFF1D\uFF0B\uFF0D\uFF20]/;
+
+/** One CSV field: text that may start a formula gets a leading `'`; numbers are Sluice's own and stay numbers. */
+export function csvCell(value: unknown): string {
   let text = value === null || value === undefined ? '' : String(value);
-  if (typeof value === 'string' && /^[=+\-@\t\r]/.test(text)) text = `'${text}`;
+  if (typeof value === 'string' && FORMULA_START.test(text)) text = `'${text}`;
   return /[",\r\n]/.test(text) ? `"${text.replace(/"/g, '""')}"` : text;
 }
 
