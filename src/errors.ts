@@ -42,6 +42,7 @@ export const catalog = {
   rate_limit_exceeded: { status: 429, kind: 'rate_limit' },
   insufficient_quota: { status: 429, kind: 'quota' },
   internal_error: { status: 500, kind: 'internal' },
+  unsupported_transfer_encoding: { status: 501, kind: 'invalid_request' },
   upstream_error: { status: 502, kind: 'upstream' },
   upstream_unavailable: { status: 503, kind: 'unavailable' },
   shutting_down: { status: 503, kind: 'unavailable' },

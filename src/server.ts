@@ -286,6 +286,14 @@ interface BodyFraming {
 function bodyFraming(headers: Record<string, string>, repeated: Set<string> | undefined, limit: number): BodyFraming {
   const declared = headers['content-length'];
   if (repeated?.has('content-length')) return { error: new GatewayError('invalid_request', 'The request has more than one Content-Length header.') };
+  const coding = headers['transfer-encoding'];
+  if (coding !== undefined) {
+    // uWS decodes any value that contains "chunked" as chunked: anything but exactly that is
+    // refused (RFC 9112 §6.1: chunked must come last; a coding the server lacks is a 501).
+    const codings = coding.toLowerCase().split(',').map((c) => c.trim());
+    if (codings.at(-1) !== 'chunked') return { error: new GatewayError('invalid_request', `Transfer-Encoding "${coding.slice(0, 64)}" does not end in chunked: send Transfer-Encoding: chunked, or a Content-Length.`) };
+    if (codings.length > 1) return { error: new GatewayError('unsupported_transfer_encoding', `Transfer-Encoding "${coding.slice(0, 64)}" is not supported: send Transfer-Encoding: chunked alone, or a Content-Length.`) };
+  }
   if (declared === undefined) {
     // Chunked: read up to the limit. Neither header: HTTP/1.1 says the body is empty (RFC 9112
     // §6.3), which is what `curl -X POST` without data sends; the route says if it needs one.

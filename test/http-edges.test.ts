@@ -112,6 +112,22 @@ t.test('chunked bodies are still read, and still capped', async (t) => {
   t.ok(await healthy(), 'the gateway still serves');
 });
 
+t.test('a Transfer-Encoding other than chunked alone is refused and the connection closed (RFC 9112 §6.1)', async (t) => {
+  const body = JSON.stringify({ model: 'sim-chat', messages: [{ role: 'user', content: 'hi' }] });
+  const chunked = `${body.length.toString(16)}\r\n${body}\r\n0\r\n\r\n`;
+  for (const [coding, expected] of [
+    ['xchunked', 400],
+    ['chunked, identity', 400],
+    ['gzip, chunked', 501],
+    ['CHUNKED', 200],
+  ] as const) {
+    const answer = await raw(port, post('/v1/chat/completions', [`Authorization: Bearer ${gw.key}`, 'Content-Type: application/json', `Transfer-Encoding: ${coding}`], chunked), 3000, complete);
+    t.equal(status(answer.text), expected, coding);
+    if (expected !== 200) t.match(answer.text, /send Transfer-Encoding: chunked/, 'the message says what to send');
+  }
+  t.ok(await healthy(), 'the gateway still serves');
+});
+
 t.test('an unauthenticated request gets its 401 without the body being read', async (t) => {
   // The headers promise 60 KB that never come: the answer must not wait for them.
   for (const path of generatePaths) {
