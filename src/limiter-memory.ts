@@ -6,7 +6,7 @@
  * Windows are sliding logs: one entry per admitted request in the last minute, with its tokens,
  * so `rpm` is exact and a reconciled token count replaces its reservation in place.
  */
-import { WINDOW_MS, type Amounts, type Decision, type LimitScope, type Limiter, type Refusal, type SpendSource, type WindowStatus } from './limiter.js';
+import { WINDOW_MS, admitsSpend, budgetRetryMs, type Amounts, type Decision, type LimitScope, type Limiter, type Refusal, type SpendSource, type WindowStatus } from './limiter.js';
 
 interface Entry {
   t: number;
@@ -98,7 +98,8 @@ export class MemoryLimiter implements Limiter<MemoryLease> {
   private decide(scopes: LimitScope[], states: ScopeState[], ask: Amounts, now: number): Decision<MemoryLease> {
     const windows: WindowStatus[] = [];
     let refusal: Omit<Extract<Decision<MemoryLease>, { granted: false }>, 'windows' | 'granted'> | undefined;
-    const refuse = (scope: string, reason: Refusal, limit: number, retryAfterMs: number) => (refusal ??= { scope, reason, limit, retryAfterMs });
+    const refuse = (scope: string, reason: Refusal, limit: number, retryAfterMs: number, budget?: { spent: number; reserved: number }) =>
+      (refusal ??= { scope, reason, limit, retryAfterMs, ...(budget && { budget }) });
     scopes.forEach((scope, i) => {
       const state = states[i]!;
       state.prune(now);
@@ -110,8 +111,12 @@ export class MemoryLimiter implements Limiter<MemoryLease> {
         else if (state.tokens + ask.tokens > tpm) refuse(scope.id, 'tokens', tpm, state.waitFor(now, state.tokens + ask.tokens - tpm, 0));
       }
       const budget = scope.budget;
-      if (budget && state.spend!.spent + state.spend!.reserved >= budget.amount) {
-        refuse(scope.id, 'budget', budget.amount, budget.until !== undefined ? budget.until - now : 86_400_000);
+      if (budget) {
+        const { spent, reserved } = state.spend!;
+        if (!admitsSpend(budget.amount, spent, reserved, ask.cost)) {
+          const retry = budgetRetryMs(budget.amount, spent, reserved, ask.cost, budget.until !== undefined ? budget.until - now : 86_400_000);
+          refuse(scope.id, 'budget', budget.amount, retry, { spent, reserved });
+        }
       }
     });
     if (refusal) {

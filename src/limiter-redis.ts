@@ -58,6 +58,7 @@ local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 local WINDOW = ${WINDOW_MS}
 local function fmt(x) return string.format('%.17g', x) end
+local function nano(x) return math.floor(x * 1e9 + 0.5) end
 -- Never shortens a key's life: a budget's expired leases must stay until a decision returns their reservations.
 local function extend(key, ms)
   local ttl = redis.call('PTTL', key)
@@ -71,7 +72,8 @@ end
  * amount, budget end, spent so far ('' for none of each).
  * Returns {'missing', scope indexes...} when a budget period is not counted yet and no spend
  * was given for it; else {'granted'|'refused', refused scope index, reason, retry after ms}
- * followed per scope by requests, tokens and reset ms of its window.
+ * followed per scope by requests, tokens and reset ms of its window, and after a budget refusal
+ * by the scope's spent and reserved.
  */
 const ACQUIRE = `${PRELUDE}
 local lease, leaseMs = ARGV[1], tonumber(ARGV[2])
@@ -174,7 +176,12 @@ for i, s in ipairs(scopes) do
   if not refused and s.budget then
     local spent = tonumber(redis.call('HGET', s.spend, 'spent'))
     local reserved = tonumber(redis.call('HGET', s.spend, 'reserved'))
-    if spent + reserved >= s.budget then refused = { i - 1, 'budget', s.ends and s.ends - now or ${DAY_MS} } end
+    -- admitsSpend and budgetRetryMs of limiter.ts, the same additions in the same order.
+    if not (nano(spent + reserved) < nano(s.budget) and nano(spent + reserved + askCost) <= nano(s.budget)) then
+      local wait = s.ends and s.ends - now or ${DAY_MS}
+      if nano(reserved) > 0 and nano(spent + askCost) <= nano(s.budget) and nano(spent) < nano(s.budget) then wait = 1000 end
+      refused = { i - 1, 'budget', wait, fmt(spent), fmt(reserved) }
+    end
   end
 end
 
@@ -205,6 +212,10 @@ for i, s in ipairs(scopes) do
   out[#out + 1] = counts[i][1]
   out[#out + 1] = fmt(counts[i][2])
   out[#out + 1] = oldest[2] and tonumber(oldest[2]) + WINDOW - now or 0
+end
+if refused and refused[4] then
+  out[#out + 1] = refused[4]
+  out[#out + 1] = refused[5]
 end
 return out
 `;
@@ -350,7 +361,9 @@ export class RedisLimiter implements Limiter<RedisLease> {
     if (reply[0] === 'refused') {
       const scope = scopes[Number(reply[1])]!;
       const reason = reply[2] as Refusal;
-      return { granted: false, scope: scope.id, reason, limit: limitOf(scope, reason), retryAfterMs: Number(reply[3]), windows };
+      const after = 4 + scopes.length * 3;
+      const budget = reason === 'budget' && reply.length > after + 1 ? { spent: Number(reply[after]), reserved: Number(reply[after + 1]) } : undefined;
+      return { granted: false, scope: scope.id, reason, limit: limitOf(scope, reason), retryAfterMs: Number(reply[3]), windows, ...(budget && { budget }) };
     }
     const flags = scopes.flatMap(({ limits, budget }) => [limits?.rpm !== undefined || limits?.tpm !== undefined ? '1' : '0', budget ? '1' : '0']);
     const lease: RedisLease = { id, counted: true, keys, flags, settled: false };

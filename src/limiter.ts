@@ -5,7 +5,9 @@
  *
  * One `acquire` decides for all the scopes an exchange falls under (its key, its group, its model)
  * at once and all-or-nothing: it takes a concurrency slot, takes a request from each sliding
- * one-minute window, and reserves the estimated tokens and spend, or takes nothing and says why.
+ * one-minute window, and reserves the estimated tokens and the worst-case spend, or takes nothing
+ * and says why. A budget admits a request only when its own reservation fits in what is left
+ * (`admitsSpend`), so what is spent never passes the budget while usage stays within reservations.
  * One `settle` per granted lease, when the exchange ends however it ends, replaces the
  * reservations with what was actually used and frees the slot.
  */
@@ -45,7 +47,16 @@ export const limitRefusal = new StateKey<Refusal>('limit refusal');
 
 export type Decision<L> =
   | { granted: true; lease: L; windows: WindowStatus[] }
-  | { granted: false; scope: string; reason: Refusal; limit: number; retryAfterMs: number; windows: WindowStatus[] };
+  | {
+      granted: false;
+      scope: string;
+      reason: Refusal;
+      limit: number;
+      retryAfterMs: number;
+      windows: WindowStatus[];
+      /** A `budget` refusal: the scope's spend in the period and what requests in flight hold reserved. */
+      budget?: { spent: number; reserved: number };
+    };
 
 export interface Limiter<L = unknown> {
   /** All or nothing over `scopes`. Answers at once when it can (the memory limiter always can, once a budget's spend is known). */
@@ -56,6 +67,24 @@ export interface Limiter<L = unknown> {
 }
 
 export const WINDOW_MS = 60_000;
+
+/** Costs compared in billionths (what costOf rounds to), so sums of binary fractions do not decide. */
+const nano = (x: number) => Math.floor(x * 1e9 + 0.5);
+
+/**
+ * The budget rule, the same in every limiter (limiter-redis.ts repeats it in Lua, in the same
+ * order of additions): a request is admitted only while the period is not used up and its own
+ * reserved cost fits in what spend and other reservations left. A zero cost (an unpriced model)
+ * passes until the period is used up.
+ */
+export function admitsSpend(amount: number, spent: number, reserved: number, cost: number): boolean {
+  return nano(spent + reserved) < nano(amount) && nano(spent + reserved + cost) <= nano(amount);
+}
+
+/** How long a budget refusal waits: a second when the request would fit once requests in flight settle, else until the period ends. */
+export function budgetRetryMs(amount: number, spent: number, reserved: number, cost: number, periodLeftMs: number): number {
+  return nano(reserved) > 0 && nano(spent + cost) <= nano(amount) && nano(spent) < nano(amount) ? 1000 : periodLeftMs;
+}
 
 /** A scope's spend since a time, from the usage records (the truth a limiter starts from). */
 export function spendInUsage(store: Pick<Store, 'queryUsage'>): SpendSource {

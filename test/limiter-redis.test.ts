@@ -211,6 +211,19 @@ t.test('a holder gone without settling: its reservation returns with its lease, 
   t.same(await admin.hmget('reserve:group:reserve:spend:0', 'spent', 'reserved'), ['0.5', '0'], 'the late settle counted its spend, and nothing stays reserved');
 });
 
+t.test("a request whose own reservation does not fit is refused, as by the memory limiter", async (t) => {
+  const limiter = redisLimiter({}, async () => 0.3);
+  const scope: LimitScope = { id: 'key:own', budget: { amount: 1, since: 0, until: undefined } };
+  const ask = (cost: number) => limiter.acquire([scope], { tokens: 0, cost });
+  t.match(await ask(0.8), { granted: false, reason: 'budget', limit: 1, budget: { spent: 0.3, reserved: 0 } }, 'spent 0.3 + 0.8 > 1: refused although nothing is reserved');
+  const held = await Promise.all([ask(0.1), ask(0.2), ask(0.4)]);
+  t.equal(granted(held), 3, '0.3 + 0.1 + 0.2 + 0.4 = 1: all fit exactly');
+  t.match(await ask(0.000_000_001), { granted: false, reason: 'budget', retryAfterMs: 1000 }, 'a billionth more does not; it would fit once those in flight settle: a second');
+  for (const d of held) if (d.granted) await limiter.settle(d.lease, { tokens: 0, cost: 0.1 });
+  t.match(await ask(0.5), { granted: false, reason: 'budget' }, 'settled at 0.1 each: 0.4 left');
+  t.ok((await ask(0.4)).granted, '0.4 fits');
+});
+
 t.test('a refusal waits for the entries that must leave the window', async (t) => {
   const limiter = redisLimiter();
   const scope = (limits: { rpm?: number; tpm?: number }): LimitScope => ({ id: 'key:waits', limits });

@@ -109,3 +109,29 @@ t.test('a settled lease is settled once', async (t) => {
   t.ok(!(a instanceof Promise) && a.granted, 'one slot');
   t.ok(!(b instanceof Promise) && !b.granted, 'and only one: a second settle did not free another');
 });
+
+t.test("a budget admits a request only when its own reservation fits in what is left", async (t) => {
+  const limiter = new MemoryLimiter(async () => 0.3);
+  const period = { amount: 1, since: 0, until: 10_000 };
+  const scope: LimitScope = { id: 'key:own', budget: period };
+  const ask = (cost: number, now: number) => limiter.acquire([scope], { tokens: 0, cost }, now);
+  // The period's spend is read once, then decisions are synchronous and at the given time.
+  const primed = await ask(0, 0);
+  if (primed.granted) limiter.settle(primed.lease, { tokens: 0, cost: 0 }, 0);
+  const tooDear = ask(0.8, 1);
+  t.match(tooDear, { granted: false, reason: 'budget', limit: 1, budget: { spent: 0.3, reserved: 0 }, retryAfterMs: 9_999 }, 'spent 0.3 + 0.8 > 1: refused although nothing is reserved, until the period ends');
+  // 0.1 + 0.2 is 0.30000000000000004 in binary: costs compare in billionths.
+  const a = ask(0.1, 2);
+  const b = ask(0.2, 3);
+  const c = ask(0.4, 4);
+  t.ok(!(a instanceof Promise) && a.granted && !(b instanceof Promise) && b.granted && !(c instanceof Promise) && c.granted, '0.3 + 0.1 + 0.2 + 0.4 = 1: all fit exactly');
+  const more = ask(0.000_000_001, 5);
+  t.match(more, { granted: false, reason: 'budget', budget: { reserved: 0.7000000000000001 }, retryAfterMs: 1000 }, 'a billionth more does not; it would fit once those in flight settle: a second');
+  if (a instanceof Promise || !a.granted || b instanceof Promise || !b.granted || c instanceof Promise || !c.granted) return;
+  limiter.settle(a.lease, { tokens: 0, cost: 0.05 });
+  t.match(ask(0.06, 6), { granted: false, reason: 'budget' }, 'settled at 0.05, what is left is 0.05');
+  const fits = ask(0.05, 7);
+  t.ok(!(fits instanceof Promise) && fits.granted, '0.05 fits');
+  const unpriced = ask(0, 8);
+  t.match(unpriced, { granted: false, reason: 'budget' }, 'used up (spent and reserved reach the amount): even a request that costs nothing is refused');
+});

@@ -1,12 +1,15 @@
 /**
  * Limits and budgets: at admission, one limiter decision over every scope the exchange falls under
  * (its key, with the group's limits as defaults; its group's budget; its model's own limits).
- * Tokens and spend are reserved then (the prompt estimated with the tokenizer, plus the output
- * ceiling) and reconciled with the real usage in the done phase, whatever the ending.
+ * Tokens are reserved then (the prompt estimated with the tokenizer, plus the output ceiling), and
+ * so is the worst case of the spend (the prompt bounded from above, plus the output ceiling, at the
+ * dearest prices); both are reconciled with the real usage in the done phase, whatever the ending.
+ * A budget admits a request only when that worst case fits in what is left, so a stream needs no
+ * cutting: it cannot pass the output ceiling the upstream was told and the reservation covered.
  * Every answer of a limited exchange carries OpenAI's `x-ratelimit-*` headers.
  */
 import { definePlugin } from '../../src/contracts.js';
-import { costOf } from '../../src/cost.js';
+import { worstCaseCost } from '../../src/cost.js';
 import { GatewayError } from '../../src/errors.js';
 import { StateKey, type Exchange } from '../../src/exchange.js';
 import { limitRefusal, type Amounts, type Decision, type LimitScope, type WindowStatus } from '../../src/limiter.js';
@@ -16,8 +19,31 @@ import { estimateTokens } from '../../src/tokens.js';
 /** What an output ceiling is taken to be when neither the client nor the model sets one. */
 const UNKNOWN_CEILING = 4096;
 
+/**
+ * The prompt tokens reserved against a budget, from the o200k estimate of the prompt text: an
+ * upstream counts more than the text (a few tokens of framing per message, its own tokenizer), so
+ * a quarter more, plus PER_LINE for every line of the prompt text (each message, tool call and
+ * tool list is at least one), plus FIXED for the reply's priming.
+ */
+const INPUT_MARGIN = 1.25;
+const PER_LINE = 4;
+const FIXED = 16;
+
+/** Where each family asks for its output ceiling, for the refusal's advice. */
+const CEILING_FIELD: Record<string, string> = { chat: 'max_tokens', responses: 'max_output_tokens', gemini: 'generationConfig.maxOutputTokens', messages: 'max_tokens' };
+
 /** The lease a granted exchange holds until its done phase. */
 const held = new StateKey<{ lease: unknown }>('limiter lease');
+
+/** What was reserved against a budget, to explain a refusal. */
+interface WorstCase {
+  cost: number;
+  inputTokens: number;
+  outputTokens: number;
+  /** The price of one more output token, and the cost of the prompt alone. */
+  outputPrice: number;
+  inputCost: number;
+}
 
 export default definePlugin(({ limiter, log }) => {
   /** The scopes an exchange is counted in; empty when nothing limits it. */
@@ -34,22 +60,37 @@ export default definePlugin(({ limiter, log }) => {
     return scopes;
   };
 
-  /** Prompt tokens by the tokenizer plus the output ceiling; priced when the model has prices. */
-  const reservation = (ex: Exchange, scopes: LimitScope[]): Amounts => {
+  /**
+   * Tokens: the prompt by the tokenizer plus the output ceiling. Cost, when the model has prices
+   * and a scope a budget: the worst case, the prompt's upper bound plus the output ceiling of every
+   * candidate, at the dearest prices.
+   */
+  const reservation = (ex: Exchange, scopes: LimitScope[]): { ask: Amounts; worst?: WorstCase } => {
     const needsTokens = scopes.some((s) => s.limits?.tpm !== undefined);
     const prices = ex.model!.prices;
     const needsCost = prices !== undefined && scopes.some((s) => s.budget);
-    if (!needsTokens && !needsCost) return { tokens: 0, cost: 0 };
-    const input = estimateTokens(ex.clientFamily.promptText(ex));
-    const ceiling = ex.model!.maxOutputTokens;
+    if (!needsTokens && !needsCost) return { ask: { tokens: 0, cost: 0 } };
+    const text = ex.clientFamily.promptText(ex);
+    const input = estimateTokens(text);
+    const { max, default: byDefault } = ex.model!.maxOutputTokens;
     const asked = ex.clientFamily.requestedOutputTokens?.(ex);
-    // A model that clamps will not produce more than its max, whatever was asked.
-    const clamped = asked !== undefined && ceiling.overMax === 'clamp' && ceiling.max !== undefined ? Math.min(asked, ceiling.max) : asked;
-    const output = clamped ?? ceiling.default ?? ceiling.max ?? UNKNOWN_CEILING;
-    return { tokens: input + output, cost: needsCost ? costOf({ inputTokens: input, outputTokens: output }, prices) : 0 };
+    // Over the max, the model rules clamp it or refuse the request: either way no more than max runs.
+    const output = (asked !== undefined && max !== undefined ? Math.min(asked, max) : asked) ?? byDefault ?? max ?? UNKNOWN_CEILING;
+    const ask = { tokens: input + output, cost: 0 };
+    if (!needsCost) return { ask };
+    const inputBound = Math.ceil(input * INPUT_MARGIN) + PER_LINE * (newlines(text) + 1) + FIXED;
+    const outputBound = output * candidates(ex);
+    const worst: WorstCase = {
+      cost: worstCaseCost(inputBound, outputBound, prices),
+      inputTokens: inputBound,
+      outputTokens: outputBound,
+      outputPrice: worstCaseCost(0, candidates(ex), prices),
+      inputCost: worstCaseCost(inputBound, 0, prices),
+    };
+    return { ask: { ...ask, cost: worst.cost }, worst };
   };
 
-  const decided = (ex: Exchange, decision: Decision<unknown>): GatewayError | undefined => {
+  const decided = (ex: Exchange, decision: Decision<unknown>, worst: WorstCase | undefined): GatewayError | undefined => {
     if (decision.granted && ex.over) {
       // The client left while the decision waited: nothing ran, so nothing was used.
       void limiter.settle(decision.lease, { tokens: 0, cost: 0 });
@@ -62,7 +103,9 @@ export default definePlugin(({ limiter, log }) => {
     const retryAfterSeconds = Math.max(1, Math.ceil(decision.retryAfterMs / 1000));
     // The shared limiter's store is away and its fail mode is closed: a 503, not a limit reached.
     const code = decision.reason === 'budget' ? 'insufficient_quota' : decision.reason === 'unavailable' ? 'overloaded' : 'rate_limit_exceeded';
-    return new GatewayError(code, refusalMessage(decision, retryAfterSeconds), null, undefined, undefined, retryAfterSeconds);
+    const message =
+      decision.reason === 'budget' ? budgetMessage(decision, worst, CEILING_FIELD[ex.clientFamily.name] ?? 'max_tokens', retryAfterSeconds) : refusalMessage(decision, retryAfterSeconds);
+    return new GatewayError(code, message, null, undefined, undefined, retryAfterSeconds);
   };
 
   return {
@@ -72,8 +115,9 @@ export default definePlugin(({ limiter, log }) => {
       const now = Date.now();
       const scopes = scopesOf(ex, now);
       if (scopes.length === 0) return;
-      const decision = limiter.acquire(scopes, reservation(ex, scopes), now);
-      return decision instanceof Promise ? decision.then((d) => decided(ex, d)) : decided(ex, decision);
+      const { ask, worst } = reservation(ex, scopes);
+      const decision = limiter.acquire(scopes, ask, now);
+      return decision instanceof Promise ? decision.then((d) => decided(ex, d, worst)) : decided(ex, decision, worst);
     },
     done(ex) {
       const lease = ex.get(held)?.lease;
@@ -84,6 +128,44 @@ export default definePlugin(({ limiter, log }) => {
     },
   };
 });
+
+/** The newlines of a text, counted without splitting it. */
+function newlines(text: string): number {
+  let n = 0;
+  for (let i = text.indexOf('\n'); i !== -1; i = text.indexOf('\n', i + 1)) n++;
+  return n;
+}
+
+/** Choices generated at once (chat's `n`, Gemini's `candidateCount`): each may run to the ceiling. */
+function candidates(ex: Exchange): number {
+  const req = ex.request as { n?: unknown; generationConfig?: { candidateCount?: unknown } } | undefined;
+  const n = Number(req?.n ?? req?.generationConfig?.candidateCount ?? 1);
+  return Number.isInteger(n) && n > 1 ? n : 1;
+}
+
+/** A cost as people read it: at most six significant digits, no binary noise. */
+const money = (x: number) => String(Number(Math.max(0, x).toPrecision(6)));
+
+/** A budget refusal: what is left, what this request may cost, and what to do about it. */
+function budgetMessage(decision: Extract<Decision<unknown>, { granted: false }>, worst: WorstCase | undefined, ceilingField: string, retryAfterSeconds: number): string {
+  const { scope, limit, budget } = decision;
+  // In billionths, as the limiter compares them: no binary remainders of settled reservations.
+  const spent = budget && Math.round(budget.spent * 1e9) / 1e9;
+  const reserved = Math.round((budget?.reserved ?? 0) * 1e9) / 1e9;
+  if (spent === undefined || spent >= limit || !worst) {
+    const used = spent === undefined ? '' : ` (${money(spent)} spent${reserved > 0 ? `, ${money(reserved)} reserved by requests in flight` : ''})`;
+    return `The budget of ${scope} (${limit}) is used up for this period${used}. Raise the budget to go on.`;
+  }
+  const left = limit - spent - reserved;
+  const held = reserved > 0 ? `, ${money(reserved)} reserved by requests in flight` : '';
+  const fits = worst.outputPrice > 0 ? Math.floor((left - worst.inputCost) / worst.outputPrice) : 0;
+  const lower = fits >= 1 ? `Lower ${ceilingField} to ${fits} or less` : `Shorten the prompt or lower ${ceilingField}`;
+  const wait = reserved > 0 && retryAfterSeconds <= 1 ? ` or try again in ${retryAfterSeconds}s, when requests in flight have settled,` : '';
+  return (
+    `This request may cost up to ${money(worst.cost)} (about ${worst.inputTokens} prompt tokens and up to ${worst.outputTokens} output tokens at the model's prices), ` +
+    `more than the budget of ${scope} has left: ${money(Math.max(0, left))} of ${limit} (${money(spent)} spent${held}). ${lower},${wait} or raise the budget.`
+  );
+}
 
 /** Why a request was refused; "try again in Ns" is what Codex reads to time its retry. */
 function refusalMessage({ reason, scope, limit }: Extract<Decision<unknown>, { granted: false }>, retryAfterSeconds: number): string {
