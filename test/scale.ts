@@ -17,7 +17,8 @@ export interface Cluster {
 /** Every request on a connection of its own, so that worker threads (kernel-spread connections) all take part. */
 const fresh = () => new Agent({ pipelining: 0, connections: 1 });
 
-export async function call(url: string, key: string, body: Record<string, unknown>): Promise<{ status: number; id: string | null; text: string }> {
+/** A chat call on a fresh connection; `begun` is called once its answer has begun (status and headers). */
+export async function call(url: string, key: string, body: Record<string, unknown>, begun?: () => void): Promise<{ status: number; id: string | null; text: string }> {
   const dispatcher = fresh();
   try {
     const res = await fetch(`${url}/v1/chat/completions`, {
@@ -27,6 +28,7 @@ export async function call(url: string, key: string, body: Record<string, unknow
       // @ts-expect-error undici's fetch takes a dispatcher
       dispatcher,
     });
+    begun?.();
     return { status: res.status, id: res.headers.get('x-request-id'), text: await res.text() };
   } finally {
     await dispatcher.close();
@@ -48,8 +50,12 @@ export async function keyIn(cluster: Cluster, fields: Record<string, unknown> = 
 export const spread = (cluster: Cluster, n: number, send: (url: string, i: number) => ReturnType<typeof call>) =>
   Promise.all(Array.from({ length: n }, (_, i) => send(cluster.urls[i % cluster.urls.length]!, i)));
 
-/** How long the scale tests wait for what other threads and instances do (records, replacements). */
-export const PATIENCE_MS = 10_000;
+/**
+ * The bound on waiting for what other threads and instances do (records, a replacement thread, a
+ * recovery): each wait returns as soon as it holds; a thread or instance starting on two busy
+ * cores can take tens of seconds, so this only stops a wait that never ends.
+ */
+export const PATIENCE_MS = 60_000;
 
 /** Every request of `ids` has exactly one usage record, whichever instance served it. */
 export async function oneRecordEach(t: Test, cluster: Cluster, keyId: string, ids: string[]): Promise<any[]> {
@@ -93,25 +99,24 @@ export function exactnessTests(t: Test, cluster: () => Cluster): void {
     await oneRecordEach(t, c, id, all.map((r) => r.id!));
   });
 
-  t.test('a budget is not overshot beyond the requests in flight', async (t) => {
+  t.test('a budget is never overshot: each request reserves its worst case at admission', async (t) => {
     const c = cluster();
     // sim-chat is priced one unit per token in these tests; each answer costs its prompt plus 20.
     const { key, id } = await keyIn(c, { budget: { amount: 100, period: 'total' } });
     const statuses: number[] = [];
     const ids: string[] = [];
-    // Waves of 6 at once until one is refused whole: then nothing was in flight and the spend
-    // recorded has reached the budget, with at most one wave's worth past it.
+    // Waves of 6 at once until one is refused whole: then nothing was in flight and what is left
+    // is less than one request's worst case (its prompt bound plus max_tokens, at the prices).
     for (let wave = 0; wave < 20; wave++) {
-      const all = await spread(c, 6, (url) => call(url, key, say('Spend [[sim tokens=20]]', false)));
+      const all = await spread(c, 6, (url) => call(url, key, { ...say('Spend [[sim tokens=20]]', false), max_tokens: 20 }));
       for (const r of all) (statuses.push(r.status), ids.push(r.id!));
       if (all.every((r) => r.status === 429)) break;
     }
     t.ok(statuses.slice(-6).every((s) => s === 429), 'the budget refuses at last');
     const records = await oneRecordEach(t, c, id, ids);
     const spent = records.reduce((sum, r) => sum + (r.cost ?? 0), 0);
-    const maxCost = Math.max(...records.map((r) => r.cost ?? 0));
-    t.ok(spent >= 100, `spent ${spent}`);
-    t.ok(spent < 100 + 6 * maxCost, `no more over the budget than one wave in flight (${spent})`);
+    t.ok(spent > 0, `some requests were served (${spent})`);
+    t.ok(spent <= 100, `never over the budget, on any instance (${spent})`);
     const after = await spread(c, 3, (url) => call(url, key, say('More', false)));
     t.same(
       after.map((r) => r.status),
