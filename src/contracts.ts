@@ -346,4 +346,11 @@ export interface JsonReply {
   headers?: Record<string, string | string[]>;
 }
 
-export type JsonHandler = (req: JsonRequest) => JsonReply | Promise<JsonReply>;
+export interface JsonHandler {
+  (req: JsonRequest): JsonReply | Promise<JsonReply>;
+  /**
+   * Runs on the headers, before any body byte is read: a reply here answers at once and closes
+   * the connection, so a caller refused here (no admin token) never gets its body held in memory.
+   */
+  beforeBody?(req: Omit<JsonRequest, 'body'>): JsonReply | undefined | Promise<JsonReply | undefined>;
+}

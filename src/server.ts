@@ -86,8 +86,11 @@ const HEARTBEAT_MS = 5000;
 const LARGE_REPLY_BYTES = 64 * 1024;
 /** Body bytes that may arrive before the headers are accepted; past them the upload is paused. */
 const EARLY_BYTES = 64 * 1024;
-/** Admin and console bodies are small; they are read before the admin token is checked. */
-const MAX_JSON_ROUTE_BODY_BYTES = 1024 * 1024;
+/**
+ * Admin and console bodies are small JSON (a group, a key, a sign-in). They are read only after
+ * the route's `beforeBody` check (the admin token), within the in-flight body budget.
+ */
+const MAX_JSON_ROUTE_BODY_BYTES = 64 * 1024;
 
 /** What every response of one server shares: limits, the body budget, the writers under way. */
 interface ServerContext {
@@ -122,7 +125,9 @@ export function startServer(options: ServerOptions): Promise<RunningServer> {
     for (const writer of context.writers) writer.tick(now);
   }, probeMs).unref();
 
-  const overloaded = () => pipeline.inFlight.size + sockets.size >= limits.maxConnections;
+  /** Admin, console and metrics requests under way: they count against maxConnections too. */
+  let jsonInFlight = 0;
+  const overloaded = () => pipeline.inFlight.size + sockets.size + jsonInFlight >= limits.maxConnections;
 
   /** Endpoints by method and path: families may share one (a model list), told apart by `when`. */
   const routes = new Map<string, Candidates>();
@@ -179,14 +184,25 @@ export function startServer(options: ServerOptions): Promise<RunningServer> {
       const query = new URLSearchParams(req.getQuery() ?? '');
       const { headers, repeated } = copyHeaders(req);
       const remoteAddress = Buffer.from(res.getRemoteAddressAsText()).toString();
-      const writer = new JsonWriter(res);
+      let reserved = 0;
+      jsonInFlight++;
+      // Once, on the reply or the client's leaving: the slot and the body budget come back.
+      const writer = new JsonWriter(res, () => {
+        jsonInFlight--;
+        context.bodyBytesInFlight -= reserved;
+        reserved = 0;
+      });
+      if (overloaded() && method !== 'GET' && method !== 'HEAD') {
+        return writer.send({ status: 503, body: { error: { message: 'The gateway is at capacity; try again shortly.', code: 'overloaded' } }, headers: { 'retry-after': '1' } }, true);
+      }
+      const failed = (err: unknown) => {
+        log.error({ err }, 'json route failed');
+        return { status: 500, body: { error: { message: 'internal error', code: 'internal_error' } } };
+      };
       const answer = (body: Buffer) => {
         Promise.resolve()
           .then(() => handler({ method, path, query, headers, body, remoteAddress }))
-          .catch((err) => {
-            log.error({ err }, 'json route failed');
-            return { status: 500, body: { error: { message: 'internal error', code: 'internal_error' } } };
-          })
+          .catch(failed)
           .then((reply) => writer.send(reply, false, method === 'HEAD'))
           .catch((err) => {
             log.error({ err }, 'json route reply failed');
@@ -199,9 +215,23 @@ export function startServer(options: ServerOptions): Promise<RunningServer> {
         const { status, message, code } = framing.error;
         return writer.send({ status, body: { error: { message, code } } }, true);
       }
-      new BodyReader(res, framing.length, MAX_JSON_ROUTE_BODY_BYTES).read(answer, (err) =>
-        writer.send({ status: err.status, body: { error: { message: err.message, code: err.code } } }, true),
-      );
+      // Holds at most EARLY_BYTES, then pauses the upload, until the body is wanted.
+      const reader = new BodyReader(res, framing.length, MAX_JSON_ROUTE_BODY_BYTES);
+      const readBody = () => {
+        const reserve = reader.complete ? 0 : (framing.length ?? MAX_JSON_ROUTE_BODY_BYTES);
+        if (context.bodyBytesInFlight + reserve > context.maxInFlightBodyBytes) {
+          return writer.send({ status: 503, body: { error: { message: 'Too many request bodies are being received; try again shortly.', code: 'overloaded' } }, headers: { 'retry-after': '1' } }, true);
+        }
+        context.bodyBytesInFlight += reserve;
+        reserved = reserve;
+        reader.read(answer, (err) => writer.send({ status: err.status, body: { error: { message: err.message, code: err.code } } }, true));
+      };
+      // The caller is checked on its headers first: a refused caller's body is never read.
+      const early = handler.beforeBody?.({ method, path, query, headers, remoteAddress });
+      if (!early) return readBody();
+      Promise.resolve(early)
+        .catch(failed)
+        .then((reply) => (reply ? writer.send(reply, true) : readBody()));
     };
     app.any(prefix.endsWith('/') ? `${prefix}*` : prefix, route);
     if (!prefix.endsWith('/')) app.any(`${prefix}/*`, route);
@@ -673,8 +703,18 @@ class UwsResponse implements ClientResponse {
 class JsonWriter {
   private closed = false;
 
-  constructor(private readonly res: HttpResponse) {
-    res.onAborted(() => (this.closed = true));
+  /** `ended` runs once: when the reply is written, or when the client leaves first. */
+  constructor(
+    private readonly res: HttpResponse,
+    private readonly ended: () => void,
+  ) {
+    res.onAborted(() => this.end());
+  }
+
+  private end(): void {
+    if (this.closed) return;
+    this.closed = true;
+    this.ended();
   }
 
   send(reply: JsonReply, closeConnection = false, headOnly = false): void {
@@ -692,6 +732,6 @@ class JsonWriter {
       else this.res.end(data, closeConnection);
     });
     // Only once written: a reply that failed to serialise can still be answered with a 500.
-    this.closed = true;
+    this.end();
   }
 }

@@ -75,7 +75,7 @@ export function adminRoutes(service: AdminService, sessions: Sessions, options: 
    * Throws unless the caller is the admin; a cookie session must prove it is not a forged request.
    * Returns the actor the audit log names.
    */
-  const authorize = async ({ method, headers }: JsonRequest, via: ForwardedView): Promise<string> => {
+  const authorize = async ({ method, headers }: Pick<JsonRequest, 'method' | 'headers'>, via: ForwardedView): Promise<string> => {
     const bearer = bearerToken(headers.authorization);
     if (bearer !== undefined) {
       await checkToken(addressKey(via.client), bearer);
@@ -125,17 +125,32 @@ export function adminRoutes(service: AdminService, sessions: Sessions, options: 
     throw new AdminError(405, 'method_not_allowed', `${req.method} is not allowed on /admin/session`);
   };
 
-  return async (req): Promise<JsonReply> => {
-    const { method, path, query, body, headers } = req;
+  /** What the headers decide: the path, the origin and, but for a sign-in, who is calling. */
+  const admit = async (req: Omit<JsonRequest, 'body'>) => {
+    const { method, path, headers } = req;
+    const [, , resource, id, extra] = path.split('/').map(decodeSegment);
+    const via = proxies.view(req.remoteAddress, headers);
+    if (!safeMethods.has(method)) {
+      const usesCookie = bearerToken(headers.authorization) === undefined && cookieValue(headers.cookie, SESSION_COOKIE) !== undefined;
+      checkOrigin(headers.origin, usesCookie, via, allowedOrigins);
+    }
+    // A sign-in's token is in its body (small, capped like every admin body).
+    const signIn = resource === 'session' && id === undefined;
+    return { resource, id, extra, via, signIn, actor: signIn ? '' : await authorize(req, via) };
+  };
+
+  const refusal = (err: unknown): JsonReply => {
+    if (err instanceof AdminError) return error(err);
+    // The database is down: the gateway keeps serving cached keys, the admin API says why it cannot.
+    if (err instanceof StoreUnavailableError) return error(new AdminError(503, 'store_unavailable', `the store cannot be reached: ${err.message}`), 5);
+    throw err;
+  };
+
+  const handle: JsonHandler = async (req): Promise<JsonReply> => {
+    const { method, path, query, body } = req;
     try {
-      const [, , resource, id, extra] = path.split('/').map(decodeSegment);
-      const via = proxies.view(req.remoteAddress, headers);
-      if (!safeMethods.has(method)) {
-        const usesCookie = bearerToken(headers.authorization) === undefined && cookieValue(headers.cookie, SESSION_COOKIE) !== undefined;
-        checkOrigin(headers.origin, usesCookie, via, allowedOrigins);
-      }
-      if (resource === 'session' && id === undefined) return await session(req, via);
-      const actor = await authorize(req, via);
+      const { resource, id, extra, via, signIn, actor } = await admit(req);
+      if (signIn) return await session(req, via);
       if (extra !== undefined) throw new AdminError(404, 'not_found', `no route for ${method} ${path}`);
       const filters = Object.fromEntries(query);
       switch (`${method} ${resource}${id !== undefined ? '/:id' : ''}`) {
@@ -190,12 +205,12 @@ export function adminRoutes(service: AdminService, sessions: Sessions, options: 
       }
       throw new AdminError(404, 'not_found', `no route for ${method} ${path}`);
     } catch (err) {
-      if (err instanceof AdminError) return error(err);
-      // The database is down: the gateway keeps serving cached keys, the admin API says why it cannot.
-      if (err instanceof StoreUnavailableError) return error(new AdminError(503, 'store_unavailable', `the store cannot be reached: ${err.message}`), 5);
-      throw err;
+      return refusal(err);
     }
   };
+  // Before a body is read: an unknown caller is refused on its headers, its body never held.
+  handle.beforeBody = (req) => admit(req).then(() => undefined, refusal);
+  return handle;
 }
 
 /** A fallback for when the store cannot be reached; other errors pass. */
