@@ -298,7 +298,12 @@ const schema = {
       properties: { level: { enum: ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] } },
     },
     usage: { type: 'object', additionalProperties: false, properties: { journalFsync: { type: 'boolean' } } },
+    // The discriminator picks the one branch `kind` names, so an error says what that kind lacks.
     store: {
+      type: 'object',
+      required: ['kind'],
+      properties: { kind: { type: 'string' } },
+      discriminator: { propertyName: 'kind' },
       oneOf: [
         { type: 'object', additionalProperties: false, required: ['kind'], properties: { kind: { const: 'sqlite' } } },
         {
@@ -310,6 +315,10 @@ const schema = {
       ],
     },
     limiter: {
+      type: 'object',
+      required: ['kind'],
+      properties: { kind: { type: 'string' } },
+      discriminator: { propertyName: 'kind' },
       oneOf: [
         { type: 'object', additionalProperties: false, required: ['kind'], properties: { kind: { const: 'memory' } } },
         {
@@ -450,7 +459,7 @@ const schema = {
   },
 };
 
-const validate = schemaCompiler('config', { allErrors: true, strict: true }).compile(schema);
+const validate = schemaCompiler('config', { allErrors: true, strict: true, discriminator: true }).compile(schema);
 
 export class ConfigError extends Error {}
 
@@ -657,7 +666,8 @@ function interpolate(value: unknown, env: NodeJS.ProcessEnv, at: string): unknow
 
 function formatErrors(errors: ErrorObject[]): string {
   return errors
-    .filter((e) => e.keyword !== 'anyOf')
+    // A missing `kind` is said once, by `required`, not again by the discriminator.
+    .filter((e) => e.keyword !== 'anyOf' && !(e.keyword === 'discriminator' && (e.params as { tagValue?: unknown }).tagValue === undefined))
     .map((e) => {
       const where = e.instancePath || '/';
       if (e.keyword === 'additionalProperties') {
@@ -665,6 +675,13 @@ function formatErrors(errors: ErrorObject[]): string {
       }
       if (e.keyword === 'required') {
         return `  ${where}: missing key "${(e.params as { missingProperty: string }).missingProperty}"`;
+      }
+      if (e.keyword === 'discriminator') {
+        const { tag, tagValue } = e.params as { tag: string; tagValue: unknown };
+        // Only top-level sections (store, limiter) have kinds.
+        const section = (schema.properties as Record<string, { oneOf?: { properties: Record<string, { const?: string }> }[] }>)[where.slice(1)];
+        const kinds = (section?.oneOf ?? []).map((b) => `"${b.properties[tag]?.const}"`);
+        return `  ${where}/${tag}: ${JSON.stringify(tagValue)} is not one of ${kinds.join(', ')}`;
       }
       return `  ${where}: ${e.message}`;
     })
