@@ -21,7 +21,7 @@ import {
 } from './engine.js';
 import {
   RequestError,
-  StepBuilder,
+  SSE_HEADERS,
   checkMaxLength,
   faultReply,
   generationMs,
@@ -33,8 +33,10 @@ import {
   parseOr400,
   positiveInteger,
   randomId,
+  scriptedReply,
   tokenIntervalMs,
   withWireQuirks,
+  type ScriptItem,
   type SimReply,
 } from './reply.js';
 
@@ -128,37 +130,41 @@ function streamReply(request: ChatRequest, p: Plan, id: string, created: number)
   const head =
     `{"id":${JSON.stringify(id)},"object":"chat.completion.chunk","created":${created},` +
     `"model":${JSON.stringify(request.model)},"service_tier":"default","system_fingerprint":"${FINGERPRINT}","choices":[`;
-  const chunk = (choice: object) => dataFrame(head + JSON.stringify(choice) + (request.includeUsage ? '],"usage":null}' : ']}'));
-
+  // A cut drops the connection after `cut_after` deltas, or before the finish when the answer is shorter.
+  const cut = p.fault.cutAfter !== undefined;
   // The opening chunks go out with the first token, after the ttft delay.
-  const script = new StepBuilder(p.timing.ttftMs);
-  p.choices.forEach((choice, index) => {
-    script.push(chunk(openingDelta(index, choice)));
-    if (choice.kind === 'tool_call') script.push(chunk(choiceDelta(index, { tool_calls: [callHeader(choice, 0)] })));
-  });
+  return scriptedReply(SSE_HEADERS, cut, p.timing.ttftMs, () => streamFrames(request, p, head));
+}
+
+/** The stream's frames, made as they are asked for; a number closes a token step. */
+function* streamFrames(request: ChatRequest, p: Plan, head: string): Generator<ScriptItem, void, undefined> {
+  const chunk = (choice: object) => dataFrame(head + JSON.stringify(choice) + (request.includeUsage ? '],"usage":null}' : ']}'));
+  for (const [index, choice] of p.choices.entries()) {
+    yield chunk(openingDelta(index, choice));
+    if (choice.kind === 'tool_call') yield chunk(choiceDelta(index, { tool_calls: [callHeader(choice, 0)] }));
+  }
 
   const intervalMs = tokenIntervalMs(p);
   const { cutAfter } = p.fault;
-  const steps = p.choices.map((choice, index) => streamDeltas(index, choice));
-  const positions = Math.max(0, ...steps.map((s) => s.length));
+  const positions = Math.max(0, ...p.choices.map(deltaCount));
+  const deltas = p.choices.map((choice, index) => streamDeltas(index, choice));
   let emitted = 0;
   for (let pos = 0; pos < positions; pos++) {
-    if (pos > 0 && intervalMs > 0) script.flush(intervalMs);
-    for (const choiceSteps of steps) {
-      const delta = choiceSteps[pos];
-      if (delta === undefined) continue;
-      if (cutAfter !== undefined && emitted >= cutAfter) return script.sse(true);
-      script.push(chunk(delta));
+    if (pos > 0 && intervalMs > 0) yield intervalMs;
+    for (const choiceDeltas of deltas) {
+      const next = choiceDeltas.next();
+      if (next.done) continue;
+      if (cutAfter !== undefined && emitted >= cutAfter) return;
+      yield chunk(next.value);
       emitted++;
     }
   }
   // A cut beyond the answer's length still drops the connection, before the finish.
-  if (cutAfter !== undefined) return script.sse(true);
+  if (cutAfter !== undefined) return;
 
-  p.choices.forEach((choice, index) => script.push(chunk({ index, delta: {}, logprobs: null, finish_reason: choice.finishReason })));
-  if (request.includeUsage && !p.wire.noUsage) script.push(dataFrame(`${head}],"usage":${JSON.stringify(usage(p))}}`));
-  script.push(dataFrame('[DONE]'));
-  return script.sse(false);
+  for (const [index, choice] of p.choices.entries()) yield chunk({ index, delta: {}, logprobs: null, finish_reason: choice.finishReason });
+  if (request.includeUsage && !p.wire.noUsage) yield dataFrame(`${head}],"usage":${JSON.stringify(usage(p))}}`);
+  yield dataFrame('[DONE]');
 }
 
 function openingDelta(index: number, choice: ChoicePlan): object {
@@ -170,13 +176,21 @@ function openingDelta(index: number, choice: ChoicePlan): object {
  * A choice's deltas after the opening: a token each, or an argument fragment each, with OpenAI's
  * `index` per call; a further call's header (id and name) rides on its first fragment.
  */
-function streamDeltas(index: number, choice: ChoicePlan): object[] {
-  if (choice.kind === 'text') return choice.tokens.map((unit) => choiceDelta(index, { content: unit }));
-  return calls(choice).flatMap((call, k) => {
-    const deltas: object[] = call.fragments.map((unit) => ({ index: k, function: { arguments: unit } }));
-    if (k > 0) deltas[0] = { ...callHeader(call, k), function: { name: call.name, arguments: call.fragments[0] ?? '' } };
-    return deltas.map((d) => choiceDelta(index, { tool_calls: [d] }));
-  });
+function* streamDeltas(index: number, choice: ChoicePlan): Generator<object, void, undefined> {
+  if (choice.kind === 'text') {
+    for (const unit of choice.tokens) yield choiceDelta(index, { content: unit });
+    return;
+  }
+  for (const [k, call] of calls(choice).entries()) {
+    if (k > 0) yield choiceDelta(index, { tool_calls: [{ ...callHeader(call, k), function: { name: call.name, arguments: call.fragments[0] ?? '' } }] });
+    for (let i = k > 0 ? 1 : 0; i < call.fragments.length; i++) yield choiceDelta(index, { tool_calls: [{ index: k, function: { arguments: call.fragments[i] } }] });
+  }
+}
+
+/** How many deltas streamDeltas makes. */
+function deltaCount(choice: ChoicePlan): number {
+  if (choice.kind === 'text') return choice.tokens.length;
+  return calls(choice).reduce((sum, call, k) => sum + Math.max(call.fragments.length, k > 0 ? 1 : 0), 0);
 }
 
 function callHeader(call: PlannedCall, k: number): object {

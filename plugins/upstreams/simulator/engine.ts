@@ -142,6 +142,11 @@ const VOCABULARY = (
   'golden silver path hill lake sea sun moon star rain snow fire forest mountain island bridge ' +
   'window door table book letter voice music dream idea plan answer'
 ).split(' ');
+/**
+ * Each word after a space, made once: a long answer's tokens are then references to these (8 bytes
+ * a token) rather than a fresh string each (a 100,000-token plan: 0.9 MB instead of 3.3 MB).
+ */
+const SPACED_VOCABULARY = VOCABULARY.map((word) => ' ' + word);
 
 export function plan(input: EngineInput): Plan {
   const lastUser = input.messages.findLast((m) => m.role === 'user');
@@ -518,9 +523,12 @@ function sentence(count: number, random: () => number, afterPrefix: boolean): st
       out.push('.');
       break;
     }
-    const word = VOCABULARY[Math.floor(random() * VOCABULARY.length)];
-    if (i > 0) out.push(' ' + word);
-    else out.push((afterPrefix ? ' ' : '') + word[0].toUpperCase() + word.slice(1));
+    const pick = Math.floor(random() * VOCABULARY.length);
+    if (i > 0) out.push(SPACED_VOCABULARY[pick]);
+    else {
+      const word = VOCABULARY[pick];
+      out.push((afterPrefix ? ' ' : '') + word[0].toUpperCase() + word.slice(1));
+    }
   }
   return out;
 }

@@ -3,7 +3,7 @@
  * `[[sim …]]` directive travels with the prompt, so it fails every channel alike, while a fault
  * set here fails only this simulator, until it is cleared with `POST /faults {}`).
  */
-import type { SimReply } from './reply.js';
+import type { ReplyStep, SimReply } from './reply.js';
 
 export interface Faults {
   /** Every generation request is answered with this status (the `error=` directive's body). */
@@ -41,7 +41,39 @@ export function faulted(faults: Faults, reply: () => SimReply, fault: (status: n
     out = fault(faults.status);
     if (faults.retryAfter !== undefined) out.headers['retry-after'] = String(faults.retryAfter);
   } else out = reply();
-  const [first, ...rest] = out.steps;
-  if (!faults.delayMs || !first) return out;
-  return { ...out, steps: [{ ...first, delayMs: first.delayMs + faults.delayMs }, ...rest] };
+  return faults.delayMs ? delayed(out, faults.delayMs) : out;
+}
+
+/** `reply` with its first step held `ms` longer; a streamed reply's steps are still made as played. */
+function delayed(reply: SimReply, ms: number): SimReply {
+  const { play } = reply;
+  if (!play) {
+    const [first, ...rest] = reply.steps;
+    return first ? { ...reply, steps: [{ ...first, delayMs: first.delayMs + ms }, ...rest] } : reply;
+  }
+  let whole: ReplyStep[] | undefined;
+  return {
+    status: reply.status,
+    headers: reply.headers,
+    cut: reply.cut,
+    get steps(): ReplyStep[] {
+      return (whole ??= [...heldFirst(reply.steps[Symbol.iterator](), ms)]);
+    },
+    set steps(steps: ReplyStep[]) {
+      whole = steps;
+    },
+    play: () => (whole ? whole[Symbol.iterator]() : heldFirst(play(), ms)),
+  };
+}
+
+function* heldFirst(steps: Iterator<ReplyStep>, ms: number): Generator<ReplyStep, void, undefined> {
+  let first = true;
+  try {
+    for (let next = steps.next(); !next.done; next = steps.next()) {
+      yield first ? { ...next.value, delayMs: next.value.delayMs + ms } : next.value;
+      first = false;
+    }
+  } finally {
+    steps.return?.();
+  }
 }

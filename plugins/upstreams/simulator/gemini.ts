@@ -29,6 +29,7 @@ import {
   MAX_JSON_DEPTH,
   RequestError,
   SSE_HEADERS,
+  TickClock,
   TickScript,
   generationMs,
   isRecord,
@@ -41,7 +42,9 @@ import {
   randomId,
   readJson,
   requiredString,
+  scriptedReply,
   withWireQuirks,
+  type ScriptItem,
   type SimReply,
 } from './reply.js';
 
@@ -318,13 +321,25 @@ interface StreamEntry {
  * before any finish.
  */
 function streamReply(request: GeminiRequest, p: Plan, head: ResponseHead): SimReply {
+  const headers = request.stream === 'sse' ? SSE_HEADERS : JSON_HEADERS;
+  return scriptedReply(headers, p.fault.cutAfter !== undefined, p.timing.ttftMs, () => streamFrames(request, p, head));
+}
+
+/** The stream's frames, made as they are asked for, on the plan's token clock. */
+function* streamFrames(request: GeminiRequest, p: Plan, head: ResponseHead): Generator<ScriptItem, void, undefined> {
   const thoughts = request.thoughts ?? [];
   const { cutAfter } = p.fault;
   const cut = cutAfter !== undefined;
-  const lastTick = p.choices.map((choice) => Math.max(0, thoughts.length + units(choice).length - 1));
+  const answers = p.choices.map(units);
+  const lastTick = answers.map((answer) => Math.max(0, thoughts.length + answer.length - 1));
   const ticks = Math.max(0, ...lastTick) + 1;
 
-  const script = new TickScript(p);
+  const clock = new TickClock(p);
+  const at = function* (tick: number, frame: string): Generator<ScriptItem, void, undefined> {
+    const wait = clock.at(tick);
+    if (wait !== undefined) yield wait;
+    yield frame;
+  };
   const sse = request.stream === 'sse';
   let chunks = 0;
   let thoughtTokens = 0;
@@ -332,7 +347,7 @@ function streamReply(request: GeminiRequest, p: Plan, head: ResponseHead): SimRe
   for (let tick = 0; tick < ticks; tick++) {
     const entries: StreamEntry[] = [];
     p.choices.forEach((choice, index) => {
-      const answer = units(choice);
+      const answer = answers[index];
       const parts: object[] = [];
       if (tick < thoughts.length) {
         parts.push({ text: thoughts[tick], thought: true });
@@ -361,13 +376,12 @@ function streamReply(request: GeminiRequest, p: Plan, head: ResponseHead): SimRe
       ...head,
     };
     const json = JSON.stringify(chunk);
-    script.push(tick, sse ? dataFrame(json) : `${chunks === 0 ? '[' : ARRAY_SEPARATOR}${json}`);
+    yield* at(tick, sse ? dataFrame(json) : `${chunks === 0 ? '[' : ARRAY_SEPARATOR}${json}`);
     chunks++;
   }
   // Headers still go out when the cut comes before the first chunk.
-  if (chunks === 0) script.push(0, '');
-  else if (!sse && !cut) script.push(ticks - 1, ']');
-  return script.reply(sse ? SSE_HEADERS : JSON_HEADERS, cut);
+  if (chunks === 0) yield* at(0, '');
+  else if (!sse && !cut) yield* at(ticks - 1, ']');
 }
 
 // ---------------------------------------------------------------------------------------------

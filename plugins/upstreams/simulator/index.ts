@@ -1,6 +1,8 @@
 /**
  * The built-in simulator as an upstream kind: answers in process, without sockets, by playing the
- * rendered reply script into the response sink with the script's timing. Also exports the router
+ * reply script into the response sink with the script's timing. A stream's steps are made as the
+ * sink takes them (bounded, and none while it is paused), so a client that reads nothing holds
+ * little more than the plan, as a real upstream behind a socket would. Also exports the router
  * and the script player, which the standalone server (server.ts) shares.
  */
 import { definePlugin, type ResponseSink, type Upstream, type UpstreamCall, type UpstreamRequest } from '../../../src/contracts.js';
@@ -8,7 +10,7 @@ import { GatewayError } from '../../../src/errors.js';
 import { DEFAULT_MODELS, routeChat, type ChatOptions } from './chat.js';
 import { DEFAULT_GEMINI_MODELS, geminiNotFound, routeGemini } from './gemini.js';
 import { DEFAULT_MESSAGES_MODELS, messagesNotFound, routeMessages } from './messages.js';
-import { notFound, type SimReply } from './reply.js';
+import { notFound, type ReplyStep, type SimReply } from './reply.js';
 import { routeResponses } from './responses.js';
 
 /** The wire families the simulator speaks. Whichever it is told, it serves every family's endpoints. */
@@ -66,13 +68,28 @@ export interface ReplyOutput {
   finish(cut: boolean): void;
 }
 
-/** Plays `reply` into `out` asynchronously, honouring step delays, pause/resume and abort. */
+/**
+ * Plays `reply` into `out` asynchronously, honouring step delays, pause/resume and abort. A
+ * streamed reply's steps are made one at a time (SimReply.play), the next only once the previous
+ * one is written and `out` has room: a paused or aborted call makes nothing more, and an abort or
+ * the end lets go of the reply.
+ */
 export function playReply(reply: SimReply, out: ReplyOutput): UpstreamCall {
   return new ReplyPlayer(reply, out);
 }
 
+const NO_STEPS: Iterator<ReplyStep> = { next: () => ({ done: true, value: undefined }) };
+
 class ReplyPlayer implements UpstreamCall {
-  private next = 0;
+  private readonly status: number;
+  private readonly headers: Record<string, string>;
+  private readonly cut: boolean;
+  private steps: Iterator<ReplyStep>;
+  /** The step to write next; undefined once the steps are over. */
+  private pending: ReplyStep | undefined;
+  private started = false;
+  /** The script failed: the reply ends as cut after what was made. */
+  private broken = false;
   private paused = false;
   /** The wait before the next step (or the finish) is over. */
   private due = false;
@@ -80,10 +97,15 @@ class ReplyPlayer implements UpstreamCall {
   private cancelWait: (() => void) | undefined;
 
   constructor(
-    private readonly reply: SimReply,
+    reply: SimReply,
     private readonly out: ReplyOutput,
   ) {
-    this.wait(reply.steps[0]?.delayMs ?? 0);
+    this.status = reply.status;
+    this.headers = reply.headers;
+    this.cut = reply.cut;
+    this.steps = reply.play ? reply.play() : reply.steps[Symbol.iterator]();
+    this.pending = this.take();
+    this.wait(this.pending?.delayMs ?? 0);
   }
 
   pause(): void {
@@ -98,9 +120,33 @@ class ReplyPlayer implements UpstreamCall {
   }
 
   abort(): void {
+    this.stop();
+  }
+
+  /** No more steps, timers or reply: what is left of it can be collected. */
+  private stop(): void {
     this.stopped = true;
     this.cancelWait?.();
     this.cancelWait = undefined;
+    this.pending = undefined;
+    const steps = this.steps;
+    this.steps = NO_STEPS;
+    try {
+      steps.return?.();
+    } catch {
+      // A script that fails while closing has nothing left to give back.
+    }
+  }
+
+  /** The next step, made now; a script that fails ends the reply as cut (a dropped connection). */
+  private take(): ReplyStep | undefined {
+    try {
+      const next = this.steps.next();
+      return next.done ? undefined : next.value;
+    } catch {
+      this.broken = true;
+      return undefined;
+    }
   }
 
   private wait(ms: number): void {
@@ -121,20 +167,23 @@ class ReplyPlayer implements UpstreamCall {
   private advance(): void {
     if (this.stopped || this.paused || !this.due) return;
     this.due = false;
-    const { steps, cut, status, headers } = this.reply;
-    if (this.next === steps.length) {
-      this.stopped = true;
+    const step = this.pending;
+    if (!step) {
+      const cut = this.cut || this.broken;
+      this.stop();
       this.out.finish(cut);
       return;
     }
-    if (this.next === 0) {
-      this.out.start(status, headers);
+    if (!this.started) {
+      this.started = true;
+      this.out.start(this.status, this.headers);
       if (this.stopped) return;
     }
-    const step = steps[this.next++];
-    const last = this.next === steps.length;
-    if (!this.out.data(step.bytes, last && !cut)) this.paused = true;
-    if (!this.stopped) this.wait(last ? 0 : steps[this.next].delayMs);
+    // The step after this one is made before this one is written, to know whether this is the last.
+    this.pending = this.take();
+    const last = !this.pending;
+    if (!this.out.data(step.bytes, last && !this.cut && !this.broken)) this.paused = true;
+    if (!this.stopped) this.wait(last ? 0 : this.pending!.delayMs);
   }
 }
 

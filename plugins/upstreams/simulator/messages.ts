@@ -11,15 +11,17 @@ import { calls, fragments, inputTokens, plan, type EngineInput, type JsonSchema,
 import {
   MAX_JSON_DEPTH,
   RequestError,
-  StepBuilder,
+  SSE_HEADERS,
   generationMs,
   isRecord,
   jsonReply,
   parseOr,
   randomId,
   readJson,
+  scriptedReply,
   tokenIntervalMs,
   withWireQuirks,
+  type ScriptItem,
   type SimReply,
 } from './reply.js';
 
@@ -368,30 +370,38 @@ interface StreamEvent {
  */
 function streamReply(message: MessageShape, p: Plan): SimReply {
   // Like the other families, nothing goes out before the first token: the opening events travel with it.
-  const script = new StepBuilder(p.timing.ttftMs);
+  return withRequestId(scriptedReply(SSE_HEADERS, false, p.timing.ttftMs, () => streamFrames(message, p)));
+}
+
+/** The stream's frames, made as they are asked for; a number closes a token step. */
+function* streamFrames(message: MessageShape, p: Plan): Generator<ScriptItem, void, undefined> {
   const intervalMs = tokenIntervalMs(p);
   const { cutAfter } = p.fault;
   const fail = () => {
     const status = p.fault.errorStatus ?? 529;
     const error = errorObject(status, `${FAULT_MESSAGES[status] ?? `Simulated error with status ${status}.`} (simulated)`);
-    script.push(eventFrame('error', JSON.stringify({ type: 'error', error })));
-    return withRequestId(script.sse(false));
+    return eventFrame('error', JSON.stringify({ type: 'error', error }));
   };
   let steps = 0;
   let sent = 0;
   for (const event of streamEvents(message)) {
     if (event.token) {
-      if (!event.silent && cutAfter !== undefined && sent >= cutAfter) return fail();
-      if (steps > 0 && intervalMs > 0) script.flush(intervalMs);
+      if (!event.silent && cutAfter !== undefined && sent >= cutAfter) {
+        yield fail();
+        return;
+      }
+      if (steps > 0 && intervalMs > 0) yield intervalMs;
       steps++;
       if (event.silent) continue;
       sent++;
     }
     // A cut beyond the answer's length still fails the stream, before it ends.
-    if (event.terminal && cutAfter !== undefined) return fail();
-    script.push(eventFrame(event.type, JSON.stringify({ type: event.type, ...event.fields })));
+    if (event.terminal && cutAfter !== undefined) {
+      yield fail();
+      return;
+    }
+    yield eventFrame(event.type, JSON.stringify({ type: event.type, ...event.fields }));
   }
-  return withRequestId(script.sse(false));
 }
 
 function* streamEvents(message: MessageShape): Generator<StreamEvent> {

@@ -16,9 +16,79 @@ export interface ReplyStep {
 export interface SimReply {
   status: number;
   headers: Record<string, string>;
+  /** Every step at once. A streamed reply (`play` set) makes them only when this is read. */
   steps: ReplyStep[];
   /** After the last step the transport closes abruptly instead of ending cleanly. */
   cut: boolean;
+  /**
+   * Set on a streamed reply: its steps made one at a time as a player asks for the next, none over
+   * MAX_STEP_BYTES unless a single frame is (the extra steps wait 0 ms), so a long answer is never
+   * held whole and a paused consumer stops its making. The bytes and timing are those of `steps`.
+   */
+  play?(): Iterator<ReplyStep>;
+}
+
+/** The most bytes of frames a played step gathers before it is handed over. */
+export const MAX_STEP_BYTES = 16 * 1024;
+
+/**
+ * What a reply script yields: a frame (it joins the current step), or a number: the current step
+ * closes (when it has frames) and the next one waits that many milliseconds.
+ */
+export type ScriptItem = string | number;
+
+/**
+ * A 200 reply whose steps a script makes on demand: `script` is run afresh for each reading, lazily
+ * by `play()` (bounded steps) or whole by `steps` (as StepBuilder groups them). `cut` must be known
+ * before the script runs. Ids and other random parts belong outside the script, so every run of it
+ * gives the same bytes.
+ */
+export function scriptedReply(headers: Readonly<Record<string, string>>, cut: boolean, firstDelayMs: number, script: () => Iterable<ScriptItem>): SimReply {
+  let whole: ReplyStep[] | undefined;
+  return {
+    status: 200,
+    headers: { ...headers },
+    cut,
+    get steps(): ReplyStep[] {
+      return (whole ??= [...gathered(script(), firstDelayMs, Infinity)]);
+    },
+    set steps(steps: ReplyStep[]) {
+      whole = steps;
+    },
+    play: () => (whole ? whole[Symbol.iterator]() : gathered(script(), firstDelayMs, MAX_STEP_BYTES)),
+  };
+}
+
+/** Groups a script's frames into steps, closing one at each number and once it holds `maxBytes`. */
+function* gathered(items: Iterable<ScriptItem>, firstDelayMs: number, maxBytes: number): Generator<ReplyStep, void, undefined> {
+  let delayMs = firstDelayMs;
+  let frames: string[] = [];
+  let size = 0;
+  for (const item of items) {
+    if (typeof item === 'number') {
+      if (frames.length > 0) yield { delayMs, bytes: frames.join('') };
+      frames = [];
+      size = 0;
+      delayMs = item;
+      continue;
+    }
+    frames.push(item);
+    size += item.length;
+    if (size >= maxBytes) {
+      const bytes = frames.join('');
+      frames = [];
+      size = 0;
+      yield { delayMs, bytes };
+      delayMs = 0;
+    }
+  }
+  if (frames.length > 0) yield { delayMs, bytes: frames.join('') };
+}
+
+/** The same reply with `headers` in place of its own, its steps left unmade. */
+export function withHeaders(reply: SimReply, headers: Record<string, string>): SimReply {
+  reply.headers = headers;
+  return reply;
 }
 
 export const JSON_HEADERS: Readonly<Record<string, string>> = { 'content-type': 'application/json' };
@@ -39,7 +109,7 @@ export class RequestError extends Error {
 export function withWireQuirks(reply: SimReply, p: Plan): SimReply {
   const { contentType } = p.wire;
   if (!contentType || reply.status < 200 || reply.status >= 300) return reply;
-  return { ...reply, headers: { ...reply.headers, 'content-type': contentType } };
+  return withHeaders(reply, { ...reply.headers, 'content-type': contentType });
 }
 
 export function jsonReply(status: number, body: unknown, delayMs = 0): SimReply {
@@ -196,6 +266,30 @@ export class TickScript {
   /** The finished 200 reply; `cut` drops the connection after the last step. */
   reply(headers: Readonly<Record<string, string>>, cut: boolean): SimReply {
     return (this.builder ?? new StepBuilder(this.p.timing.ttftMs)).reply(headers, cut);
+  }
+}
+
+/**
+ * TickScript for a lazy script: `at(tick)` is the number to yield before a frame at `tick`, if
+ * any (the first frame's sets the opening wait, `ttft + tick × interval`).
+ */
+export class TickClock {
+  private tick: number | undefined;
+  private readonly intervalMs: number;
+
+  constructor(private readonly p: Plan) {
+    this.intervalMs = tokenIntervalMs(p);
+  }
+
+  at(tick: number): number | undefined {
+    const previous = this.tick;
+    if (previous === undefined) {
+      this.tick = tick;
+      return this.p.timing.ttftMs + tick * this.intervalMs;
+    }
+    if (tick <= previous) return undefined;
+    this.tick = tick;
+    return this.intervalMs > 0 ? (tick - previous) * this.intervalMs : undefined;
   }
 }
 

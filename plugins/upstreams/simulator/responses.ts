@@ -21,7 +21,7 @@ import {
 } from './engine.js';
 import {
   RequestError,
-  StepBuilder,
+  SSE_HEADERS,
   checkMaxLength,
   faultReply,
   generationMs,
@@ -36,8 +36,10 @@ import {
   positiveInteger,
   randomHex,
   requiredString,
+  scriptedReply,
   tokenIntervalMs,
   withWireQuirks,
+  type ScriptItem,
   type SimReply,
 } from './reply.js';
 
@@ -266,23 +268,26 @@ interface StreamEvent {
 
 function streamReply(response: ResponseShape, p: Plan): SimReply {
   // Like chat, nothing goes out before the first token: the opening events travel with it.
-  const script = new StepBuilder(p.timing.ttftMs);
+  return scriptedReply(SSE_HEADERS, p.fault.cutAfter !== undefined, p.timing.ttftMs, () => streamFrames(response, p));
+}
+
+/** The stream's frames, made as they are asked for; a number closes a token step. */
+function* streamFrames(response: ResponseShape, p: Plan): Generator<ScriptItem, void, undefined> {
   const intervalMs = tokenIntervalMs(p);
   const { cutAfter } = p.fault;
   let sequence = 0;
   let tokens = 0;
   for (const event of streamEvents(response)) {
     if (event.token) {
-      if (cutAfter !== undefined && tokens >= cutAfter) return script.sse(true);
-      if (tokens > 0 && intervalMs > 0) script.flush(intervalMs);
+      if (cutAfter !== undefined && tokens >= cutAfter) return;
+      if (tokens > 0 && intervalMs > 0) yield intervalMs;
       tokens++;
     }
     // A cut beyond the answer's length still drops the connection, before the terminal event.
-    if (event.terminal && cutAfter !== undefined) return script.sse(true);
+    if (event.terminal && cutAfter !== undefined) return;
     const payload = JSON.stringify({ type: event.type, sequence_number: sequence++, ...event.fields });
-    script.push(eventFrame(event.type, payload));
+    yield eventFrame(event.type, payload);
   }
-  return script.sse(false);
 }
 
 /** The events of section 2.8, in order: lifecycle, then each item added, filled and done. */
