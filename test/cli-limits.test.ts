@@ -2,18 +2,20 @@
  * The CLI's limits, budgets and channels, as an operator runs it: `node dist/src/main.js` on a data
  * dir, a gateway in between to spend some of a budget, then the CLI again to read the spend.
  */
-import { execFile } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { promisify } from 'node:util';
 import t from 'tap';
 import { loadConfig } from '../src/config.js';
 import { startGateway } from '../src/gateway.js';
 import { createLogger } from '../src/log.js';
-import { distRoot } from './helpers.js';
+import { childEnv, distRoot, runCommand } from './helpers.js';
 
-const run = promisify(execFile);
+// About twenty CLI processes, each a node start that loads every plugin, and a gateway: close to a
+// minute of CPU, so far more than tap's default 60 s on two busy cores. This bounds only a hang.
+t.setTimeout(480_000);
+
+const run = runCommand;
 const main = join(distRoot, 'src/main.js');
 const dataDir = mkdtempSync(join(tmpdir(), 'sluice-cli-limits-'));
 t.teardown(() => rmSync(dataDir, { recursive: true, force: true }));
@@ -32,7 +34,7 @@ models:
     prices: { input: 2, output: 8 }
 `,
 );
-const env = { ...process.env, SLUICE_DATA_DIR: dataDir, SLUICE_CONFIG: configFile, SLUICE_LOG_LEVEL: 'warn' };
+const env = childEnv({ SLUICE_DATA_DIR: dataDir, SLUICE_CONFIG: configFile, SLUICE_LOG_LEVEL: 'warn' });
 const cli = async (...args: string[]) => JSON.parse((await run(process.execPath, [main, ...args], { env })).stdout);
 /** A refused command: its exit code and what it printed on stderr. */
 const refused = async (...args: string[]) => {

@@ -3,21 +3,24 @@
  * failed store write keeps its records until the store takes them, and replaying the journal
  * never counts a record twice.
  */
-import { execFile, spawn, type ChildProcess } from 'node:child_process';
+import { spawn, type ChildProcess } from 'node:child_process';
 import { appendFileSync, copyFileSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Writable } from 'node:stream';
-import { promisify } from 'node:util';
 import Database from 'better-sqlite3';
 import t from 'tap';
 import { createLogger } from '../src/log.js';
 import { JournaledStore } from '../src/store/journal.js';
 import { SqliteStore } from '../src/store/sqlite.js';
 import type { UsageRecord } from '../src/store/store.js';
-import { distRoot, eventually } from './helpers.js';
+import { childEnv, distRoot, eventually, runCommand, watchProcess } from './helpers.js';
 
-const run = promisify(execFile);
+// Four gateway processes, two CLI processes and 300 requests: more than tap's default 60 s on two
+// busy cores. Waits follow readiness; this bounds only a hang.
+t.setTimeout(300_000);
+
+const run = runCommand;
 const main = join(distRoot, 'src/main.js');
 
 function scratchDir(): string {
@@ -26,24 +29,16 @@ function scratchDir(): string {
   return dir;
 }
 
-/** `sluice serve` as its own process on port 0; resolves once it listens. */
+/** `sluice serve` as its own process on port 0; resolves once it listens (its listening log line). */
 async function serve(dataDir: string, env: Record<string, string> = {}): Promise<{ child: ChildProcess; port: number; out: () => string; exited: Promise<unknown> }> {
   const child = spawn(process.execPath, [main, 'serve'], {
-    env: { ...process.env, SLUICE_DATA_DIR: dataDir, SLUICE_PORT: '0', SLUICE_LOG_LEVEL: 'info', ...env },
-    stdio: ['ignore', 'pipe', 'inherit'],
+    env: childEnv({ SLUICE_DATA_DIR: dataDir, SLUICE_PORT: '0', SLUICE_LOG_LEVEL: 'info', ...env }),
+    stdio: ['ignore', 'pipe', 'pipe'],
   });
-  let out = '';
-  const exited = new Promise((resolve) => child.once('exit', resolve));
   t.teardown(() => void (child.exitCode === null && child.kill('SIGKILL')));
-  const port = await new Promise<number>((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`no listening line: ${out}`)), 10_000);
-    child.stdout!.on('data', (d) => {
-      out += d;
-      const m = /"url":"http:\/\/127\.0\.0\.1:(\d+)"/.exec(out);
-      if (m) (clearTimeout(timer), resolve(Number(m[1])));
-    });
-  });
-  return { child, port, out: () => out, exited };
+  const watched = watchProcess(child, { echoStderr: true });
+  const port = Number((await watched.waitFor(/"url":"http:\/\/127\.0\.0\.1:(\d+)"/, 'the gateway\'s listening line'))[1]);
+  return { child, port, out: watched.stdout, exited: watched.exited };
 }
 
 t.test('kill -9 right after the last response loses no usage record', async (t) => {
@@ -73,7 +68,7 @@ t.test('kill -9 right after the last response loses no usage record', async (t) 
   t.equal(new Set(sent).size, 300, '300 distinct responses completed');
 
   const second = await serve(dataDir);
-  const usage = JSON.parse((await run(process.execPath, [main, 'usage', '--limit', '1000'], { env: { ...process.env, SLUICE_DATA_DIR: dataDir } })).stdout);
+  const usage = JSON.parse((await run(process.execPath, [main, 'usage', '--limit', '1000'], { env: childEnv({ SLUICE_DATA_DIR: dataDir }) })).stdout);
   second.child.kill('SIGTERM');
   await second.exited;
   t.equal(usage.totals.requests, 300, 'exactly 300 records');
@@ -106,7 +101,7 @@ t.test('kill -9 while two threads stream: each stream is recorded as interrupted
   t.same(readdirSync(dataDir).filter((f) => f.endsWith('.journal')).sort(), ['usage-w0.journal', 'usage-w1.journal']);
   // One thread now: it takes over both threads' journals.
   const second = await serve(dataDir, { SLUICE_WORKERS: '1' });
-  const usage = JSON.parse((await run(process.execPath, [main, 'usage', '--limit', '1000'], { env: { ...process.env, SLUICE_DATA_DIR: dataDir } })).stdout);
+  const usage = JSON.parse((await run(process.execPath, [main, 'usage', '--limit', '1000'], { env: childEnv({ SLUICE_DATA_DIR: dataDir }) })).stdout);
   second.child.kill('SIGTERM');
   await second.exited;
   t.equal(usage.totals.requests, 8, 'one record per stream');

@@ -7,7 +7,7 @@
 import { connect } from 'node:net';
 import { fileURLToPath } from 'node:url';
 import t from 'tap';
-import { ended } from './fixtures/fault-plugin.js';
+import { ended, reached } from './fixtures/fault-plugin.js';
 import { eventually, startStack } from './helpers.js';
 
 const faultModule = fileURLToPath(new URL('./fixtures/fault-plugin.js', import.meta.url));
@@ -81,7 +81,9 @@ t.test('a client that leaves while a phase is waiting ends the exchange at once,
     const before = await simStats();
     const controller = new AbortController();
     const pending = chat(fault, 'hi', false, controller.signal).catch((err: Error) => err);
-    await new Promise((r) => setTimeout(r, 150));
+    // The client leaves once the exchange waits in the hanging phase.
+    const phase = fault.split(':')[0];
+    await eventually(() => reached.some((r) => r.fault === fault && r.phase === phase), `${fault}: the ${phase} phase entered`);
     controller.abort();
     t.type(await pending, Error);
     const record = await eventually(() => endedWith(fault)[0], `${fault}: done`);
@@ -97,7 +99,9 @@ t.test('a client that leaves during the body upload ends the exchange', async (t
   socket.write(
     `POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${gw.key}\r\nX-Fault: upload\r\nContent-Type: application/json\r\nContent-Length: 4000\r\n\r\n${half}`,
   );
-  await new Promise((r) => setTimeout(r, 200));
+  // The client leaves once the gateway reads the body: right after the request phase, which the
+  // exchange enters with its headers.
+  await eventually(() => reached.some((r) => r.fault === 'upload' && r.phase === 'request'), 'the request phase of the upload');
   socket.destroy();
   const record = await eventually(() => endedWith('upload')[0], 'done after the upload was abandoned');
   t.equal(record.outcome, 'aborted');

@@ -11,7 +11,11 @@ import { Breaker } from '../src/channels/breaker.js';
 import { ChannelTable } from '../src/channels/table.js';
 import { loadConfig } from '../src/config.js';
 import { simulatorUpstream } from '../plugins/upstreams/simulator/index.js';
-import { eventually, startSimulatorProcess, startTestGateway } from './helpers.js';
+import { childEnv, eventually, startSimulatorProcess, startTestGateway, watchProcess } from './helpers.js';
+
+// Two simulator processes, a black hole and the timeouts and cool-downs it waits out: more than
+// tap's default 60 s on two busy cores.
+t.setTimeout(180_000);
 
 /** A port nothing listens on. */
 async function closedPort(): Promise<number> {
@@ -33,8 +37,8 @@ s.listen({ port: 0, host: '127.0.0.1', backlog: 1 }, () => {
   process.stdout.write(s.address().port + '\\n');
   Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0);
 });`;
-  const child = spawn(process.execPath, ['-e', script], { stdio: ['ignore', 'pipe', 'inherit'] });
-  const port = await new Promise<number>((resolve) => child.stdout!.once('data', (d: Buffer) => resolve(Number(String(d).trim()))));
+  const child = spawn(process.execPath, ['-e', script], { env: childEnv(), stdio: ['ignore', 'pipe', 'pipe'] });
+  const port = Number((await watchProcess(child, { echoStderr: true }).waitFor(/^(\d+)\n/, "the black hole's port"))[1]);
   const held: Socket[] = [];
   t.teardown(() => {
     for (const s of held) s.destroy();
@@ -43,8 +47,11 @@ s.listen({ port: 0, host: '127.0.0.1', backlog: 1 }, () => {
   for (;;) {
     const socket = connect(port, '127.0.0.1');
     held.push(socket);
+    // The kernel completes a connection at once while the queue has room. Its event can wait
+    // behind the timer when a busy machine held this event loop up, so the verdict comes after
+    // the next poll for I/O (setImmediate), which reports a connection already made.
     const accepted = await new Promise((resolve) => {
-      const timer = setTimeout(() => resolve(false), 300);
+      const timer = setTimeout(() => setImmediate(() => resolve(false)), 1000);
       socket.once('connect', () => (clearTimeout(timer), resolve(true)));
     });
     if (!accepted) return port;

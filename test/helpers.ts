@@ -1,10 +1,11 @@
 /** Real parts for end-to-end tests: the simulator as its own process, a gateway on port 0. */
-import { spawn, type ChildProcess } from 'node:child_process';
+import { execFile, spawn, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Writable } from 'node:stream';
 import { fileURLToPath } from 'node:url';
+import { promisify } from 'node:util';
 import t from 'tap';
 import { loadConfig, type Config } from '../src/config.js';
 import type { ResponseSink } from '../src/contracts.js';
@@ -21,33 +22,139 @@ export interface SimulatorProcess {
   stop(): Promise<void>;
 }
 
-/** Starts `node dist/plugins/upstreams/simulator/server.js --port 0` and reads its port. */
-export function startSimulatorProcess(): Promise<SimulatorProcess> {
-  const child = spawn(process.execPath, [join(distRoot, 'plugins/upstreams/simulator/server.js'), '--port', '0'], {
-    stdio: ['ignore', 'pipe', 'inherit'],
+/**
+ * How long a test waits for a process or server to become ready before it gives up. Only a safety
+ * net against a hang: every wait returns as soon as its readiness signal (a listening line, a log
+ * line, a stored record) arrives, and on two busy cores a start can take tens of seconds.
+ */
+export const READY_BOUND_MS = 120_000;
+
+/**
+ * The environment for a node process a test starts: this one's, plus `extra`, without tap's
+ * process-info hook in NODE_OPTIONS while coverage is off (then it records nothing a test reads,
+ * and it doubles the CPU a short-lived process such as a CLI command takes to start).
+ */
+export function childEnv(extra: Record<string, string> = {}): NodeJS.ProcessEnv {
+  const env: NodeJS.ProcessEnv = { ...process.env, ...extra };
+  if (process.env._TAPJS_PROCESSINFO_COVERAGE_ === '1' || !env.NODE_OPTIONS) return env;
+  const options = env.NODE_OPTIONS.replace(/"?--import=[^"\s]*@tapjs\/processinfo[^"\s]*"?/g, '').trim();
+  if (options) env.NODE_OPTIONS = options;
+  else delete env.NODE_OPTIONS;
+  return env;
+}
+
+const execFileAsync = promisify(execFile);
+
+/**
+ * Runs a command to its end, as `promisify(execFile)` does (a failure rejects with its `code`,
+ * `stdout` and `stderr`), but kills it after `READY_BOUND_MS`: a command that hangs fails its test
+ * with its own name instead of running into the file's timeout.
+ */
+export function runCommand(file: string, args: string[], options: { env?: NodeJS.ProcessEnv } = {}): Promise<{ stdout: string; stderr: string }> {
+  return execFileAsync(file, args, { ...options, encoding: 'utf8', timeout: READY_BOUND_MS, killSignal: 'SIGKILL' });
+}
+
+/** The last `chars` characters of a process's output, for a failure message. */
+const tail = (text: string, chars = 4000) => (text.length > chars ? `…${text.slice(-chars)}` : text);
+
+export interface WatchedProcess {
+  child: ChildProcess;
+  /** All it printed on stdout so far. */
+  stdout(): string;
+  /** All it printed on stderr so far ('' when its stderr is not a pipe). */
+  stderr(): string;
+  /** Settles with its exit code (null after a signal) once it exited and its output is read. */
+  exited: Promise<number | null>;
+  /**
+   * The first match of `pattern` in its stdout, as soon as it is printed. Rejects, with the tail
+   * of its output, when the process ends without printing it or after `ms` (a safety net; the
+   * process is then killed).
+   */
+  waitFor(pattern: RegExp, what: string, ms?: number): Promise<RegExpExecArray>;
+}
+
+/**
+ * Collects a spawned process's output (its stdout and stderr must be pipes, or stderr inherited)
+ * so a test can wait on what it prints. With `echoStderr` its stderr is also copied to this
+ * process's stderr, as `stdio: 'inherit'` would show it.
+ */
+export function watchProcess(child: ChildProcess, options: { echoStderr?: boolean } = {}): WatchedProcess {
+  let out = '';
+  let err = '';
+  let closed = false;
+  const listeners = new Set<() => void>();
+  const changed = () => {
+    for (const listener of listeners) listener();
+  };
+  child.stdout!.on('data', (d: Buffer) => {
+    out += d.toString();
+    changed();
   });
-  return new Promise((resolve, reject) => {
-    let out = '';
-    child.once('exit', (code) => reject(new Error(`simulator exited early (${code}): ${out}`)));
-    child.stdout!.on('data', (d: Buffer) => {
-      out += d.toString();
-      const m = /listening on http:\/\/127\.0\.0\.1:(\d+)/.exec(out);
-      if (!m) return;
-      child.removeAllListeners('exit');
-      const port = Number(m[1]);
-      resolve({
-        port,
-        url: `http://127.0.0.1:${port}`,
-        child,
-        stop: () =>
-          new Promise<void>((done) => {
-            if (child.exitCode !== null) return done();
-            child.once('exit', () => done());
-            child.kill('SIGTERM');
-          }),
+  child.stderr?.on('data', (d: Buffer) => {
+    err += d.toString();
+    if (options.echoStderr) process.stderr.write(d);
+  });
+  // Should this test process end first (a timeout), the process does not outlive it.
+  const orphaned = () => void child.kill('SIGKILL');
+  process.once('exit', orphaned);
+  // 'close', not 'exit': by then everything the process printed has been read.
+  const exited = new Promise<number | null>((resolve) =>
+    child.once('close', (code: number | null) => {
+      closed = true;
+      process.off('exit', orphaned);
+      resolve(code);
+      changed();
+    }),
+  );
+  const describe = () => `stdout: ${tail(out) || '(nothing)'}\nstderr: ${child.stderr ? tail(err) || '(nothing)' : '(not captured)'}`;
+  return {
+    child,
+    stdout: () => out,
+    stderr: () => err,
+    exited,
+    waitFor(pattern, what, ms = READY_BOUND_MS) {
+      return new Promise((resolve, reject) => {
+        const started = Date.now();
+        const settle = (fn: () => void) => {
+          clearTimeout(timer);
+          listeners.delete(check);
+          fn();
+        };
+        const check = () => {
+          const match = pattern.exec(out);
+          if (match) settle(() => resolve(match));
+          else if (closed) settle(() => reject(new Error(`${what}: the process exited (code ${child.exitCode}, signal ${child.signalCode}) without printing it\n${describe()}`)));
+        };
+        const timer = setTimeout(() => {
+          settle(() => reject(new Error(`${what}: not printed after ${Date.now() - started} ms (a bound for a hang; the process is killed)\n${describe()}`)));
+          if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
+        }, ms);
+        listeners.add(check);
+        check();
       });
-    });
+    },
+  };
+}
+
+/** Starts `node dist/plugins/upstreams/simulator/server.js --port 0` and reads its port. */
+export async function startSimulatorProcess(): Promise<SimulatorProcess> {
+  const child = spawn(process.execPath, [join(distRoot, 'plugins/upstreams/simulator/server.js'), '--port', '0'], {
+    env: childEnv(),
+    stdio: ['ignore', 'pipe', 'pipe'],
   });
+  const watched = watchProcess(child, { echoStderr: true });
+  const port = Number((await watched.waitFor(/listening on http:\/\/127\.0\.0\.1:(\d+)/, 'the simulator\'s listening line'))[1]);
+  return {
+    port,
+    url: `http://127.0.0.1:${port}`,
+    child,
+    stop: () =>
+      new Promise<void>((done) => {
+        if (child.exitCode !== null || child.signalCode !== null) return done();
+        child.once('exit', () => done());
+        child.kill('SIGTERM');
+      }),
+  };
 }
 
 export interface TestGateway {
@@ -137,13 +244,17 @@ models:
 ${extra}`;
 }
 
-/** Waits until `check` holds, polling; fails after the deadline instead of hanging. */
-export async function eventually<T>(check: () => T | undefined | false | Promise<T | undefined | false>, what: string, ms = 5000): Promise<T> {
+/**
+ * Waits until `check` holds, polling; returns as soon as it does. `ms` bounds a wait that never
+ * ends, so a test fails instead of hanging: by default a safety net sized for a loaded machine,
+ * not an expectation. A test that asserts how soon something happens passes its own bound.
+ */
+export async function eventually<T>(check: () => T | undefined | false | Promise<T | undefined | false>, what: string, ms = 30_000): Promise<T> {
   const deadline = Date.now() + ms;
   for (;;) {
     const value = await check();
     if (value) return value;
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what} (${ms} ms)`);
     await new Promise((r) => setTimeout(r, 20));
   }
 }

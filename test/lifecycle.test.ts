@@ -2,21 +2,24 @@
  * Sluice as a user runs it: the CLI on a data dir, `serve` as its own process, config errors,
  * and a graceful shutdown that lets a stream finish and loses no usage.
  */
-import { execFile, spawn } from 'node:child_process';
+import { spawn } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { promisify } from 'node:util';
 import OpenAI from 'openai';
 import t from 'tap';
 import { loadConfig } from '../src/config.js';
-import { distRoot } from './helpers.js';
+import { childEnv, distRoot, runCommand, watchProcess } from './helpers.js';
 
-const run = promisify(execFile);
+// Four gateway starts and a dozen CLI processes: close to a minute of CPU, so far more than tap's
+// default 60 s on two busy cores. Waits follow readiness; this bounds only a hang.
+t.setTimeout(480_000);
+
+const run = runCommand;
 const main = join(distRoot, 'src/main.js');
 const dataDir = mkdtempSync(join(tmpdir(), 'sluice-life-'));
 t.teardown(() => rmSync(dataDir, { recursive: true, force: true }));
-const env = { ...process.env, SLUICE_DATA_DIR: dataDir, SLUICE_LOG_LEVEL: 'warn' };
+const env = childEnv({ SLUICE_DATA_DIR: dataDir, SLUICE_LOG_LEVEL: 'warn' });
 const cli = async (...args: string[]) => JSON.parse((await run(process.execPath, [main, ...args], { env })).stdout);
 
 t.test('config errors name the key and the problem', async (t) => {
@@ -48,16 +51,10 @@ let demoKey = '';
 
 t.test('serve: first start prints the admin token and a demo key once; graceful shutdown', async (t) => {
   const child = spawn(process.execPath, [main, 'serve'], { env: { ...env, SLUICE_PORT: '0', SLUICE_LOG_LEVEL: 'info' }, stdio: ['ignore', 'pipe', 'pipe'] });
-  let out = '';
-  child.stdout.on('data', (d) => (out += d));
-  const exited = new Promise<number | null>((resolve) => child.once('exit', resolve));
-  const port = await new Promise<number>((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`no listening line: ${out}`)), 10_000);
-    child.stdout.on('data', () => {
-      const m = /"url":"http:\/\/127\.0\.0\.1:(\d+)"/.exec(out);
-      if (m) (clearTimeout(timer), resolve(Number(m[1])));
-    });
-  });
+  t.teardown(() => void (child.exitCode === null && child.kill('SIGKILL')));
+  const watched = watchProcess(child);
+  const port = Number((await watched.waitFor(/"url":"http:\/\/127\.0\.0\.1:(\d+)"/, 'the gateway\'s listening line'))[1]);
+  let out = watched.stdout();
   t.match(out, `Sluice listening on http://127.0.0.1:${port} (data in ${dataDir})`);
   t.match(out, `console:     http://127.0.0.1:${port}/console`);
   t.match(out, `admin token: sluice-admin-`);
@@ -77,7 +74,8 @@ t.test('serve: first start prints the admin token and a demo key once; graceful 
     finish = chunk.choices[0]?.finish_reason ?? finish;
   }
   t.equal(finish, 'stop', 'the in-flight stream finished');
-  t.equal(await exited, 0, 'exit code 0');
+  t.equal(await watched.exited, 0, 'exit code 0');
+  out = watched.stdout();
   t.equal(out.split(demoKey).length, 2, 'the demo key is printed exactly once');
 
   const usage = await cli('usage');
@@ -85,14 +83,15 @@ t.test('serve: first start prints the admin token and a demo key once; graceful 
   t.match(usage.records[0], { model: 'sim-chat', completionTokens: 30, outcome: 'finished', streamed: true });
 });
 
-/** Starts `serve` with extra environment and returns what it printed up to listening. */
+/** Starts `serve` with extra environment, stops it once it listens, and returns all it printed. */
 async function startOutput(extraEnv: Record<string, string> = {}): Promise<string> {
   const child = spawn(process.execPath, [main, 'serve'], { env: { ...env, SLUICE_PORT: '0', SLUICE_LOG_LEVEL: 'info', ...extraEnv }, stdio: ['ignore', 'pipe', 'pipe'] });
-  let out = '';
-  await new Promise<void>((resolve) => child.stdout.on('data', (d) => ((out += d), out.includes('sluice listening') && resolve())));
+  t.teardown(() => void (child.exitCode === null && child.kill('SIGKILL')));
+  const watched = watchProcess(child);
+  await watched.waitFor(/sluice listening/, "the gateway's listening log line");
   child.kill('SIGINT');
-  await new Promise((r) => child.once('exit', r));
-  return out;
+  await watched.exited;
+  return watched.stdout();
 }
 
 t.test('later starts print where to go and where the admin token is, but no secret', async (t) => {

@@ -21,6 +21,9 @@ import { messagesPassthrough, messagesStreamReader, messagesStreamWriter } from 
 import { readClientToolId, safeToolId, thinkingFromSignature } from '../plugins/codecs/messages/wire.js';
 import { edited, pathsIn, simulatorUpstreams, startStack } from './helpers.js';
 
+// Property runs by the thousand, CPU-bound: more than tap's default 60 s on two busy cores.
+t.setTimeout(180_000);
+
 const { sim, gw } = await startStack(
   (simUrl) => `
 ${simulatorUpstreams(simUrl)}  anthropic: { kind: anthropic, baseUrl: "${simUrl}/v1", apiKey: k }

@@ -9,6 +9,9 @@ import { Ajv } from 'ajv';
 import t from 'tap';
 import { eventually, simulatorUpstreams, startStack } from './helpers.js';
 
+// A simulator process and every upstream family: near tap's default 60 s on two busy cores.
+t.setTimeout(180_000);
+
 const { sim, gw } = await startStack(
   (simUrl) => `
 ${simulatorUpstreams(simUrl)}  anthropic: { kind: anthropic, baseUrl: "${simUrl}/v1", apiKey: upstream-key }

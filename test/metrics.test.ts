@@ -16,7 +16,9 @@ import { parseTraceparent } from '../src/trace.js';
 import { distRoot, eventually, startStack, startTestGateway } from './helpers.js';
 import { call, keyIn } from './scale.js';
 
-t.setTimeout(90_000);
+// Gateways with worker threads, a simulator process and scrapes: it took over 90 s on two busy
+// cores. Waits follow readiness; this bounds only a hang.
+t.setTimeout(180_000);
 
 /** An OpenAI-compatible upstream that answers every completion alike and keeps the headers it got. */
 const received: IncomingHttpHeaders[] = [];

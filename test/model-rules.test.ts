@@ -5,7 +5,7 @@
  * (the simulator process) received.
  */
 import tap, { type Test } from 'tap';
-import { simulatorUpstreams, startStack } from './helpers.js';
+import { eventually, simulatorUpstreams, startStack } from './helpers.js';
 
 const families = ['chat', 'responses', 'gemini'] as const;
 type Family = (typeof families)[number];
@@ -186,11 +186,10 @@ tap.test('a model with no policy set drops sampling hints (Gemini CLI always sen
 tap.test('a dropped server tool is noted in the usage log, the admin API and the CSV', async (t) => {
   const res = await send('responses', 'chat-lenient', { tools: [{ type: 'web_search' }] });
   t.equal(res.status, 200);
-  let records: Json[] = [];
-  for (let i = 0; i < 50 && !records.some((r) => r.notes); i++) {
-    await new Promise((r) => setTimeout(r, 100));
-    records = (await gw.admin('GET', '/admin/usage?model=chat-lenient&limit=100')).body.records;
-  }
+  const records: Json[] = await eventually(async () => {
+    const stored: Json[] = (await gw.admin('GET', '/admin/usage?model=chat-lenient&limit=100')).body.records;
+    return stored.some((r) => r.notes) && stored;
+  }, 'a usage record with a note');
   const noted = records.find((r) => r.notes);
   t.equal(noted?.notes, 'dropped tools: web_search');
   t.equal(records.find((r) => r.family === 'chat' && r.status === 200 && !r.notes)?.notes, null, 'nothing dropped: no note');

@@ -9,6 +9,9 @@ import fc from 'fast-check';
 import t, { type Test } from 'tap';
 import { edited, pathsIn, simulatorUpstreams, startStack } from './helpers.js';
 
+// Property runs by the hundred, CPU-bound: more than tap's default 60 s on two busy cores.
+t.setTimeout(180_000);
+
 const { sim, gw } = await startStack(
   (simUrl) => `
 ${simulatorUpstreams(simUrl)}models:

@@ -12,6 +12,9 @@ import { stringify } from 'yaml';
 import { ConfigError, loadConfig } from '../src/config.js';
 import { pathsIn } from './helpers.js';
 
+// Property runs by the thousand, CPU-bound: near tap's default 60 s on two busy cores.
+t.setTimeout(180_000);
+
 const dir = mkdtempSync(join(tmpdir(), 'sluice-config-'));
 t.teardown(() => rmSync(dir, { recursive: true, force: true }));
 const file = join(dir, 'sluice.yaml');

@@ -3,16 +3,19 @@
  * requests while a stream under way finishes on what it started with; a bad file is refused with
  * the start-up message and the running config stays.
  */
-import { execFile, spawn } from 'node:child_process';
+import { spawn } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { promisify } from 'node:util';
 import OpenAI from 'openai';
 import t from 'tap';
-import { distRoot, eventually, startStack } from './helpers.js';
+import { childEnv, distRoot, eventually, runCommand, startStack, watchProcess } from './helpers.js';
 
-const run = promisify(execFile);
+// Five failed starts and one gateway process, each start seconds of CPU, beside reloads and
+// streams: more than tap's default 60 s on two busy cores. Waits follow readiness; this bounds a hang.
+t.setTimeout(240_000);
+
+const run = runCommand;
 const main = join(distRoot, 'src/main.js');
 
 const { sim, gw } = await startStack(
@@ -126,7 +129,7 @@ t.test('a bad file is refused with the start-up message and the running config s
   for (const [what, routing] of Object.entries(cases)) {
     writeConfig(routing);
     // What `sluice serve` says about the same file.
-    const start = await run(process.execPath, [main, 'serve', '--config', configFile], { env: { ...process.env, SLUICE_DATA_DIR: scratch, SLUICE_PORT: '0' } }).catch((e) => e);
+    const start = await run(process.execPath, [main, 'serve', '--config', configFile], { env: childEnv({ SLUICE_DATA_DIR: scratch, SLUICE_PORT: '0' }) }).catch((e) => e);
     t.equal(start.code, 1, `${what}: start-up fails`);
     const res = await reload();
     t.equal(res.status, 400, `${what}: refused`);
@@ -180,17 +183,16 @@ t.test('SIGHUP makes `sluice serve` reload its config file', async (t) => {
   const config = (models: string) => `upstreams:\n  sim: { kind: simulator }\nmodels:\n${models}`;
   writeFileSync(file, config('  - { id: alpha, upstream: sim }\n'));
   const child = spawn(process.execPath, [main, 'serve'], {
-    env: { ...process.env, SLUICE_CONFIG: file, SLUICE_DATA_DIR: dir, SLUICE_PORT: '0', SLUICE_LOG_LEVEL: 'info' },
-    stdio: ['ignore', 'pipe', 'inherit'],
+    env: childEnv({ SLUICE_CONFIG: file, SLUICE_DATA_DIR: dir, SLUICE_PORT: '0', SLUICE_LOG_LEVEL: 'info' }),
+    stdio: ['ignore', 'pipe', 'pipe'],
   });
   t.teardown(() => void (child.exitCode === null && child.kill('SIGKILL')));
-  const exited = new Promise((resolve) => child.once('exit', resolve));
-  let out = '';
-  child.stdout.on('data', (d) => (out += d));
-  const port = Number((await eventually(() => /"url":"http:\/\/127\.0\.0\.1:(\d+)"/.exec(out) ?? false, 'the listening line', 10_000))[1]);
-  const demoKey = /demo key[^:]*: (sk-\S+)/.exec(out)![1]!;
+  const watched = watchProcess(child, { echoStderr: true });
+  const exited = watched.exited;
+  const port = Number((await watched.waitFor(/"url":"http:\/\/127\.0\.0\.1:(\d+)"/, "the gateway's listening line"))[1]);
+  const demoKey = /demo key[^:]*: (sk-\S+)/.exec(watched.stdout())![1]!;
   const childClient = new OpenAI({ apiKey: demoKey, baseURL: `http://127.0.0.1:${port}/v1`, maxRetries: 0 });
-  const logLines = () => out.split('\n').filter((l) => l.startsWith('{')).map((l) => JSON.parse(l));
+  const logLines = () => watched.stdout().split('\n').filter((l) => l.startsWith('{')).map((l) => JSON.parse(l));
 
   writeFileSync(file, config('  - { id: alpha, upstream: sim }\n  - { id: beta, upstream: sim, upstreamModel: sim-chat }\n'));
   child.kill('SIGHUP');

@@ -10,7 +10,7 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import t from 'tap';
-import { distRoot, eventually, startSimulatorProcess, startTestGateway } from './helpers.js';
+import { childEnv, distRoot, eventually, startSimulatorProcess, startTestGateway, watchProcess } from './helpers.js';
 import { call, exactnessTests, keyIn, PATIENCE_MS, type Cluster } from './scale.js';
 import { postgresDatabase, startRedis } from './servers.js';
 
@@ -43,13 +43,10 @@ interface Instance {
 /** `sluice serve --config FILE`, exactly as the README runs each instance; resolves once it listens. */
 async function serve(dataDir: string): Promise<Instance> {
   const file = join(dataDir, 'sluice.yaml');
-  const child = spawn(process.execPath, [main, 'serve', '--config', file], { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, SLUICE_PORT: '0' } });
-  let out = '';
-  child.stdout!.on('data', (d) => (out += d));
-  child.stderr!.on('data', (d) => (out += d));
-  const exited = new Promise((resolve) => child.once('exit', resolve));
-  const url = await eventually(async () => /Sluice listening on (http:\/\/127\.0\.0\.1:\d+)/.exec(out)?.[1] ?? (child.exitCode !== null ? Promise.reject(new Error(out)) : undefined), 'an instance to listen', 15_000);
-  return { dataDir, child, url, out: () => out, exited };
+  const child = spawn(process.execPath, [main, 'serve', '--config', file], { stdio: ['ignore', 'pipe', 'pipe'], env: childEnv({ SLUICE_PORT: '0' }) });
+  const watched = watchProcess(child);
+  const url = (await watched.waitFor(/Sluice listening on (http:\/\/127\.0\.0\.1:\d+)/, 'an instance to listen'))[1]!;
+  return { dataDir, child, url, out: () => watched.stdout() + watched.stderr(), exited: watched.exited };
 }
 
 const dirs = Array.from({ length: 3 }, () => mkdtempSync(join(tmpdir(), 'sluice-scale-')));

@@ -10,7 +10,7 @@ import { connect, type Socket } from 'node:net';
 import { setFlagsFromString } from 'node:v8';
 import { runInNewContext } from 'node:vm';
 import t from 'tap';
-import { eventually, startStack, startTestGateway, type TestGateway } from './helpers.js';
+import { childEnv, eventually, startStack, startTestGateway, type TestGateway, watchProcess } from './helpers.js';
 
 t.setTimeout(120_000);
 const WRITE_STALL_MS = 4000;
@@ -138,8 +138,8 @@ async function stalledClients(gw: TestGateway, count: number): Promise<{ close()
       socket.once('data', () => { socket.pause(); if (++started === count) console.log('started'); });
     }
     process.stdin.on('end', () => process.exit(0)).resume();`;
-  const child = spawn(process.execPath, ['-e', script, new URL(gw.url).port, String(count), request], { stdio: ['pipe', 'pipe', 'inherit'] });
-  await new Promise<void>((resolve) => child.stdout!.on('data', (d: Buffer) => d.toString().includes('started') && resolve()));
+  const child = spawn(process.execPath, ['-e', script, new URL(gw.url).port, String(count), request], { env: childEnv(), stdio: ['pipe', 'pipe', 'pipe'] });
+  await watchProcess(child, { echoStderr: true }).waitFor(/started/, `${count} stalled streams to start`);
   return { close: () => child.stdin!.end() };
 }
 

@@ -20,9 +20,13 @@ import { JournaledStore } from '../src/store/journal.js';
 import { PostgresStore } from '../src/store/postgres.js';
 import { SqliteStore } from '../src/store/sqlite.js';
 import { StoreUnavailableError } from '../src/store/store.js';
-import { distRoot, eventually } from './helpers.js';
+import { childEnv, distRoot, eventually, READY_BOUND_MS } from './helpers.js';
 import { postgresDatabase, startPostgres } from './servers.js';
 import { storeSuite, untilListening, usage } from './store-suite.js';
+
+// Private PostgreSQL servers (initdb, start, a halt and a restart) and node processes that must exit
+// on their own: more than tap's default 60 s on two busy cores, and above the bound on those processes.
+t.setTimeout(240_000);
 
 const scratch = mkdtempSync(join(tmpdir(), 'sluice-store-'));
 t.teardown(() => rmSync(scratch, { recursive: true, force: true }));
@@ -70,9 +74,11 @@ function within<T>(promise: Promise<T>, ms: number): Promise<T> {
 
 /** Runs an ES module snippet in a fresh node process and resolves with its exit code (null when it had to be killed). */
 async function exitCode(t: Test, script: string, env: Record<string, string>): Promise<number | null> {
-  const child = spawn(process.execPath, ['--input-type=module', '-e', script], { env: { ...process.env, ...env }, stdio: ['ignore', 'inherit', 'inherit'] });
+  const child = spawn(process.execPath, ['--input-type=module', '-e', script], { env: childEnv(env), stdio: ['ignore', 'inherit', 'inherit'] });
   t.teardown(() => void (child.exitCode === null && child.kill('SIGKILL')));
-  const killer = setTimeout(() => child.kill('SIGKILL'), 15_000);
+  // Only a bound for a process that never exits: on two busy cores a node start with its imports
+  // alone can take seconds, so this is far beyond any normal run.
+  const killer = setTimeout(() => child.kill('SIGKILL'), READY_BOUND_MS);
   const [code] = await once(child, 'exit');
   clearTimeout(killer);
   return code;

@@ -62,11 +62,12 @@ t.test('a console session started on one thread is known to the other', async (t
 t.test('a thread that fails is replaced; the exchanges it held end with a failure and a record, and their slots return', async (t) => {
   const { key, id } = await keyIn(cluster, { limits: { concurrency: 12 } });
   // Twelve long streams, spread over both threads by the kernel.
+  let begun = 0;
   const streams = Array.from({ length: 12 }, () =>
-    call(gw.url, key, { messages: [{ role: 'user', content: 'Long [[sim tokens=400 tps=40]]' }], stream: true }).catch((err: Error) => ({ status: -1, id: null, text: err.message })),
+    call(gw.url, key, { messages: [{ role: 'user', content: 'Long [[sim tokens=400 tps=40]]' }], stream: true }, () => begun++).catch((err: Error) => ({ status: -1, id: null, text: err.message })),
   );
-  // Their answers start within the first second of the ten they last.
-  await new Promise((r) => setTimeout(r, 1000));
+  // The thread fails once all twelve answers have begun (each lasts ten seconds).
+  await eventually(() => begun === 12, 'the twelve answers to begin');
   gw.gateway.workers!.crash(0);
   const ended = await Promise.all(streams);
   t.ok(
