@@ -117,7 +117,7 @@ t.test('without a read-like tool, a shell tool runs cat PATH', async (t) => {
 
 t.test('the path comes from what the user wrote, not from context a harness adds', async (t) => {
   // Gemini CLI and Codex put their session context, full of paths, in tagged blocks of the user turn.
-  const context = '<session_context>\nShowing up to 200 items (files + folders).\n/home/dev/.gemini/tmp/work/\n/home/dev/work/README.md\n</session_context>';
+  const context = '<session_context>\nShowing up to 200 items (files + folders).\n/home/dev/.gemini/tmp/project/\n/home/dev/project/README.md\n</session_context>';
   t.same(callOf(input(`${context}\n${READ_PROMPT}`, [updateTopic, readFile])).args, { file_path: FILE });
   const reminder = '<system-reminder>\nRead /etc/motd before you open ~/.profile\n</system-reminder>';
   t.same(callOf(input(`${reminder}\n${READ_PROMPT}`, [agentTool, readTool])).args, { file_path: FILE });
@@ -159,7 +159,7 @@ t.test('families: each parser hands the engine what it needs to pick and fill', 
   t.same(callOf(chat.input), { name: 'Read', args: { file_path: FILE } }, 'Chat');
   const gemini = parseGeminiRequest(
     {
-      contents: [{ role: 'user', parts: [{ text: '<session_context>\n/home/dev/work/\n</session_context>' }, { text: READ_PROMPT }] }],
+      contents: [{ role: 'user', parts: [{ text: '<session_context>\n/home/dev/project/\n</session_context>' }, { text: READ_PROMPT }] }],
       tools: [{ functionDeclarations: [updateTopic, readFile].map((tool) => ({ name: tool.name, parametersJsonSchema: tool.parameters })) }],
     },
     'sim-gemini',
@@ -168,7 +168,7 @@ t.test('families: each parser hands the engine what it needs to pick and fill', 
   const responses = parseResponsesRequest({
     model: 'sim-responses',
     input: [
-      { role: 'user', content: [{ type: 'input_text', text: '<environment_context>\n  <cwd>/home/dev/work</cwd>\n</environment_context>' }] },
+      { role: 'user', content: [{ type: 'input_text', text: '<environment_context>\n  <cwd>/home/dev/project</cwd>\n</environment_context>' }] },
       { role: 'user', content: [{ type: 'input_text', text: READ_PROMPT }] },
     ],
     tools: [viewImage, execCommand].map((tool) => ({ type: 'function', name: tool.name, parameters: tool.parameters })),
