@@ -1,5 +1,5 @@
 /** Budget periods: `day` and `month` begin at midnight UTC and on the 1st; `total` never ends. */
-import type { ApiKey, Budget, Group } from './store/store.js';
+import { groupAllowsModel, type ApiKey, type Budget, type Group } from './store/store.js';
 
 export interface BudgetPeriod {
   amount: number;
@@ -22,7 +22,7 @@ export function budgetPeriod(budget: Budget, now: number): BudgetPeriod {
  * have no prices. Their usage costs nothing, so the budget never stops it; said at every start.
  */
 export function unpricedBudgetWarnings(groups: readonly Group[], keys: readonly ApiKey[], models: readonly { id: string; prices?: unknown }[]): string[] {
-  const unpriced = (group: Group) => models.filter((m) => !m.prices && (group.models.includes('*') || group.models.includes(m.id))).map((m) => m.id);
+  const unpriced = (group: Group) => models.filter((m) => !m.prices && groupAllowsModel(group, m.id)).map((m) => m.id);
   const byName = new Map(groups.map((g) => [g.name, g]));
   const holders = [
     ...groups.filter((g) => g.budget).map((g) => ({ who: `group "${g.name}"`, group: g })),

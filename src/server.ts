@@ -170,9 +170,7 @@ export function startServer(options: ServerOptions): Promise<RunningServer> {
       const out = new UwsResponse(res, context, ex, framing);
       if (framing.error) return pipeline.reject(ex, out, framing.error);
       if (draining) return pipeline.reject(ex, out, new GatewayError('shutting_down', 'The gateway is shutting down.', null, undefined, undefined, 5));
-      if (overloaded()) {
-        return pipeline.reject(ex, out, new GatewayError('overloaded', 'The gateway is at capacity; try again shortly.', null, undefined, undefined, 1));
-      }
+      if (overloaded()) return pipeline.reject(ex, out, atCapacity());
       pipeline.accept(ex, out);
     });
   }
@@ -192,9 +190,8 @@ export function startServer(options: ServerOptions): Promise<RunningServer> {
         context.bodyBytesInFlight -= reserved;
         reserved = 0;
       });
-      if (overloaded() && method !== 'GET' && method !== 'HEAD') {
-        return writer.send({ status: 503, body: { error: { message: 'The gateway is at capacity; try again shortly.', code: 'overloaded' } }, headers: { 'retry-after': '1' } }, true);
-      }
+      // Reads are still served at capacity: an operator can see what is going on.
+      if (overloaded() && method !== 'GET' && method !== 'HEAD') return writer.send(jsonError(atCapacity()), true);
       const failed = (err: unknown) => {
         log.error({ err }, 'json route failed');
         return { status: 500, body: { error: { message: 'internal error', code: 'internal_error' } } };
@@ -211,20 +208,14 @@ export function startServer(options: ServerOptions): Promise<RunningServer> {
       };
       if (method === 'GET' || method === 'DELETE' || method === 'HEAD') return answer(Buffer.alloc(0));
       const framing = bodyFraming(headers, repeated, MAX_JSON_ROUTE_BODY_BYTES);
-      if (framing.error) {
-        const { status, message, code } = framing.error;
-        return writer.send({ status, body: { error: { message, code } } }, true);
-      }
+      if (framing.error) return writer.send(jsonError(framing.error), true);
       // Holds at most EARLY_BYTES, then pauses the upload, until the body is wanted.
       const reader = new BodyReader(res, framing.length, MAX_JSON_ROUTE_BODY_BYTES);
       const readBody = () => {
         const reserve = reader.complete ? 0 : (framing.length ?? MAX_JSON_ROUTE_BODY_BYTES);
-        if (context.bodyBytesInFlight + reserve > context.maxInFlightBodyBytes) {
-          return writer.send({ status: 503, body: { error: { message: 'Too many request bodies are being received; try again shortly.', code: 'overloaded' } }, headers: { 'retry-after': '1' } }, true);
-        }
-        context.bodyBytesInFlight += reserve;
+        if (!takeBodyBudget(context, reserve)) return writer.send(jsonError(bodiesOverloaded()), true);
         reserved = reserve;
-        reader.read(answer, (err) => writer.send({ status: err.status, body: { error: { message: err.message, code: err.code } } }, true));
+        reader.read(answer, (err) => writer.send(jsonError(err), true));
       };
       // The caller is checked on its headers first: a refused caller's body is never read.
       const early = handler.beforeBody?.({ method, path, query, headers, remoteAddress });
@@ -302,6 +293,23 @@ function copyHeaders(req: HttpRequest): { headers: Record<string, string>; repea
   return { headers, repeated };
 }
 
+const atCapacity = () => new GatewayError('overloaded', 'The gateway is at capacity; try again shortly.', null, undefined, undefined, 1);
+const bodiesOverloaded = () => new GatewayError('overloaded', 'Too many request bodies are being received; try again shortly.', null, undefined, undefined, 1);
+
+/** Takes `bytes` of the in-flight body budget shared by every route; false when it is spent. */
+function takeBodyBudget(context: ServerContext, bytes: number): boolean {
+  if (context.bodyBytesInFlight + bytes > context.maxInFlightBodyBytes) return false;
+  context.bodyBytesInFlight += bytes;
+  return true;
+}
+
+/** A gateway error as an admin, console or metrics reply. */
+function jsonError(err: GatewayError): JsonReply {
+  const reply: JsonReply = { status: err.status, body: { error: { message: err.message, code: err.code } } };
+  if (err.retryAfterSeconds !== undefined) reply.headers = { 'retry-after': String(err.retryAfterSeconds) };
+  return reply;
+}
+
 function emptyBody(ex: Exchange): GatewayError {
   return new GatewayError('invalid_request', `The request body is empty: ${ex.method} ${ex.path} needs a JSON object. Send one, with Content-Type: application/json.`);
 }
@@ -327,7 +335,7 @@ function bodyFraming(headers: Record<string, string>, repeated: Set<string> | un
   if (declared === undefined) {
     // Chunked: read up to the limit. Neither header: HTTP/1.1 says the body is empty (RFC 9112
     // §6.3), which is what `curl -X POST` without data sends; the route says if it needs one.
-    return { length: headers['transfer-encoding'] !== undefined ? undefined : 0 };
+    return { length: coding !== undefined ? undefined : 0 };
   }
   if (!/^\d{1,15}$/.test(declared)) return { error: new GatewayError('invalid_request', `The Content-Length header "${declared.slice(0, 32)}" is not a byte count.`) };
   const length = Number(declared);
@@ -470,10 +478,7 @@ class UwsResponse implements ClientResponse {
 
   readBody(onBody: (body: Buffer) => void, onRefused: (err: GatewayError) => void): void {
     const reserve = this.body?.complete ? 0 : Number(this.ex.headers['content-length'] ?? this.context.maxBodyBytes);
-    if (this.context.bodyBytesInFlight + reserve > this.context.maxInFlightBodyBytes) {
-      return onRefused(new GatewayError('overloaded', 'Too many request bodies are being received; try again shortly.', null, undefined, undefined, 1));
-    }
-    this.context.bodyBytesInFlight += reserve;
+    if (!takeBodyBudget(this.context, reserve)) return onRefused(bodiesOverloaded());
     this.bodyReserved = reserve;
     this.body!.read((body) => {
       this.releaseBody();

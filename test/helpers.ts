@@ -1,6 +1,6 @@
 /** Real parts for end-to-end tests: the simulator as its own process, a gateway on port 0. */
 import { execFile, spawn, type ChildProcess } from 'node:child_process';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Writable } from 'node:stream';
@@ -134,6 +134,51 @@ export function watchProcess(child: ChildProcess, options: { echoStderr?: boolea
       });
     },
   };
+}
+
+/** `npm start` without npm: the start script's own command line, from package.json. */
+function startScript(): string[] {
+  const script: string = JSON.parse(readFileSync(join(distRoot, '..', 'package.json'), 'utf8')).scripts.start;
+  const [node, ...args] = script.split(/\s+/);
+  if (node !== 'node') throw new Error(`the start script no longer begins with node: ${script}`);
+  return args.map((a) => (a.startsWith('dist/') ? join(distRoot, '..', a) : a));
+}
+
+/**
+ * The gateway as its own process, as `npm start` runs it, in `cwd`: the environment has none of
+ * Sluice's variables but `env` and a free port (SLUICE_PORT=0). Not yet waited for: see
+ * `startedGateway`, or read `exited` and `stderr()` for a start that must fail.
+ */
+export function spawnGateway(env: Record<string, string> = {}, cwd = tmpdir()): WatchedProcess {
+  const base = Object.fromEntries(Object.entries(childEnv()).filter(([k]) => !k.startsWith('SLUICE_')));
+  const child = spawn(process.execPath, startScript(), { cwd, env: { ...base, SLUICE_PORT: '0', ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+  return watchProcess(child);
+}
+
+export interface GatewayProcess extends WatchedProcess {
+  url: string;
+  port: number;
+  /** Printed on a first start only. */
+  demoKey?: string;
+  /** SIGTERM (a drain), SIGKILL if it has not exited in 10 s. */
+  stop(): Promise<void>;
+}
+
+/** `spawnGateway`, resolved once its banner is printed (the demo key too, on a first start). */
+export async function startedGateway(env: Record<string, string> = {}, cwd = tmpdir()): Promise<GatewayProcess> {
+  const gateway = spawnGateway(env, cwd);
+  // The banner is one write of well under PIPE_BUF bytes: it arrives whole.
+  const [, url] = await gateway.waitFor(/Sluice listening on (http:\/\/\S+)/, 'the banner');
+  const demoKey = /demo key \(group "default", shown only now\): (\S+)/.exec(gateway.stdout())?.[1];
+  const { child } = gateway;
+  const stop = async () => {
+    if (child.exitCode === null && child.signalCode === null) {
+      child.kill('SIGTERM');
+      setTimeout(() => child.kill('SIGKILL'), 10_000).unref();
+    }
+    await gateway.exited;
+  };
+  return { ...gateway, url: url!, port: Number(new URL(url!).port), ...(demoKey && { demoKey }), stop };
 }
 
 /** Starts `node dist/plugins/upstreams/simulator/server.js --port 0` and reads its port. */

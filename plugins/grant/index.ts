@@ -2,11 +2,7 @@
 import { definePlugin } from '../../src/contracts.js';
 import { GatewayError } from '../../src/errors.js';
 import type { Exchange } from '../../src/exchange.js';
-import type { Group } from '../../src/store/store.js';
-
-export function groupAllowsModel(group: Group, modelId: string): boolean {
-  return group.models.includes('*') || group.models.includes(modelId);
-}
+import { groupAllowsModel } from '../../src/store/store.js';
 
 function familyRefusal(ex: Exchange): GatewayError | undefined {
   const group = ex.principal?.group;

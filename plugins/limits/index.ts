@@ -79,12 +79,13 @@ export default definePlugin(({ limiter, log }) => {
     const ask = { tokens: input + output, cost: 0 };
     if (!needsCost) return { ask };
     const inputBound = Math.ceil(input * INPUT_MARGIN) + PER_LINE * (newlines(text) + 1) + FIXED;
-    const outputBound = output * candidates(ex);
+    const choices = candidates(ex);
+    const outputBound = output * choices;
     const worst: WorstCase = {
       cost: worstCaseCost(inputBound, outputBound, prices),
       inputTokens: inputBound,
       outputTokens: outputBound,
-      outputPrice: worstCaseCost(0, candidates(ex), prices),
+      outputPrice: worstCaseCost(0, choices, prices),
       inputCost: worstCaseCost(inputBound, 0, prices),
     };
     return { ask: { ...ask, cost: worst.cost }, worst };

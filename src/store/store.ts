@@ -35,6 +35,11 @@ export interface Group {
   createdAt: number;
 }
 
+/** Whether a group's grant names the model (or every model, `*`). */
+export function groupAllowsModel(group: Pick<Group, 'models'>, modelId: string): boolean {
+  return group.models.includes('*') || group.models.includes(modelId);
+}
+
 /** The fields of a group an operator sets. */
 export type GroupInput = Omit<Group, 'createdAt' | 'limits' | 'budget'> & Partial<Pick<Group, 'limits' | 'budget'>>;
 
