@@ -39,6 +39,8 @@ export interface Loaded {
   routes: Record<string, JsonHandler>;
   /** Builds upstream `name` of `config` with the kinds the plugins provided: at start and on every reload. */
   makeUpstream(config: Config, name: string): Upstream;
+  /** What stands wrong with how it runs (an open gateway): logged at start, shown in the console. */
+  warnings: string[];
 }
 
 const pluginName = /^[a-z0-9-]+(\/[a-z0-9-]+)*$/;
@@ -90,7 +92,8 @@ export async function loadPlugins(
     plugins.push(await factory(context(entry.name, entry.options)));
   }
 
-  checkAuthentication(config, plugins, families, log);
+  const warnings = checkAuthentication(config, plugins, families);
+  for (const warning of warnings) log.warn(warning);
 
   const makeUpstream = (current: Config, name: string): Upstream => {
     const { kind, ...options } = current.upstreams[name]!;
@@ -100,22 +103,22 @@ export async function loadPlugins(
   };
   const upstreams = new Map(Object.keys(config.upstreams).map((name) => [name, makeUpstream(config, name)]));
   resolveModels(config.models, upstreams, families, dialects);
-  return { plugins, families, dialects, upstreams, routes, makeUpstream };
+  return { plugins, families, dialects, upstreams, routes, makeUpstream, warnings };
 }
 
 /**
  * A plugin list without an authenticating plugin would serve every model to anyone who reaches the
- * port: refused, unless the config asks for exactly that (`allowAnonymous: true`), which is then
- * said at every start.
+ * port: refused, unless the config asks for exactly that (`allowAnonymous: true`). Returns the
+ * warnings that then stand for as long as it runs: logged at every start, shown in the console.
  */
-function checkAuthentication(config: Config, plugins: Plugin[], families: ClientFamily[], log: Logger): void {
-  if (families.length === 0 || plugins.some((p) => p.authenticates)) return;
+function checkAuthentication(config: Config, plugins: Plugin[], families: ClientFamily[]): string[] {
+  if (families.length === 0 || plugins.some((p) => p.authenticates)) return [];
   if (!config.allowAnonymous) {
     throw new ConfigError(
       'plugins: no plugin authenticates callers (the list has no "auth"), so every model route would be open to anyone. Add auth to plugins, or set allowAnonymous: true to serve without keys on purpose',
     );
   }
-  log.warn('allowAnonymous: true and no authenticating plugin: anyone who reaches this port may call every model, with no key, limits or budgets per key');
+  return ['allowAnonymous: true and no authenticating plugin: anyone who reaches this port may call every model, with no key, limits or budgets per key'];
 }
 
 /** Records on each model which families it serves and how; throws when its channels speak different families. */
@@ -341,6 +344,7 @@ export async function startGateway(config: Config, log: Logger, source: LoadOpti
           proxies: new TrustedProxies(config.server.trustedProxies),
           allowedOrigins: config.admin.allowedOrigins,
           throttle: new GuessThrottle({}, new SharedThrottleStorage(store)),
+          warnings: loaded.warnings,
           reload: (actor) => {
             const outcome = reloader.reload(actor);
             if (outcome.applied) thread?.reloaded(actor);

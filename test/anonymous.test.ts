@@ -39,6 +39,9 @@ t.test('allowAnonymous: true serves without keys, and says so', async (t) => {
   );
   const res = await chat(gw.url);
   t.equal(res.status, 200, 'a keyless call is served, as asked');
+  const session = await fetch(`${gw.url}/admin/session`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ token: gw.adminToken }) });
+  t.equal(session.status, 200, 'a console sign-in');
+  t.match(((await session.json()) as { warnings: string[] }).warnings, [/anyone who reaches this port may call every model/], 'carries the warning the console shows');
 });
 
 t.test('the default list authenticates: a keyless call is refused', async (t) => {
@@ -46,4 +49,6 @@ t.test('the default list authenticates: a keyless call is refused', async (t) =>
   t.teardown(() => gw.stop());
   t.equal((await chat(gw.url)).status, 401);
   t.notOk(gw.logs.some((l) => /allowAnonymous/.test(String(l.msg))), 'and no warning');
+  const session = await fetch(`${gw.url}/admin/session`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ token: gw.adminToken }) });
+  t.same(((await session.json()) as { warnings: string[] }).warnings, [], 'nor one for the console');
 });

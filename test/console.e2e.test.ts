@@ -512,6 +512,8 @@ t.test('usage shows the cost of traffic on a priced model, and a spend chart per
 // After the priced traffic and the budgets: the fullest rows, the widest tables.
 t.test('at 1280×800 every column and every row action is on screen', async (t) => {
   t.same(page.viewportSize(), { width: 1280, height: 800 });
+  // A passing toast (bottom right, 3 s) would cover the last row's actions: what is measured is the page.
+  await page.waitForFunction("!document.querySelector('.toast')");
   await open(page, 'Keys');
   await page.getByRole('row', { name: new RegExp(keyName) }).waitFor();
   await checkTableFits(t, page, 'Keys');
@@ -642,6 +644,33 @@ t.test('logout returns to the login screen, for good', async (t) => {
   await page.reload();
   await page.getByLabel('Admin token').waitFor();
   t.equal((await page.request.get(`${gw.url}/admin/groups`)).status(), 401, 'the session is gone on the server too');
+});
+
+t.test('an open gateway (allowAnonymous) is said above every page, and a closed one says nothing', async (t) => {
+  t.equal(await page.locator('.gateway-warning').count(), 0, 'the gateway with auth shows no standing warning');
+  const open = await startTestGateway(
+    (dataDir) => `dataDir: ${dataDir}
+plugins: [grant, limits, codecs/chat, upstreams/simulator, usage, console]
+allowAnonymous: true
+upstreams:
+  sim: { kind: simulator }
+models:
+  - { id: m, upstream: sim }
+`,
+  );
+  t.teardown(() => open.stop());
+  const other = await browser.newPage();
+  t.teardown(() => other.close());
+  await other.goto(`${open.url}/console`);
+  await other.getByLabel('Admin token').fill(open.adminToken);
+  await other.getByRole('button', { name: 'Sign in' }).click();
+  await other.getByRole('heading', { level: 1, name: 'Groups' }).waitFor();
+  const warning = other.locator('.gateway-warning');
+  t.match(await warning.textContent(), /anyone who reaches this port may call every model/, 'the warning is shown once signed in');
+  await other.goto(`${open.url}/console#/usage`);
+  await other.reload();
+  await other.getByRole('heading', { level: 1, name: 'Usage' }).waitFor();
+  t.equal(await warning.count(), 1, 'and still on another page, after a reload');
 });
 
 t.test('no page errors, nothing fetched from elsewhere', async (t) => {

@@ -24,6 +24,8 @@ export interface AdminHttpOptions {
   reload(actor: string): ReloadOutcome;
   /** Wrong-token counting; by default in this process's memory. */
   throttle?: GuessThrottle;
+  /** What stands wrong with how the gateway runs (an open gateway): every console session shows it. */
+  warnings?: readonly string[];
 }
 
 const DEVICE_MAX_AGE_S = 365 * 24 * 60 * 60;
@@ -68,6 +70,7 @@ export function adminRoutes(service: AdminService, sessions: Sessions, options: 
   const { proxies } = options;
   const throttle = options.throttle ?? new GuessThrottle();
   const allowedOrigins = new Set(options.allowedOrigins.map((o) => normalizeOrigin(o) ?? o));
+  const warnings = options.warnings ?? [];
 
   const checkToken = (client: string, token: string) => checkAdminToken(throttle, (t) => sessions.isAdminToken(t), client, token);
 
@@ -109,12 +112,12 @@ export function adminRoutes(service: AdminService, sessions: Sessions, options: 
       const cookies = [cookie(SESSION_COOKIE, newId, Math.floor((started.expiresAt - Date.now()) / 1000), '/', via.https)];
       if (!device) cookies.push(cookie(DEVICE_COOKIE, sessions.newDevice(), DEVICE_MAX_AGE_S, '/admin/session', via.https));
       const headers = { 'set-cookie': cookies, 'cache-control': 'no-store' };
-      return { status: 200, body: { csrfToken: started.csrfToken, expiresAt: started.expiresAt }, headers };
+      return { status: 200, body: { csrfToken: started.csrfToken, expiresAt: started.expiresAt, warnings }, headers };
     }
     const current = await sessions.get(id);
     if (req.method === 'GET') {
       if (!current) return error(new AdminError(401, 'invalid_admin_token', 'no session'));
-      return { status: 200, body: { csrfToken: current.csrfToken, expiresAt: current.expiresAt }, headers: { 'cache-control': 'no-store' } };
+      return { status: 200, body: { csrfToken: current.csrfToken, expiresAt: current.expiresAt, warnings }, headers: { 'cache-control': 'no-store' } };
     }
     if (req.method === 'DELETE') {
       const actor = await authorize(req, via);

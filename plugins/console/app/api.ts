@@ -37,6 +37,8 @@ export class ApiError extends Error {
 let csrfToken: string | null = null;
 /** When the current session ends (unix ms), from the gateway. */
 let sessionEnd: number | null = null;
+/** What the gateway says stands wrong with how it runs, from the session. */
+let gatewayWarnings: readonly string[] = [];
 let unauthorized: (() => void) | null = null;
 
 /** Called when a call answers 401 because the session ended. */
@@ -51,6 +53,11 @@ export function signedIn(): boolean {
 /** When the session ends (unix ms), or null when signed out. */
 export function sessionEndsAt(): number | null {
   return csrfToken === null ? null : sessionEnd;
+}
+
+/** The gateway's standing warnings (an open gateway), shown above every page. */
+export function warnings(): readonly string[] {
+  return gatewayWarnings;
 }
 
 interface Options {
@@ -119,6 +126,7 @@ export async function restoreSession(): Promise<boolean> {
     const s = await request<Session>('GET', '/admin/session', { sessionCall: true });
     csrfToken = s.csrfToken;
     sessionEnd = s.expiresAt;
+    gatewayWarnings = s.warnings ?? [];
     return true;
   } catch (err) {
     if (err instanceof ApiError && err.status === 401) return false;
@@ -130,6 +138,7 @@ export async function login(token: string): Promise<void> {
   const s = await request<Session>('POST', '/admin/session', { body: { token }, sessionCall: true });
   csrfToken = s.csrfToken;
   sessionEnd = s.expiresAt;
+  gatewayWarnings = s.warnings ?? [];
 }
 
 export async function logout(): Promise<void> {

@@ -103,7 +103,15 @@ function buildShell(): Shell {
     logoutBtn,
   );
   const outlet = h('main', { class: 'content', id: 'content', tabindex: '-1' });
-  replace(app, h('a', { class: 'skip', href: '#content', onclick: (e: Event) => { e.preventDefault(); outlet.focus(); } }, 'Skip to content'), header, h('div', { class: 'layout' }, nav, outlet));
+  // Standing warnings (an open gateway) stay above every page until the config changes.
+  const warnings = api.warnings().map((w) => h('div', { class: 'notice notice-warn gateway-warning', role: 'alert' }, icon(icons.alert), h('div', null, w)));
+  replace(
+    app,
+    h('a', { class: 'skip', href: '#content', onclick: (e: Event) => { e.preventDefault(); outlet.focus(); } }, 'Skip to content'),
+    header,
+    warnings,
+    h('div', { class: 'layout' }, nav, outlet),
+  );
   return { outlet, crumb, links };
 }
 

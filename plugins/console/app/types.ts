@@ -3,6 +3,8 @@
 export interface Session {
   csrfToken: string;
   expiresAt: number;
+  /** What stands wrong with how the gateway runs (an open gateway); absent from older gateways. */
+  warnings?: string[];
 }
 
 /** Request limits; an absent field is unlimited (on a key: the group's applies). */
