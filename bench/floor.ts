@@ -9,7 +9,7 @@
 import { STATUS_CODES } from 'node:http';
 import { parseArgs } from 'node:util';
 import { Pool, type Dispatcher } from 'undici';
-import uWS, { type HttpResponse } from '../src/uws.js';
+import { loadUws, type HttpResponse } from '../src/uws.js';
 
 const { values } = parseArgs({ options: { upstream: { type: 'string' } } });
 if (!values.upstream) throw new Error('usage: node dist/bench/floor.js --upstream http://127.0.0.1:PORT');
@@ -78,6 +78,7 @@ function forward(res: HttpResponse, method: string, path: string, headers: Recor
   );
 }
 
+const uWS = loadUws();
 uWS
   .App()
   .any('/*', (res, req) => {

@@ -11,6 +11,7 @@ import { ConfigError, loadConfig, type Config } from './config.js';
 import { adminService, loadPlugins, openStore, startGateway, type Gateway, type Loaded } from './gateway.js';
 import { createLogger } from './log.js';
 import type { Budget, Limits } from './store/store.js';
+import { uwsVersion } from './uws.js';
 
 const usage = `Usage: sluice <command> [options]
 
@@ -135,6 +136,7 @@ function configuredUpstreams(config: Config, loaded: Loaded) {
 function startBanner(config: Config, gateway: Gateway, url: string): string {
   const tokenFile = join(config.dataDir, 'admin-token');
   const lines = [`Sluice listening on ${url} (data in ${config.dataDir})`];
+  lines.push(`  runtime:     Node ${process.versions.node}, uWebSockets.js ${uwsVersion()}`);
   if (gateway.workers) lines.push(`  workers:     ${gateway.workers.size} threads`);
   if (config.plugins.some((p) => p.name === 'console')) lines.push(`  console:     ${url}/console`);
   if (config.adminToken) lines.push(`  admin token: from ${process.env.SLUICE_ADMIN_TOKEN ? 'SLUICE_ADMIN_TOKEN' : 'the config file (adminToken)'}`);

@@ -5,7 +5,7 @@
  */
 import { createServer } from 'node:net';
 import { STATUS_CODES } from 'node:http';
-import uWS, { type HttpRequest, type HttpResponse, type us_listen_socket } from './uws.js';
+import { loadUws, type HttpRequest, type HttpResponse, type us_listen_socket } from './uws.js';
 import type { Logger } from 'pino';
 import type { Config } from './config.js';
 import type { ClientFamily, Endpoint, JsonHandler, JsonReply } from './contracts.js';
@@ -36,16 +36,6 @@ export interface RunningServer {
    * one with its family's failure (outcome `shutdown`) and closes the sockets.
    */
   drain(timeoutMs: number): Promise<void>;
-}
-
-/** The npm alias of uWS falls back to a slow pure-JS imitation when its binary cannot load. */
-export function assertNativeUws(): void {
-  if (process.env.UWS_USE_FALLBACK || !/\[native code\]/.test(String(uWS.App))) {
-    throw new Error(
-      'uWebSockets.js could not load its native binary and fell back to its pure-JS imitation; ' +
-        'Sluice refuses to run on it. Use Node.js 20 on linux/darwin x64 or arm64.',
-    );
-  }
 }
 
 const statusLine = (status: number) => `${status} ${STATUS_CODES[status] ?? ''}`;
@@ -104,7 +94,7 @@ interface ServerContext {
 }
 
 export function startServer(options: ServerOptions): Promise<RunningServer> {
-  assertNativeUws();
+  const uWS = loadUws();
   const { pipeline, limits, log } = options;
   // No `uWebSockets: 20` header on every response.
   (uWS as unknown as { _cfg(key: string): void })._cfg('silent');

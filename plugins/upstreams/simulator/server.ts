@@ -14,7 +14,7 @@
 import { STATUS_CODES } from 'node:http';
 import { pathToFileURL } from 'node:url';
 import { parseArgs } from 'node:util';
-import uWS from 'uWebSockets.js';
+import { loadUws, type HttpRequest, type HttpResponse, type TemplatedApp } from '../../../src/uws.js';
 import { DEFAULT_MODELS } from './chat.js';
 import { parseFaults, faulted, type Faults } from './faults.js';
 import { DEFAULT_GEMINI_MODELS, geminiError, geminiFault, geminiNotFound, routeGemini } from './gemini.js';
@@ -81,7 +81,8 @@ export function startSimulatorServer(options: SimulatorServerOptions = {}): Prom
     messagesModels: options.messagesModels ?? DEFAULT_MESSAGES_MODELS,
   };
   // close() exists at runtime (it also drops open connections) but is missing from the typings.
-  const app: uWS.TemplatedApp & { close?(): void } = uWS.App();
+  const uWS = loadUws();
+  const app: TemplatedApp & { close?(): void } = uWS.App();
   const stats: Stats = { requests: 0, aborted: 0, faults: {} };
   app.any('/*', (res, req) => handle(res, req, routes, stats));
   return new Promise((resolve, reject) => {
@@ -103,7 +104,7 @@ export function startSimulatorServer(options: SimulatorServerOptions = {}): Prom
 
 type ServerRoutes = Required<Pick<SimulatorRoutes, 'models' | 'geminiModels' | 'messagesModels'>>;
 
-function handle(res: uWS.HttpResponse, req: uWS.HttpRequest, options: ServerRoutes, stats: Stats): void {
+function handle(res: HttpResponse, req: HttpRequest, options: ServerRoutes, stats: Stats): void {
   // Everything from req must be read now: it is only valid during this callback.
   const method = req.getMethod().toUpperCase();
   const url = req.getUrl();
@@ -195,7 +196,7 @@ class Exchange {
   private call: { abort(): void } | undefined;
 
   constructor(
-    private readonly res: uWS.HttpResponse,
+    private readonly res: HttpResponse,
     private readonly onDropped: () => void,
   ) {}
 
