@@ -1,13 +1,16 @@
-/** Micro benchmarks of the hot path: SSE splitting, the chat usage scan, and recording usage. */
+/** Micro benchmarks of the hot path: SSE splitting, the chat usage scan, choosing a channel, and recording usage. */
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Bench } from 'tinybench';
+import { Failover } from '../src/channels/failover.js';
+import { ChannelTable } from '../src/channels/table.js';
+import type { ModelConfig } from '../src/config.js';
 import type { Exchange, StateKey } from '../src/exchange.js';
 import { replaceStringField } from '../src/json-splice.js';
 import { SseSplitter, frameData } from '../src/sse.js';
 import codecPlugin from '../plugins/codecs/chat/index.js';
-import type { ClientFamily } from '../src/contracts.js';
+import type { ClientFamily, Upstream, UpstreamCall } from '../src/contracts.js';
 import { createLogger } from '../src/log.js';
 import { JournaledStore } from '../src/store/journal.js';
 import { SqliteStore } from '../src/store/sqlite.js';
@@ -34,7 +37,20 @@ export async function runMicro(): Promise<Record<string, string>[]> {
   const pieces: Buffer[] = [];
   for (let i = 0; i < stream.length; i += 1400) pieces.push(stream.subarray(i, i + 1400));
   // Sluice asked for the usage chunk on the client's behalf, so the passthrough drops it.
-  const fakeExchange = { get: (key: StateKey<unknown>) => key.description === 'chat usage injected' } as unknown as Exchange;
+  const fakeExchange = { request: {}, get: (key: StateKey<unknown>) => key.description === 'chat usage injected' } as unknown as Exchange;
+  // The client asked for usage itself: nothing is blanked, each piece's last frame is visited (for [DONE]).
+  const askingExchange = { request: { stream_options: { include_usage: true } }, get: () => undefined } as unknown as Exchange;
+  /** As the relay runs a passthrough with no frame plugin: the sparse scan, then each run of kept frames checked, edited and written. */
+  const relayed = (ex: Exchange) => {
+    const splitter = new SseSplitter();
+    const pass = family!.passthroughStream(ex);
+    const out = (b: Buffer) => {
+      if ((pass.check?.(b) ?? -1) >= 0) throw new Error('a frame taken for malformed');
+      sink += pass.edit?.(b) ?? b.length;
+    };
+    for (const p of pieces) splitter.pushSparse(Buffer.from(p), pass.sparse!, pass.frame, out);
+    if (!pass.usage()) throw new Error('usage not found');
+  };
   const modelKey = Buffer.from('"model"');
   const alias = Buffer.from('"team-chat"');
   let sink = 0;
@@ -55,6 +71,24 @@ export async function runMicro(): Promise<Record<string, string>[]> {
   });
   const recordBytes = JSON.stringify(usage()).length + 1;
 
+  // Choosing a channel as the route does: 2 channels of one priority by weight, a third behind them.
+  const channel = (name: string, priority: number) => ({ name, upstream: name, upstreamModel: 'm', priority, weight: 1 });
+  const model = { id: 'bench', channels: [channel('a', 0), channel('b', 0), channel('c', 1)], families: {} } as unknown as ModelConfig;
+  const upstreams = new Map(['a', 'b', 'c'].map((name) => [name, { name, family: 'chat' } as Upstream]));
+  const upstreamConfigs = { a: { kind: 'x' }, b: { kind: 'x' }, c: { kind: 'x' } };
+  const idle = new ChannelTable([model], upstreamConfigs, upstreams).of('bench');
+  // Another upstream model cooling down: the cool-down map is not empty, so each channel is looked up.
+  const busyTable = new ChannelTable([model], upstreamConfigs, upstreams);
+  busyTable.coolDowns.coolDown('elsewhere/m', 3_600_000);
+  const busy = busyTable.of('bench');
+  const routed = { set() {}, attempts: 0, model } as unknown as Exchange;
+  const noCall = {} as UpstreamCall;
+  const route = (channels: typeof idle) => {
+    const failover = new Failover(routed, channels, () => noCall, (step) => step(), log);
+    failover.begin();
+    failover.succeeded();
+  };
+
   const bench = new Bench({ time: 500 });
   bench
     .add('SseSplitter: 258 frames in 1400-byte pieces', () => {
@@ -66,6 +100,11 @@ export async function runMicro(): Promise<Record<string, string>[]> {
       const pass = family!.passthroughStream(fakeExchange);
       for (const p of pieces) splitter.push(p, pass.frame, (b) => (sink += b.length));
       if (!pass.usage()) throw new Error('usage not found');
+    })
+    .add('chat passthrough as relayed, usage asked for by Sluice: sparse scan + check + remove usage null', () => relayed(fakeExchange))
+    .add('chat passthrough as relayed, usage asked for by the client: sparse scan with last frames + check', () => relayed(askingExchange))
+    .add('copy the pieces (the baseline of the two above: `edit` works in place, so each run gets fresh bytes)', () => {
+      for (const p of pieces) sink += Buffer.from(p).length;
     })
     .add('model alias: split + splice the client\'s model name into every frame', () => {
       // As the relay does when the alias differs from the upstream's name: renamed copies, one write per piece.
@@ -80,6 +119,8 @@ export async function runMicro(): Promise<Record<string, string>[]> {
     .add('frameData: parse one data frame', () => {
       sink += frameData(pieces[0]!)?.length ?? 0;
     })
+    .add('route: choose 1 of 3 channels (breakers closed, nothing cooling down)', () => route(idle))
+    .add('route: choose 1 of 3 channels (another upstream model cooling down)', () => route(busy))
     .add('recordUsage: journal append + 1/256 SQLite batch', () => stores[0]!.recordUsage(usage()))
     .add('recordUsage: journal append with fsync + 1/256 SQLite batch', () => stores[1]!.recordUsage(usage()));
   await bench.run();
@@ -87,7 +128,7 @@ export async function runMicro(): Promise<Record<string, string>[]> {
   rmSync(dir, { recursive: true, force: true });
   return bench.tasks.map((task) => {
     const r = task.result as { throughput?: { mean: number }; latency?: { mean: number } } | undefined;
-    const bytes = task.name.startsWith('frameData') ? pieces[0]!.length : task.name.startsWith('recordUsage') ? recordBytes : stream.length;
+    const bytes = task.name.startsWith('frameData') ? pieces[0]!.length : task.name.startsWith('recordUsage') ? recordBytes : task.name.startsWith('route') ? 0 : stream.length;
     const opsPerSec = r?.throughput?.mean ?? 0;
     return {
       benchmark: task.name,

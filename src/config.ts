@@ -371,6 +371,7 @@ const schema = {
               attempts: { type: 'integer', minimum: 1, maximum: 10 },
               backoffMs: { type: 'integer', minimum: 0 },
               maxRetryAfterSeconds: { type: 'number', minimum: 0 },
+              maxCoolDownSeconds: { type: 'number', minimum: 0 },
             },
           },
           breaker: {

@@ -95,6 +95,7 @@ export interface UpstreamRequest {
 /**
  * Receives an upstream response. Modelled on undici's dispatch handlers: start once, data per
  * chunk (return false to ask for a pause until `resume()`), then exactly one of end or error.
+ * A chunk handed to `data` is the sink's: a passthrough edits it in place (ClientStream.edit).
  */
 export interface ResponseSink {
   start(status: number, headers: Record<string, string | string[] | undefined>): void;
@@ -153,9 +154,16 @@ export interface ClientStream {
   sparse?: SparseScan;
   /**
    * Edits the upstream's kept frames in place on their way out (whole frames, a run at a time, in
-   * views of the upstream's chunk), after every visit to them; the length stays.
+   * views of the upstream's chunk), after every visit to them. It may only take bytes out: it
+   * returns the length of the edited frames, which start where `frames` does.
    */
-  edit?(frames: Buffer): void;
+  edit?(frames: Buffer): number;
+  /**
+   * Where the first of the upstream's kept frames (as `edit` gets them, before it) that is not one
+   * of the family's events starts, or -1: a passthrough writes the frames before it, then ends the
+   * stream with `fail`. Meant as a byte check of each frame's outline (`firstMalformedFrame`), not a parse.
+   */
+  check?(frames: Buffer): number;
   /** After each upstream chunk: frames of its own the stream wrote for that chunk, if any. */
   take?(): string;
   /** The upstream ended cleanly: closing bytes for the client, if any. */
@@ -250,6 +258,11 @@ export interface ClientFamily {
   passthroughStream(ex: Exchange): ClientStream;
   /** Usage from a complete upstream body of this family. */
   bodyUsage(body: Buffer): Usage | undefined;
+  /**
+   * Whether a complete 2xx upstream body could be one of this family's answers, by its outline
+   * (`looksLikeJsonObject`), not a parse: a passthrough answers anything else with a 502.
+   */
+  isAnswer?(body: Buffer): boolean;
   /** Text of delivered frames of this family, for a tokenizer estimate. */
   deliveredText(frames: Buffer[]): string;
 }
@@ -316,7 +329,8 @@ export interface GatewayView {
 export interface UpstreamStatus {
   name: string;
   pool: UpstreamStats | undefined;
-  channels: { model: string; channel: string; state: 'closed' | 'half-open' | 'open' }[];
+  /** `coolDownSeconds`: what is left of the channel's cool-down after an upstream's 429 with Retry-After (0: none). */
+  channels: { model: string; channel: string; state: 'closed' | 'half-open' | 'open'; coolDownSeconds: number }[];
 }
 
 /** A plugin module's default export. */

@@ -41,6 +41,7 @@ export const catalog = {
   unsupported_media_type: { status: 415, kind: 'invalid_request' },
   rate_limit_exceeded: { status: 429, kind: 'rate_limit' },
   insufficient_quota: { status: 429, kind: 'quota' },
+  upstream_rate_limited: { status: 429, kind: 'rate_limit' },
   internal_error: { status: 500, kind: 'internal' },
   unsupported_transfer_encoding: { status: 501, kind: 'invalid_request' },
   upstream_error: { status: 502, kind: 'upstream' },
@@ -73,6 +74,12 @@ export class GatewayError extends Error {
     this.status = status ?? catalog[code].status;
     this.kind = catalog[code].kind;
   }
+}
+
+/** `err` with a Retry-After of `seconds` (an upstream's, passed on to the client); `err` itself when there is none. */
+export function withRetryAfter(err: GatewayError, seconds: number | undefined): GatewayError {
+  if (seconds === undefined || err.retryAfterSeconds === seconds) return err;
+  return new GatewayError(err.code, err.message, err.param, err.status, err.upstreamCode, seconds);
 }
 
 export function asGatewayError(err: unknown): GatewayError {

@@ -15,6 +15,7 @@ import { startWorkers, type WorkerPool } from './workers/primary.js';
 import { ConfigError, loadConfig, type Config, type LoadOptions, type ModelConfig } from './config.js';
 import type { BootContext, ClientFamily, GatewayView, JsonHandler, Plugin, PluginFactory, Upstream, UpstreamDialect, UpstreamFactory, UpstreamStatus } from './contracts.js';
 import { unpricedBudgetWarnings } from './budget.js';
+import { CoolDowns } from './channels/cooldown.js';
 import { ChannelTable } from './channels/table.js';
 import { Pipeline, type Routing } from './pipeline.js';
 import { Reloader, Retirements, type ReloadOutcome } from './reload.js';
@@ -294,7 +295,8 @@ export async function startGateway(config: Config, log: Logger, source: LoadOpti
   const models = new Map<string, ModelConfig>(config.models.map((m) => [m.id, m]));
   const pipeline = new Pipeline({
     plugins: [...plugins, retirements.plugin],
-    routing: { models, upstreams, channels: new ChannelTable(config.models, config.upstreams, upstreams) },
+    // Cool-downs reach the other threads and instances through the limiter, when it is shared.
+    routing: { models, upstreams, channels: new ChannelTable(config.models, config.upstreams, upstreams, undefined, new CoolDowns(limiter.coolDowns)) },
     dialects,
     log,
     maxUpstreamBodyBytes: config.server.maxUpstreamBodyBytes,
@@ -393,7 +395,12 @@ function upstreamStatus(routing: Routing): UpstreamStatus[] {
   return routing.channels.report().map((u) => ({
     name: u.name,
     pool: routing.upstreams.get(u.name)?.stats?.(),
-    channels: u.channels.map((c) => ({ model: c.model, channel: c.channel, state: c.state })),
+    channels: u.channels.map((c) => ({
+      model: c.model,
+      channel: c.channel,
+      state: c.state,
+      coolDownSeconds: c.coolingUntil ? Math.max(0, Date.parse(c.coolingUntil) - Date.now()) / 1000 : 0,
+    })),
   }));
 }
 

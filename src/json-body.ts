@@ -45,6 +45,21 @@ export function jsonOrUndefined(text: string | Buffer | null | undefined): any {
   }
 }
 
+const isJsonSpace = (byte: number | undefined) => byte === 0x20 || byte === 0x0a || byte === 0x0d || byte === 0x09;
+
+/**
+ * Whether `body` is outlined like a JSON object: `{` first and `}` last, whitespace aside. A few
+ * bytes at both ends, no parse: an answer cut short (a dropped connection, a proxy's size limit)
+ * or a page of text in its place fails it, which is how a failing upstream's 200 looks.
+ */
+export function looksLikeJsonObject(body: Buffer): boolean {
+  let first = 0;
+  let last = body.length - 1;
+  while (isJsonSpace(body[first])) first++;
+  while (last > first && isJsonSpace(body[last])) last--;
+  return last > first && body[first] === 0x7b && body[last] === 0x7d;
+}
+
 /** An upstream's complete answer body. */
 export function parseUpstreamJson(body: Buffer): Record<string, any> {
   try {

@@ -1,6 +1,6 @@
 /**
  * Byte-level edits of JSON the gateway relays without parsing: the value of one string field is
- * replaced, or null fields blanked out, so the rest of the bytes go out exactly as the upstream wrote them.
+ * replaced, or null fields removed, so the rest of the bytes go out exactly as the upstream wrote them.
  */
 import { CR, LF, occursAt } from './bytes.js';
 
@@ -73,38 +73,49 @@ const NULL = Buffer.from('null');
 const isInlineSpace = (byte: number | undefined) => byte === 0x20 || byte === 0x09;
 
 /**
- * Blanks out the `"key": null` fields of `frames` (whole SSE frames of JSON events), in place: an
- * upstream asked for usage on the client's behalf writes `"usage":null` in every chunk, which the
- * client did not ask for. The field and its comma become spaces, which JSON ignores, so nothing is
- * copied. Each line that ends an object (`}`) is looked at: servers write the field last (OpenAI),
- * so its end is checked first, a few byte compares; otherwise the line is searched. A hit counts
- * only after `{` or `,`: anywhere else the quote is an escaped one inside a string. A field on a
- * line of its own (an event split over several `data:` lines) is left as it is.
+ * Removes the `"key": null` fields of `frames` (whole SSE frames of JSON events), in place, and
+ * returns the length of what is left, which starts where `frames` does: an upstream asked for usage
+ * on the client's behalf writes `"usage":null` in every chunk, which the client did not ask for.
+ * Each field goes with its comma; the bytes after it move up, one native move per field (about
+ * 10 ns a frame more than overwriting it with spaces; stepping over the blank line that ends each
+ * frame, instead of searching it, pays that back: docs/architecture.md). Each line
+ * that ends an object (`}`) is looked at: servers write the field last (OpenAI), so its end is
+ * checked first, a few byte compares; otherwise the line is searched. A hit counts only after `{`
+ * or `,`: anywhere else the quote is an escaped one inside a string. A field on a line of its own
+ * (an event split over several `data:` lines) is left as it is.
  */
-export function blankNullFields(frames: Buffer, quotedKey: Buffer): void {
+export function removeNullFields(frames: Buffer, quotedKey: Buffer): number {
   /** The next occurrence of the key at or after the current line, once searched (-2: not yet). */
   let nextKey = -2;
   let lineStart = 0;
-  for (let lf = frames.indexOf(LF); lf >= 0; lineStart = lf + 1, lf = frames.indexOf(LF, lineStart)) {
+  /** Bytes before `kept` are in place; from `unmoved` on they are where the upstream wrote them. */
+  let kept = 0;
+  let unmoved = 0;
+  /** Where the line after this one starts: a blank line that ends a frame is stepped over, not searched. */
+  let nextLine = 0;
+  for (let lf = frames.indexOf(LF); lf >= 0; lineStart = nextLine, lf = frames.indexOf(LF, lineStart)) {
+    nextLine = frames[lf + 1] === LF ? lf + 2 : frames[lf + 1] === CR && frames[lf + 2] === LF ? lf + 3 : lf + 1;
     let end = lf;
     if (frames[end - 1] === CR) end--;
     while (end > lineStart && isInlineSpace(frames[end - 1])) end--;
     if (end <= lineStart || frames[end - 1] !== CLOSE_OBJECT) continue;
-    const start = nullFieldBefore(frames, end - 1, quotedKey, lineStart);
-    if (start >= 0) {
-      blank(frames, start, end - 1);
-      continue;
+    let start = nullFieldBefore(frames, end - 1, quotedKey, lineStart);
+    let stop = end - 1;
+    if (start < 0) {
+      // One search serves every line up to its hit, so a run is searched once however many lines it has.
+      if (nextKey !== -1 && nextKey < lineStart) nextKey = frames.indexOf(quotedKey, lineStart);
+      if (nextKey < 0) break;
+      const field = nextKey < end ? nullFieldIn(frames, nextKey, lineStart, end, quotedKey) : undefined;
+      if (!field) continue;
+      [start, stop] = field;
     }
-    // One search serves every line up to its hit, so a run is searched once however many lines it has.
-    if (nextKey !== -1 && nextKey < lineStart) nextKey = frames.indexOf(quotedKey, lineStart);
-    if (nextKey < 0) return;
-    if (nextKey < end) blankNullFieldIn(frames, nextKey, lineStart, end, quotedKey);
+    if (kept !== unmoved) frames.copyWithin(kept, unmoved, start);
+    kept += start - unmoved;
+    unmoved = stop;
   }
-}
-
-/** A few bytes are set faster one by one than by a native fill. */
-function blank(buf: Buffer, from: number, to: number): void {
-  for (let i = from; i < to; i++) buf[i] = 0x20;
+  if (unmoved === 0) return frames.length;
+  if (kept !== unmoved) frames.copyWithin(kept, unmoved);
+  return kept + frames.length - unmoved;
 }
 
 /** Where the field `, "key": null` ending right before `close` (an object's `}`) starts, comma included, or -1; not before `min`. */
@@ -124,10 +135,10 @@ function nullFieldBefore(json: Buffer, close: number, quotedKey: Buffer, min: nu
 }
 
 /**
- * Blanks the first `"key": null` field of the line [lineStart, to), searching from `from` (where
- * the key first occurs), with the comma that separates it from its neighbour.
+ * The first `"key": null` field of the line [lineStart, to), searching from `from` (where the key
+ * first occurs), with the comma that separates it from its neighbour: where it starts and ends.
  */
-function blankNullFieldIn(json: Buffer, from: number, lineStart: number, to: number, quotedKey: Buffer): void {
+function nullFieldIn(json: Buffer, from: number, lineStart: number, to: number, quotedKey: Buffer): [number, number] | undefined {
   for (let key = from; key >= 0 && key < to; key = json.indexOf(quotedKey, key + 1)) {
     let at = key + quotedKey.length;
     while (at < to && isInlineSpace(json[at])) at++;
@@ -139,10 +150,10 @@ function blankNullFieldIn(json: Buffer, from: number, lineStart: number, to: num
     while (before > lineStart && isInlineSpace(json[before - 1])) before--;
     if (before <= lineStart) continue;
     // `, "key": null` goes with the comma before it; a first field `{"key": null, …` with the one after.
-    if (json[before - 1] === COMMA) return blank(json, before - 1, at);
+    if (json[before - 1] === COMMA) return [before - 1, at];
     if (json[before - 1] !== OPEN_OBJECT) continue;
     while (at < to && isInlineSpace(json[at])) at++;
-    if (json[at] === COMMA) return blank(json, key, at + 1);
-    if (json[at] === CLOSE_OBJECT) return blank(json, key, at);
+    if (json[at] === COMMA) return [key, at + 1];
+    if (json[at] === CLOSE_OBJECT) return [key, at];
   }
 }

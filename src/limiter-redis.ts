@@ -15,6 +15,10 @@
  *                 usage records when absent), `reserved`, and lease id → its reserved cost (`e` once
  *                 the lease expired: the reservation went back, the spend still counts at settle).
  *                 It expires a day after the period ends (`total`: a day after its last admission).
+ * - `P:cool:UPSTREAM/MODEL` a channel's cool-down after an upstream's 429 with Retry-After (the
+ *                 value is nothing; its PX expiry is the rest), published on the `P:cool` channel.
+ *                 Every instance subscribes (one more connection) and keeps what it hears in its
+ *                 own map, so routing never waits on Redis; on (re)connecting it reads the keys.
  * Every key is passed in KEYS, so a decision touches only what it declares.
  *
  * Redis unreachable or not answering within timeoutMs: the fail mode decides, logged once when
@@ -24,7 +28,7 @@
 import { randomUUID } from 'node:crypto';
 import { Redis } from 'ioredis';
 import type { Logger } from 'pino';
-import { WINDOW_MS, type Amounts, type Decision, type LimitScope, type Limiter, type Refusal, type SpendSource, type WindowStatus } from './limiter.js';
+import { WINDOW_MS, type Amounts, type CoolDownBus, type Decision, type LimitScope, type Limiter, type Refusal, type SpendSource, type WindowStatus } from './limiter.js';
 
 export interface RedisLimiterOptions {
   url: string;
@@ -272,12 +276,24 @@ end
 return lost
 `;
 
+/**
+ * KEYS: a cool-down key. ARGV: its ms, the channel to publish on, the message. The key's expiry
+ * only ever grows (a shorter Retry-After heard later does not cut a rest short).
+ */
+const COOL = `
+local ms = tonumber(ARGV[1])
+if redis.call('PTTL', KEYS[1]) < ms then redis.call('SET', KEYS[1], '1', 'PX', ms) end
+redis.call('PUBLISH', ARGV[2], ARGV[3])
+return 1
+`;
+
 type Arg = string | number;
 
 interface Scripts {
   limiterAcquire(numKeys: number, ...args: Arg[]): Promise<(string | number)[]>;
   limiterSettle(numKeys: number, ...args: Arg[]): Promise<number>;
   limiterRenew(numKeys: number, ...args: Arg[]): Promise<string[]>;
+  limiterCool(numKeys: number, ...args: Arg[]): Promise<number>;
 }
 
 export class RedisLimiter implements Limiter<RedisLease> {
@@ -295,6 +311,15 @@ export class RedisLimiter implements Limiter<RedisLease> {
   private renewing = false;
   /** Spend of a budget period read from the usage records, kept until Redis has it: a burst that found it missing reads it once. */
   private readonly spendReads = new Map<string, Promise<number>>();
+  /** Hears the cool-downs other instances publish; made on the first subscribe. */
+  private subscriber: Redis | undefined;
+  private coolHeard: ((key: string, ms: number) => void) | undefined;
+
+  /** Channel cool-downs shared by every instance (and thread) on this Redis: see the key layout above. */
+  readonly coolDowns: CoolDownBus = {
+    publish: (key, ms) => void this.publishCoolDown(key, ms),
+    subscribe: (heard) => this.subscribeCoolDowns(heard),
+  };
 
   constructor(
     private readonly options: RedisLimiterOptions,
@@ -311,11 +336,14 @@ export class RedisLimiter implements Limiter<RedisLease> {
     this.redis.defineCommand('limiterAcquire', { lua: ACQUIRE });
     this.redis.defineCommand('limiterSettle', { lua: SETTLE });
     this.redis.defineCommand('limiterRenew', { lua: RENEW });
+    this.redis.defineCommand('limiterCool', { lua: COOL });
     this.scripts = this.redis as unknown as Scripts;
     this.firstReady = new Promise((resolve) => this.redis.once('ready', resolve));
     this.redis.on('ready', () => {
       this.everReady = true;
       this.recovered();
+      // Back after an outage: what was published meanwhile is read (the first time, subscribe reads it).
+      if (this.coolHeard && this.subscriber?.status === 'ready') void this.readCoolDowns(this.coolHeard);
     });
     this.redis.on('error', (err) => this.lost(err));
   }
@@ -389,10 +417,73 @@ export class RedisLimiter implements Limiter<RedisLease> {
     clearInterval(this.renewal);
     this.renewal = undefined;
     this.live.clear();
+    this.subscriber?.disconnect();
     try {
       await this.redis.quit();
     } catch {
       this.redis.disconnect();
+    }
+  }
+
+  private get coolChannel(): string {
+    return `${this.options.prefix}:cool`;
+  }
+
+  /** One round trip on a 429, never on a request: the key with its expiry, and the message. */
+  private async publishCoolDown(key: string, ms: number): Promise<void> {
+    const whole = Math.max(1, Math.ceil(ms));
+    try {
+      await this.connected();
+      await this.scripts.limiterCool(1, `${this.coolChannel}:${key}`, whole, this.coolChannel, JSON.stringify({ key, ms: whole }));
+      this.recovered();
+    } catch (err) {
+      // The others will not hear of it; this instance still rests the channel.
+      this.lost(err);
+    }
+  }
+
+  private subscribeCoolDowns(heard: (key: string, ms: number) => void): void {
+    if (this.subscriber) throw new Error('the Redis limiter has one cool-down subscriber');
+    this.coolHeard = heard;
+    // A connection of its own: one that subscribed can do nothing else. Its commands queue while it
+    // connects; ioredis subscribes again after a reconnect, and every (re)connect reads what rests.
+    const sub = (this.subscriber = new Redis(this.options.url, { retryStrategy: (attempt) => Math.min(attempt * 100, 1000), maxRetriesPerRequest: null }));
+    // Redis going away is reported once, by the limiter's own connection.
+    sub.on('error', () => {});
+    sub.on('message', (channel: string, text: string) => {
+      if (channel !== this.coolChannel) return;
+      try {
+        const { key, ms } = JSON.parse(text) as { key: unknown; ms: unknown };
+        if (typeof key === 'string' && typeof ms === 'number') heard(key, ms);
+      } catch {
+        // Not ours: ignored.
+      }
+    });
+    sub.on('ready', () => void this.readCoolDowns(heard));
+    sub.subscribe(this.coolChannel).then(
+      () => this.readCoolDowns(heard),
+      () => {},
+    );
+  }
+
+  /** Every cool-down resting now (after a (re)connect: what was published while this one did not listen). */
+  private async readCoolDowns(heard: (key: string, ms: number) => void): Promise<void> {
+    const prefix = `${this.coolChannel}:`;
+    try {
+      await this.connected();
+      let cursor = '0';
+      do {
+        const [next, keys] = await this.redis.scan(cursor, 'MATCH', `${prefix}*`, 'COUNT', 1000);
+        cursor = next;
+        if (keys.length === 0) continue;
+        const ttls = await this.redis.pipeline(keys.map((k) => ['pttl', k])).exec();
+        keys.forEach((k, i) => {
+          const ttl = Number(ttls?.[i]?.[1]);
+          if (ttl > 0) heard(k.slice(prefix.length), ttl);
+        });
+      } while (cursor !== '0');
+    } catch (err) {
+      this.lost(err);
     }
   }
 

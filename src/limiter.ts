@@ -64,6 +64,23 @@ export interface Limiter<L = unknown> {
   /** Exactly once per granted lease: reconciles the reservation with `used` and frees the slot. */
   settle(lease: L, used: Amounts, now?: number): void | Promise<void>;
   close?(): Promise<void>;
+  /**
+   * Present on a limiter shared beyond this thread (the worker threads' RemoteLimiter, Redis): how
+   * channel cool-downs (src/channels/cooldown.ts) reach the other threads and instances it serves.
+   */
+  readonly coolDowns?: CoolDownBus;
+}
+
+/**
+ * Channel cool-downs shared by everyone a limiter serves: an upstream's 429 with a Retry-After,
+ * seen by one thread or instance, rests that channel in all of them. Nothing here is on a
+ * request's path: publishing happens on a 429, hearing when another published.
+ */
+export interface CoolDownBus {
+  /** Channel `key` rests for `ms` from now: tell the others (fire and forget). */
+  publish(key: string, ms: number): void;
+  /** `heard` is called with what the others publish, and on (re)connecting with what still rests. */
+  subscribe(heard: (key: string, ms: number) => void): void;
 }
 
 export const WINDOW_MS = 60_000;

@@ -6,7 +6,7 @@
 import type { Event, Response } from './canonical.js';
 import { retryAfterMs, type Failover } from './channels/failover.js';
 import type { ClientStream, Plugin, ResponseSink, Upstream, UpstreamCall, UpstreamDialect, Usage } from './contracts.js';
-import { GatewayError } from './errors.js';
+import { GatewayError, withRetryAfter } from './errors.js';
 import { StateKey, type Exchange, type Outcome } from './exchange.js';
 import { replaceStringField } from './json-splice.js';
 import type { ClientResponse, Pipeline } from './pipeline.js';
@@ -81,9 +81,21 @@ export class Relay implements ResponseSink {
    * them (ClientStream.edit), sampled for an estimate.
    * Each write is whole frames, and is sampled whole while the sample is short of SAMPLE_BYTES, so
    * the sample is whole frames too, however long the first one is (bounded by maxEventBytes).
+   * A frame that is not one of the family's events (ClientStream.check) is not relayed: the frames
+   * before it are, and the stream ends with the family's failure, as a failure of the channel.
    */
   private readonly relay = (bytes: Buffer) => {
-    this.stream!.edit?.(bytes);
+    const malformed = this.stream!.check?.(bytes) ?? -1;
+    if (malformed >= 0) {
+      if (malformed > 0) this.forward(bytes.subarray(0, malformed));
+      throw this.malformedEvent(bytes.subarray(malformed));
+    }
+    this.forward(bytes);
+  };
+
+  private forward(bytes: Buffer): void {
+    const edited = this.stream!.edit?.(bytes) ?? bytes.length;
+    if (edited < bytes.length) bytes = bytes.subarray(0, edited);
     this.relayed += bytes.length;
     if (this.sampled < SAMPLE_BYTES) {
       // A view would pin the whole upstream chunk; the sample is small, so copy it.
@@ -91,7 +103,18 @@ export class Relay implements ResponseSink {
       this.sampled += bytes.length;
     }
     this.write(bytes);
-  };
+  }
+
+  /** The failure for a passthrough stream event (the first in `frames`) that is not one of the family's; the channel is failing. */
+  private malformedEvent(frames: Buffer): GatewayError {
+    const end = frames.indexOf('\n\n');
+    const event = end < 0 ? frames : frames.subarray(0, end);
+    const err = new GatewayError('upstream_error', `Upstream \`${this.upstream.name}\` sent a stream event that is not JSON: ${excerpt(event)}`);
+    // The call is stopped here: once the failover has settled the attempt, it no longer knows the call.
+    this.call?.abort();
+    this.failover.failed(err, undefined, false);
+    return err;
+  }
 
   private readonly visit = (frame: Buffer): boolean => {
     for (const plugin of this.framePlugins) plugin.frame!(this.ex, frame);
@@ -189,9 +212,9 @@ export class Relay implements ResponseSink {
         const body = Buffer.concat(this.collected, this.collectedBytes);
         const failure = this.channelFailure(body);
         // Nothing has reached the client yet: another channel may answer instead.
-        if (failure && this.failover.failed(failure, retryAfterMs(this.retryAfter), true)) return;
+        if (failure && this.failover.failed(failure, this.retryAfterMs(failure), true, this.status === 429)) return;
         if (!failure) this.failover.succeeded();
-        this.finishCollected(body);
+        this.finishCollected(body, failure);
       }
       this.pipeline.finish(ex, res);
     });
@@ -229,20 +252,32 @@ export class Relay implements ResponseSink {
   }
 
   /**
-   * A complete non-2xx answer that says the channel is failing, not the client: a 5xx, a 429, or
-   * a refusal of the gateway's own credentials. Other 4xx are the client's own mistake.
+   * A complete answer that says the channel is failing, not the client: a 5xx, a 429, a refusal of
+   * the gateway's own credentials, or a passthrough 2xx that is not an answer of the family. Other
+   * 4xx are the client's own mistake.
    */
   private channelFailure(body: Buffer): GatewayError | undefined {
     const { status } = this;
+    // A passthrough 2xx whose body is not the family's answer (cut short, text in place of JSON) is the channel failing too.
+    if (status >= 200 && status < 300) {
+      if (!this.passthrough || this.ex.clientFamily.isAnswer?.(body) !== false) return undefined;
+      return new GatewayError('upstream_error', `Upstream \`${this.upstream.name}\` answered ${status} with a body that is not JSON (${body.length} bytes): ${excerpt(body)}`);
+    }
     if (status < 500 && status !== 429 && status !== 401 && status !== 403) return undefined;
     const err = this.dialect.readError(status, body);
-    return new GatewayError('upstream_error', `Upstream \`${this.upstream.name}\` answered ${status}: ${err.message}`);
+    return new GatewayError('upstream_error', `Upstream \`${this.upstream.name}\` answered ${status}: ${err.message}`, null, undefined, undefined, err.retryAfterSeconds);
+  }
+
+  /** How long the upstream asked to wait, in ms: its Retry-After header, else what its error body says (Gemini's RetryInfo). */
+  private retryAfterMs(err: GatewayError): number | undefined {
+    return retryAfterMs(this.retryAfter) ?? (err.retryAfterSeconds !== undefined ? err.retryAfterSeconds * 1000 : undefined);
   }
 
   /** A complete upstream body: the answer in the client's family, or a failure in its terms. */
-  private finishCollected(body: Buffer): void {
+  private finishCollected(body: Buffer, failure: GatewayError | undefined): void {
     const { ex, res, upstream, dialect, status, passthrough } = this;
     if (status >= 200 && status < 300) {
+      if (failure) return this.failed(failure);
       ex.status = status;
       ex.ttfbMs ??= ex.elapsedMs();
       if (passthrough) {
@@ -257,7 +292,11 @@ export class Relay implements ResponseSink {
       res.reply(status, { 'content-type': 'application/json' }, ex.clientFamily.writeResponse(answer, ex));
       return;
     }
-    const err = dialect.readError(status, body);
+    const read = dialect.readError(status, body);
+    // A 429's or a 503's wait reaches the client in its family's terms: the header, and the body's field where it has one.
+    const waitMs = this.retryAfterMs(read);
+    const retryAfter = waitMs === undefined ? undefined : Math.ceil(waitMs / 1000);
+    const err = status === 429 ? withRetryAfter(read, retryAfter) : read;
     if (err.status === 401 || err.status === 403) {
       this.pipeline.fail(ex, res, new GatewayError('upstream_error', `Upstream \`${upstream.name}\` rejected the gateway's credentials (${status}).`));
     } else if (status >= 400 && status < 500) {
@@ -265,13 +304,22 @@ export class Relay implements ResponseSink {
       ex.error = err;
       ex.outcome = 'error';
       ex.status = status;
-      res.reply(status, { 'content-type': 'application/json' }, passthrough ? body : ex.clientFamily.errorBody(err));
+      const headers: Record<string, string> = { 'content-type': 'application/json' };
+      if (err.retryAfterSeconds !== undefined) headers['retry-after'] = String(err.retryAfterSeconds);
+      res.reply(status, headers, passthrough ? body : ex.clientFamily.errorBody(err));
     } else {
       const message = `Upstream \`${upstream.name}\` answered ${status}: ${err.message}`;
       // The dialect's reading of the status counts (Anthropic's 529, overloaded, is a 503).
-      this.pipeline.fail(ex, res, new GatewayError(err.status === 503 ? 'upstream_unavailable' : err.status === 504 ? 'upstream_timeout' : 'upstream_error', message));
+      const code = err.status === 503 ? 'upstream_unavailable' : err.status === 504 ? 'upstream_timeout' : 'upstream_error';
+      this.pipeline.fail(ex, res, new GatewayError(code, message, null, undefined, undefined, code === 'upstream_unavailable' ? retryAfter : undefined));
     }
   }
+}
+
+/** The start of an upstream's bytes, quoted, for an error message: enough to tell what it sent. */
+function excerpt(bytes: Buffer): string {
+  const text = bytes.toString('utf8', 0, Math.min(bytes.length, 80)).trimEnd();
+  return JSON.stringify(bytes.length > 80 ? `${text}…` : text);
 }
 
 /** The frames of a sample of relayed bytes. */

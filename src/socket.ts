@@ -324,13 +324,14 @@ function socketResponse(ws: WebSocket<Connection>, turn: TurnContext, lane: Pick
   };
   return {
     event,
-    reply(status, _headers, body) {
+    reply(status, headers, body) {
       if (status < 400) return void send(ws, body.toString());
-      // An error before the stream began, already in the family's body shape.
+      // An error before the stream began, already in the family's body shape; its Retry-After goes with it.
       let error: GatewayError;
       try {
         const parsed = JSON.parse(body.toString()).error ?? {};
-        error = new GatewayError('invalid_request', parsed.message ?? 'request failed', parsed.param ?? null, status, parsed.code ?? undefined);
+        const retryAfter = headers['retry-after'] === undefined ? undefined : Number(headers['retry-after']);
+        error = new GatewayError('invalid_request', parsed.message ?? 'request failed', parsed.param ?? null, status, parsed.code ?? undefined, retryAfter);
       } catch {
         error = new GatewayError('internal_error', body.toString().slice(0, 300));
       }

@@ -191,6 +191,68 @@ export function frameData(frame: Buffer): string | null {
   return out;
 }
 
+const OPEN_OBJECT = 0x7b;
+const CLOSE_OBJECT = 0x7d;
+
+/**
+ * Where the first frame of `frames` (whole frames, as a passthrough writes them) starts whose data
+ * is neither `terminator` nor the outline of a JSON object, `{` … `}`; -1 when every frame is fine.
+ * Frames without data (comments, a lone `event:`) are fine. This is an outline, not a parse: it
+ * catches what a failing upstream actually sends (text or an HTML page in place of an event, an
+ * event cut short), not a crafted object that is invalid inside, and it costs one byte search per
+ * frame (the end of its data line), a few bytes compared at both ends and no allocation: the
+ * common frame, one `data:` line and a blank line, never leaves the fast path.
+ */
+export function firstMalformedFrame(frames: Buffer, terminator: string): number {
+  let start = 0;
+  while (start < frames.length) {
+    const lf = frames.indexOf(LF, start);
+    if (lf < 0) return malformedData(frames.subarray(start), terminator) ? start : -1;
+    const lineEnd = frames[lf - 1] === CR ? lf - 1 : lf;
+    // `data: {…}` then a blank line (LF, or CR LF), compared byte by byte (a call per frame shows).
+    const next = frames[lf + 1] === LF ? lf + 2 : frames[lf + 1] === CR && frames[lf + 2] === LF ? lf + 3 : -1;
+    if (
+      next > 0 &&
+      frames[lineEnd - 1] === CLOSE_OBJECT &&
+      frames[frames[start + 5] === 0x20 ? start + 6 : start + 5] === OPEN_OBJECT &&
+      frames[start] === 0x64 &&
+      frames[start + 1] === 0x61 &&
+      frames[start + 2] === 0x74 &&
+      frames[start + 3] === 0x61 &&
+      frames[start + 4] === 0x3a
+    ) {
+      start = next;
+      continue;
+    }
+    // Anything else (several lines, other fields, `[DONE]`): the frame's joined data, looked at whole.
+    let end = lf + 1;
+    for (;;) {
+      if (frames[end] === LF) {
+        end += 1;
+        break;
+      }
+      if (frames[end] === CR && frames[end + 1] === LF) {
+        end += 2;
+        break;
+      }
+      const lineLf = frames.indexOf(LF, end);
+      if (lineLf < 0) {
+        end = frames.length;
+        break;
+      }
+      end = lineLf + 1;
+    }
+    if (malformedData(frames.subarray(start, end), terminator)) return start;
+    start = end;
+  }
+  return -1;
+}
+
+function malformedData(frame: Buffer, terminator: string): boolean {
+  const data = frameData(frame)?.trim();
+  return data !== undefined && data !== terminator && !(data.startsWith('{') && data.endsWith('}'));
+}
+
 /** The JSON payloads of frames; frames without data or with non-JSON data are skipped. */
 export function* frameJson(frames: Iterable<Buffer>): Generator<any> {
   for (const frame of frames) {

@@ -513,7 +513,8 @@ t.test('usage shows the cost of traffic on a priced model, and a spend chart per
 t.test('at 1280×800 every column and every row action is on screen', async (t) => {
   t.same(page.viewportSize(), { width: 1280, height: 800 });
   // A passing toast (bottom right, 3 s) would cover the last row's actions: what is measured is the page.
-  await page.waitForFunction("!document.querySelector('.toast')");
+  // A function, not a string: the console's Content-Security-Policy forbids eval.
+  await page.waitForFunction(() => !(globalThis as unknown as { document: { querySelector(s: string): unknown } }).document.querySelector('.toast'));
   await open(page, 'Keys');
   await page.getByRole('row', { name: new RegExp(keyName) }).waitFor();
   await checkTableFits(t, page, 'Keys');

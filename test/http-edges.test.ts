@@ -199,9 +199,9 @@ t.test(`what uWebSockets.js ${build} cannot parse never harms the gateway`, asyn
     t.equal(status(tooMany.text), 431, 'past its header count: 431');
     const big = await raw(port, `GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: ${'a'.repeat(100_000)}\r\n\r\n`, 10_000, headEnd);
     t.equal(status(big.text), 431, 'a head over 4 KB: 431');
-    const started = Date.now();
-    const garbage = await raw(port, 'GARBAGE\r\n\r\n', 10_000);
-    t.ok(garbage.closed, `a malformed request line is closed (after ${Date.now() - started} ms)`);
+    // 20.57 sends nothing to a malformed request line; it holds the connection until its timeout.
+    const garbage = await raw(port, 'GARBAGE\r\n\r\n', 500);
+    t.equal(garbage.text, '', 'a malformed request line gets no answer');
   }
   t.ok(await healthy(), 'still serving');
 });

@@ -208,6 +208,19 @@ export class Instruments {
         }
       },
     });
+    new Gauge({
+      name: 'sluice_channel_cooldown_seconds',
+      help: "Seconds left of each model channel's cool-down after its upstream answered 429 with Retry-After, 0 when none (with worker threads, the shortest any thread holds: what every thread honours).",
+      labelNames: ['sluice_upstream', 'sluice_channel', 'gen_ai_request_model'],
+      registers,
+      aggregator: 'min',
+      collect() {
+        this.reset();
+        for (const u of view.upstreams()) {
+          for (const c of u.channels) this.set({ sluice_upstream: u.name, sluice_channel: c.channel, gen_ai_request_model: c.model }, c.coolDownSeconds);
+        }
+      },
+    });
     const pool = (name: string, help: string, value: (s: UpstreamStats) => number) =>
       new Gauge({
         name,

@@ -46,16 +46,34 @@ export class Failover {
   }
 
   /**
-   * Makes the first call. When every channel's breaker is open it throws a 503 whose Retry-After
-   * says when the first of them lets a probe through.
+   * Makes the first call. When no channel may be called it throws, without calling any: a 429
+   * when one of them is cooling down after an upstream's 429 (the upstream is limiting this model:
+   * a client's rate-limit handling waits and tries again), else a 503 (every breaker is open).
+   * Either way its Retry-After says when the first of them may be called again.
    */
   begin(): void {
     const now = Date.now();
     const first = this.take(now);
     if (!first) {
-      const at = Math.min(...this.order.map((c) => c.breaker.nextCallAt(now)));
+      let at = Infinity;
+      let cooling = false;
+      for (const c of this.order) {
+        const until = c.coolingUntil(now);
+        if (until) cooling = true;
+        at = Math.min(at, Math.max(until, c.breaker.nextCallAt(now)));
+      }
       const seconds = Math.max(1, Math.ceil((at - now) / 1000));
       this.ex.upstream = undefined;
+      if (cooling) {
+        throw new GatewayError(
+          'upstream_rate_limited',
+          `Every upstream channel of model \`${this.ex.model!.id}\` is rate limited by its upstream; please try again in ${seconds}s.`,
+          null,
+          undefined,
+          'rate_limit_exceeded',
+          seconds,
+        );
+      }
       throw new GatewayError(
         'upstream_unavailable',
         `Every upstream channel of model \`${this.ex.model!.id}\` is failing (circuit open); the next try is in ${seconds} s.`,
@@ -77,9 +95,10 @@ export class Failover {
   /**
    * The call failed. With `retry` (nothing has reached the client yet) another channel is tried
    * after a backoff, if the policy of the channel that failed allows one and a channel is left:
-   * returns true when it will be, and the exchange goes on.
+   * returns true when it will be, and the exchange goes on. `rateLimited`: the upstream answered
+   * 429, so its Retry-After also cools the channel down for every exchange.
    */
-  failed(err: GatewayError, retryAfterMs: number | undefined, retry: boolean): boolean {
+  failed(err: GatewayError, retryAfterMs: number | undefined, retry: boolean, rateLimited = false): boolean {
     const attempt = this.settle();
     if (!attempt) return false;
     const { channel, probe } = attempt;
@@ -87,6 +106,7 @@ export class Failover {
     // A full connection pool is the gateway's own limit, not the channel's health.
     if (err.code === 'upstream_busy') channel.breaker.released(probe);
     else channel.breaker.failed(now, probe, err.message);
+    if (rateLimited && retryAfterMs !== undefined) channel.coolDown(retryAfterMs, now);
     if (!retry || this.ex.attempts >= channel.retry.attempts) return false;
     if (retryAfterMs !== undefined && retryAfterMs <= channel.retry.maxRetryAfterSeconds * 1000 && !this.rested.has(channel)) {
       this.resting.set(channel, now + retryAfterMs);
@@ -133,10 +153,13 @@ export class Failover {
     return attempt;
   }
 
-  /** The next channel to call: one not tried yet, in order, else one whose short Retry-After ends first. */
+  /**
+   * The next channel to call: one not tried yet and not cooling down, in order, else one whose
+   * short Retry-After (to this exchange) ends first.
+   */
   private take(now: number): Attempt | undefined {
     for (const channel of this.order) {
-      if (this.tried.has(channel)) continue;
+      if (this.tried.has(channel) || channel.coolingUntil(now)) continue;
       const ticket = channel.breaker.admit(now);
       if (!ticket) continue;
       this.tried.add(channel);

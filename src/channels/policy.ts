@@ -12,6 +12,11 @@ export interface RetryPolicy {
   backoffMs: number;
   /** A Retry-After up to this long is waited for; a longer one moves on to the next channel. */
   maxRetryAfterSeconds: number;
+  /**
+   * A 429's Retry-After rests the channel (no exchange calls it) for that long, up to this; 0 turns
+   * cool-downs off. The bound keeps a wrong or huge Retry-After from taking a channel away for hours.
+   */
+  maxCoolDownSeconds: number;
 }
 
 export interface BreakerPolicy {
@@ -25,7 +30,7 @@ export interface BreakerPolicy {
   coolDownSeconds: number;
 }
 
-export const defaultRetry: RetryPolicy = { attempts: 3, backoffMs: 100, maxRetryAfterSeconds: 5 };
+export const defaultRetry: RetryPolicy = { attempts: 3, backoffMs: 100, maxRetryAfterSeconds: 5, maxCoolDownSeconds: 300 };
 export const defaultBreaker: BreakerPolicy = { failures: 5, errorRate: 0.5, windowSeconds: 60, minRequests: 20, coolDownSeconds: 30 };
 
 export function retryPolicy(config: UpstreamConfig): RetryPolicy {

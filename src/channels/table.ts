@@ -7,9 +7,13 @@
 import type { ChannelConfig, ModelConfig, UpstreamConfig } from '../config.js';
 import type { Upstream } from '../contracts.js';
 import { Breaker, type BreakerSnapshot } from './breaker.js';
+import { CoolDowns, coolDownKey } from './cooldown.js';
 import { breakerPolicy, retryPolicy, type RetryPolicy } from './policy.js';
 
 export class Channel {
+  /** What this channel's cool-down is kept under: its upstream and upstream model. */
+  readonly coolDownKey: string;
+
   constructor(
     readonly config: ChannelConfig,
     /** The model as this channel serves it: codecs read `upstream` and `upstreamModel` from it. */
@@ -19,7 +23,20 @@ export class Channel {
     readonly breaker: Breaker,
     /** The model, upstream, upstream model and upstream config: what must match to keep the breaker. */
     readonly identity: string,
-  ) {}
+    private readonly coolDowns: CoolDowns = new CoolDowns(),
+  ) {
+    this.coolDownKey = coolDownKey(config.upstream, config.upstreamModel);
+  }
+
+  /** When the channel's cool-down ends (an upstream's 429 with Retry-After), 0 when it is not cooling down. */
+  coolingUntil(now: number): number {
+    return this.coolDowns.until(this.coolDownKey, now);
+  }
+
+  /** The upstream answered 429 with a Retry-After of `ms`: no exchange calls it for that long (up to the policy's bound). */
+  coolDown(ms: number, now: number): void {
+    this.coolDowns.coolDown(this.coolDownKey, Math.min(ms, this.retry.maxCoolDownSeconds * 1000), now);
+  }
 }
 
 /** One upstream and its channels, as GET /admin/upstreams shows them. */
@@ -27,23 +44,27 @@ export interface UpstreamReport {
   name: string;
   kind: string;
   family: string;
-  channels: ({ model: string; channel: string; priority: number; weight: number } & BreakerSnapshot)[];
+  channels: ({ model: string; channel: string; priority: number; weight: number; coolingUntil: string | null } & BreakerSnapshot)[];
 }
 
 export class ChannelTable {
   private readonly byModel = new Map<string, Channel[]>();
   private readonly kinds: Map<string, string>;
+  /** Every channel's cool-down; one per gateway (thread), handed from table to table on reload. */
+  readonly coolDowns: CoolDowns;
 
   /**
    * `previous` is the table in use when the config is reloaded: its breakers carry over to the
-   * channels that are the same in the new config.
+   * channels that are the same in the new config, and its cool-downs to every channel.
    */
   constructor(
     models: Iterable<ModelConfig>,
     upstreamConfigs: Record<string, UpstreamConfig>,
     private readonly upstreams: Map<string, Upstream>,
     previous?: ChannelTable,
+    coolDowns?: CoolDowns,
   ) {
+    this.coolDowns = coolDowns ?? previous?.coolDowns ?? new CoolDowns();
     const kept = new Map<string, Breaker>();
     for (const channels of previous?.byModel.values() ?? []) for (const c of channels) kept.set(c.identity, c.breaker);
     this.kinds = new Map(Object.entries(upstreamConfigs).map(([name, c]) => [name, c.kind]));
@@ -53,7 +74,7 @@ export class ChannelTable {
         const identity = JSON.stringify([model.id, config.upstream, config.upstreamModel, upstreamConfig]);
         const breaker = kept.get(identity) ?? new Breaker(breakerPolicy(upstreamConfig));
         const view: ModelConfig = { ...model, upstream: config.upstream, upstreamModel: config.upstreamModel };
-        return new Channel(config, view, upstreams.get(config.upstream)!, retryPolicy(upstreamConfig), breaker, identity);
+        return new Channel(config, view, upstreams.get(config.upstream)!, retryPolicy(upstreamConfig), breaker, identity, this.coolDowns);
       });
       this.byModel.set(model.id, channels);
     }
@@ -73,7 +94,10 @@ export class ChannelTable {
       channels: [...this.byModel.values()].flatMap((channels) =>
         channels
           .filter((c) => c.config.upstream === u.name)
-          .map((c) => ({ model: c.model.id, channel: c.config.name, priority: c.config.priority, weight: c.config.weight, ...c.breaker.snapshot(now) })),
+          .map((c) => {
+            const cooling = c.coolingUntil(now);
+            return { model: c.model.id, channel: c.config.name, priority: c.config.priority, weight: c.config.weight, coolingUntil: cooling ? new Date(cooling).toISOString() : null, ...c.breaker.snapshot(now) };
+          }),
       ),
     }));
   }

@@ -3,21 +3,40 @@
  * each thread asks it over a MessagePort (RemoteLimiter). The primary decides one message at a
  * time, synchronously, so limits stay as exact as with one thread; a decision costs a thread one
  * message each way (see the scale rows of `npm run bench`). Redis replaces this when several
- * instances share the limits.
+ * instances share the limits. The same ports carry channel cool-downs (an upstream's 429 with
+ * Retry-After): a thread tells the primary, which tells every other thread and, later, any
+ * replacement thread.
  */
 import type { MessagePort } from 'node:worker_threads';
-import type { Amounts, Decision, LimitScope, Limiter } from '../limiter.js';
+import type { Amounts, CoolDownBus, Decision, LimitScope, Limiter } from '../limiter.js';
 
-type Request = { op: 'acquire'; id: number; scopes: LimitScope[]; ask: Amounts } | { op: 'settle'; lease: number; used: Amounts } | { op: 'bye' };
-type Reply = { id: number; decision: Decision<number> } | { id: number; error: string };
+/** `cool`: a channel cool-down, from a thread to the primary and from the primary to the other threads. */
+type CoolDown = { op: 'cool'; key: string; ms: number };
+type Request = { op: 'acquire'; id: number; scopes: LimitScope[]; ask: Amounts } | { op: 'settle'; lease: number; used: Amounts } | { op: 'bye' } | CoolDown;
+type Reply = { id: number; decision: Decision<number> } | { id: number; error: string } | CoolDown;
 
 /** A thread's view of the primary's limiter; leases are numbers the primary maps to its own. */
 export class RemoteLimiter implements Limiter<number> {
   private nextId = 1;
   private readonly waiting = new Map<number, { resolve(d: Decision<number>): void; reject(e: Error): void }>();
+  private heard: ((key: string, ms: number) => void) | undefined;
+  /** Cool-downs told before anyone subscribed (the primary's catch-up arrives at once): handed over on subscribe. */
+  private early: (CoolDown & { at: number })[] = [];
+
+  /** Channel cool-downs go through the primary to every other thread. */
+  readonly coolDowns: CoolDownBus = {
+    publish: (key, ms) => this.port.postMessage({ op: 'cool', key, ms } satisfies Request),
+    subscribe: (heard) => {
+      this.heard = heard;
+      const now = Date.now();
+      for (const c of this.early) if (c.at + c.ms > now) heard(c.key, c.at + c.ms - now);
+      this.early = [];
+    },
+  };
 
   constructor(private readonly port: MessagePort) {
     port.on('message', (reply: Reply) => {
+      if ('op' in reply) return this.heard ? this.heard(reply.key, reply.ms) : void this.early.push({ ...reply, at: Date.now() });
       const waiter = this.waiting.get(reply.id);
       this.waiting.delete(reply.id);
       if ('error' in reply) waiter?.reject(new Error(`limiter: ${reply.error}`));
@@ -50,7 +69,19 @@ export class RemoteLimiter implements Limiter<number> {
 const LAST_SETTLES_MS = 1000;
 
 export class LimiterHost {
+  /** Every thread's port, to pass a cool-down one thread heard of to the others. */
+  private readonly ports = new Set<MessagePort>();
+  /** Channel cool-downs under way (key → when it ends): a thread started later (a replacement) is told them. */
+  private readonly cooling = new Map<string, number>();
+
   constructor(private readonly limiter: Limiter) {}
+
+  private coolDown(from: MessagePort, key: string, ms: number): void {
+    const now = Date.now();
+    for (const [k, until] of this.cooling) if (until <= now) this.cooling.delete(k);
+    this.cooling.set(key, Math.max(this.cooling.get(key) ?? 0, now + ms));
+    for (const port of this.ports) if (port !== from) port.postMessage({ op: 'cool', key, ms } satisfies Reply);
+  }
 
   /**
    * Serves one thread. Returns what to call when that thread has ended: once its last settles are
@@ -74,8 +105,12 @@ export class LimiterHost {
       leases.set(lease, { lease: decision.lease, ask: request.ask });
       port.postMessage({ id: request.id, decision: { ...decision, lease } } satisfies Reply);
     };
+    this.ports.add(port);
+    const now = Date.now();
+    for (const [key, until] of this.cooling) if (until > now) port.postMessage({ op: 'cool', key, ms: until - now } satisfies Reply);
     port.on('message', (request: Request) => {
       if (request.op === 'bye') return goodbye();
+      if (request.op === 'cool') return this.coolDown(port, request.key, request.ms);
       if (request.op === 'settle') {
         const held = leases.get(request.lease);
         if (!held) return;
@@ -100,6 +135,7 @@ export class LimiterHost {
       await Promise.race([saidGoodbye, new Promise<void>((resolve) => (timer = setTimeout(resolve, LAST_SETTLES_MS)))]);
       clearTimeout(timer);
       ended = true;
+      this.ports.delete(port);
       port.close();
       for (const { lease, ask } of leases.values()) void this.limiter.settle(lease, ask);
       leases.clear();

@@ -8,7 +8,7 @@ import { GatewayError } from '../../../src/errors.js';
 import { bearerCredential, openAiErrorBody, readOpenAiError } from '../openai-common.js';
 import { StateKey, type Exchange } from '../../../src/exchange.js';
 import { frameJson } from '../../../src/sse.js';
-import { jsonOrUndefined, parseRequestJson, parseUpstreamJson, positiveNumber, withFields } from '../../../src/json-body.js';
+import { jsonOrUndefined, looksLikeJsonObject, parseRequestJson, parseUpstreamJson, positiveNumber, withFields } from '../../../src/json-body.js';
 import { compileValidator } from '../../../src/validation.js';
 import { checkModelId, lengthOf, partsIn, type RequestCaps, type RequestShape } from '../../../src/request-caps.js';
 import { canonicalToChat, canonicalToChatResponse, chatResponseToCanonical, chatToCanonical, readChatUsage } from './canonical.js';
@@ -30,8 +30,6 @@ const shape: RequestShape = {
 
 /** Set when Sluice asked the upstream for stream usage that the client did not ask for. */
 const usageInjected = new StateKey<boolean>('chat usage injected');
-/** Set when the client asked for stream usage that the upstream cannot send. */
-const usageOwed = new StateKey<boolean>('chat usage owed');
 
 
 function textOf(content: unknown): string {
@@ -67,9 +65,8 @@ const family: Omit<ClientFamily, 'decode'> = {
       fields.stream_options = { ...req.stream_options, include_usage: true };
       ex.set(usageInjected, true);
     } else if (ex.stream && req.stream_options?.include_usage && !model.features.streamUsage) {
-      // An upstream that cannot send usage is not asked for it; the gateway sends an estimate instead.
+      // An upstream that cannot send usage is not asked for it; the passthrough sends an estimate instead.
       fields.stream_options = undefined;
-      ex.set(usageOwed, true);
     }
     return {
       method: 'POST',
@@ -80,10 +77,12 @@ const family: Omit<ClientFamily, 'decode'> = {
   },
 
   passthroughStream(ex) {
-    return chatPassthrough(ex, { dropUsageChunk: ex.get(usageInjected) === true, owesUsage: ex.get(usageOwed) === true }, openAiErrorBody);
+    return chatPassthrough(ex, { dropUsageChunk: ex.get(usageInjected) === true, wantsUsage: ex.request.stream_options?.include_usage === true }, openAiErrorBody);
   },
 
   bodyUsage: (body) => readChatUsage(jsonOrUndefined(body)?.usage),
+
+  isAnswer: looksLikeJsonObject,
 
   deliveredText(frames) {
     let text = '';

@@ -2,60 +2,72 @@
 import { unreadableEvent } from '../../../src/canonical.js';
 import type * as C from '../../../src/canonical.js';
 import { jsonOrUndefined } from '../../../src/json-body.js';
-import { blankNullFields } from '../../../src/json-splice.js';
+import { removeNullFields } from '../../../src/json-splice.js';
+import { LF, occursAt } from '../../../src/bytes.js';
 import type { ClientStream, Usage } from '../../../src/contracts.js';
 import { GatewayError } from '../../../src/errors.js';
 import { readOpenAiError } from '../openai-common.js';
 import type { Exchange } from '../../../src/exchange.js';
 import { newId, unixNow } from '../../../src/ids.js';
 import { estimateUsage } from '../../../src/usage-estimate.js';
-import { dataFrame, frameData, hasObjectField, ObjectKeyNeedle, type SparseScan } from '../../../src/sse.js';
+import { dataFrame, firstMalformedFrame, frameData, ObjectKeyNeedle, type SparseScan } from '../../../src/sse.js';
 import { chatFinishReason, readChatUsage, readFinishReason, writeChatUsage } from './canonical.js';
 
 const USAGE_KEY = Buffer.from('"usage"');
-const USAGE_FRAMES: SparseScan = { key: new ObjectKeyNeedle('usage'), lastFrame: false };
-const DONE = 'data: [DONE]\n\n';
+const USAGE_OBJECT = new ObjectKeyNeedle('usage');
+const USAGE_FRAMES: SparseScan = { key: USAGE_OBJECT, lastFrame: false };
+/** Usage frames, and each chunk's last frame: where `[DONE]` is, to be held back while usage is owed. */
+const USAGE_AND_LAST_FRAMES: SparseScan = { key: USAGE_OBJECT, lastFrame: true };
+const DONE_DATA = '[DONE]';
+const DONE = `data: ${DONE_DATA}\n\n`;
+const DATA_FIELD = Buffer.from('data:');
+const DONE_BYTES = Buffer.from(DONE_DATA);
 
 export const chatErrorFrame = (body: string) => dataFrame(body);
+
+/** A `data: [DONE]` frame, told by its first bytes. */
+const isDone = (frame: Buffer) => occursAt(frame, DATA_FIELD, 0) && occursAt(frame, DONE_BYTES, frame[5] === 0x20 ? 6 : 5);
 
 /**
  * Relays a same-family stream. Only a frame that carries a usage object is parsed; the usage-only
  * chunk Sluice asked for on the client's behalf is kept from the client. When the client asked for
- * usage that the upstream cannot send, `[DONE]` is held back so an estimated usage chunk goes first.
+ * usage and none came by `[DONE]` (an upstream that cannot send it, or one that was asked and
+ * stayed silent), `[DONE]` is held back so an estimated usage chunk goes first. Every relayed frame
+ * must be `[DONE]` or outlined as a JSON object: anything else ends the stream with an error frame.
  */
 export function chatPassthrough(
   ex: Exchange,
-  { dropUsageChunk, owesUsage }: { dropUsageChunk: boolean; owesUsage: boolean },
+  { dropUsageChunk, wantsUsage }: { dropUsageChunk: boolean; wantsUsage: boolean },
   errorBody: (err: GatewayError) => string,
 ): ClientStream {
   let usage: Usage | undefined;
+  /** The first chunk relayed, for the id of an estimated usage chunk. */
   let first: Record<string, any> | undefined;
   let heldDone = false;
   return {
-    // Owing usage, it must see every frame (to hold back [DONE]); otherwise only usage frames.
-    ...(!owesUsage && { sparse: USAGE_FRAMES }),
+    // Only usage frames; owing the client usage, also each chunk's last frame, where [DONE] is.
+    sparse: wantsUsage ? USAGE_AND_LAST_FRAMES : USAGE_FRAMES,
     // Asked for on the client's behalf, usage is not the client's to see, not even as the null of every chunk.
-    ...(dropUsageChunk && { edit: (frames: Buffer) => blankNullFields(frames, USAGE_KEY) }),
+    ...(dropUsageChunk && { edit: (frames: Buffer) => removeNullFields(frames, USAGE_KEY) }),
+    check(frames) {
+      // Every relayed frame passes here, the first too (a sparse scan may visit none but [DONE]).
+      if (wantsUsage && !first) first = jsonOrUndefined(frameData(frames.subarray(0, frames.indexOf(LF))));
+      return firstMalformedFrame(frames, DONE_DATA);
+    },
     frame(frame) {
-      if (owesUsage) {
-        const data = frameData(frame);
-        if (data?.trim() === '[DONE]') return !(heldDone = true);
-        first ??= jsonOrUndefined(data);
-      }
-      if (!hasObjectField(frame, USAGE_KEY)) return true;
+      if (wantsUsage && !usage && isDone(frame)) return !(heldDone = true);
+      // The sparse scan's own test (a brace search), a quarter of hasObjectField's two substring searches on a chunk.
+      if (USAGE_OBJECT.find(frame, 0) < 0) return true;
       const chunk = jsonOrUndefined(frameData(frame));
       if (!chunk) return true;
       usage = readChatUsage(chunk.usage) ?? usage;
       return !(dropUsageChunk && Array.isArray(chunk.choices) && chunk.choices.length === 0);
     },
     end() {
-      if (!owesUsage) return '';
-      let out = '';
-      if (!usage) {
-        usage = estimateUsage(ex);
-        const head = { id: first?.id ?? newId('chatcmpl-', 12), object: 'chat.completion.chunk', created: first?.created ?? unixNow(), model: ex.modelId };
-        out = dataFrame(JSON.stringify({ ...head, choices: [], usage: writeChatUsage(usage) }));
-      }
+      if (!wantsUsage || usage) return heldDone ? DONE : '';
+      usage = estimateUsage(ex);
+      const head = { id: first?.id ?? newId('chatcmpl-', 12), object: 'chat.completion.chunk', created: first?.created ?? unixNow(), model: ex.modelId };
+      const out = dataFrame(JSON.stringify({ ...head, choices: [], usage: writeChatUsage(usage) }));
       return heldDone ? out + DONE : out;
     },
     fail: (err) => chatErrorFrame(errorBody(err)),

@@ -60,7 +60,23 @@ function parseTarget(target: string): { model: string; method?: string } {
 }
 
 function errorBody(err: GatewayError): string {
-  return JSON.stringify({ error: { code: err.status, message: err.message, status: statusNames[err.status] ?? (err.status >= 500 ? 'INTERNAL' : 'INVALID_ARGUMENT') } });
+  const status = statusNames[err.status] ?? (err.status >= 500 ? 'INTERNAL' : 'INVALID_ARGUMENT');
+  // Google says how long to wait in the body too (google.rpc.RetryInfo), where its SDKs and CLI look.
+  const details = err.retryAfterSeconds === undefined ? undefined : [{ '@type': RETRY_INFO, retryDelay: `${err.retryAfterSeconds}s` }];
+  return JSON.stringify({ error: { code: err.status, message: err.message, status, ...(details && { details }) } });
+}
+
+const RETRY_INFO = 'type.googleapis.com/google.rpc.RetryInfo';
+
+/** The wait a Google error's `google.rpc.RetryInfo` detail asks for (`"retryDelay": "30s"`), in whole seconds. */
+function retryDelaySeconds(details: unknown): number | undefined {
+  if (!Array.isArray(details)) return undefined;
+  for (const d of details) {
+    if (d?.['@type'] !== RETRY_INFO || typeof d.retryDelay !== 'string') continue;
+    const match = /^(\d+(?:\.\d+)?)s$/.exec(d.retryDelay.trim());
+    if (match) return Math.ceil(Number(match[1]));
+  }
+  return undefined;
 }
 
 function modelEntry(m: ModelConfig): Json {
@@ -183,7 +199,7 @@ const geminiDialect: UpstreamDialect = {
     // Gemini says 400 for a bad API key: that is the gateway's credential, not the client's request (7.11 item 8).
     const badKey = /API key not valid/i.test(message) || JSON.stringify(error?.details ?? []).includes('API_KEY_INVALID');
     const effective = badKey ? 401 : status;
-    return new GatewayError(codeForStatus(effective), message, null, effective, error?.status);
+    return new GatewayError(codeForStatus(effective), message, null, effective, error?.status, retryDelaySeconds(error?.details));
   },
 };
 

@@ -108,6 +108,8 @@ export const responsesSocket = (caps: RequestCaps): SocketProtocol<Lane> => ({
 
   error(err, lane) {
     const { error } = JSON.parse(openAiErrorBody(err));
+    // An HTTP answer's headers that matter to a retry travel in the error event (`error.headers`).
+    if (err.retryAfterSeconds !== undefined) error.headers = { 'retry-after': String(err.retryAfterSeconds) };
     return onLane(JSON.stringify({ type: 'error', status: err.status, error }), lane);
   },
 });
