@@ -40,7 +40,8 @@ const liar = createServer((req, res) => {
   let raw = '';
   req.on('data', (d) => (raw += d));
   req.on('end', async () => {
-    const answer = answers[JSON.parse(raw).model]!;
+    // The other families' upstreams (their model is in the path for Gemini) are always cut short.
+    const answer = answers[JSON.parse(raw).model] ?? { body: '{"id":"x","type":"message","content":[{"type":"text","text":"hi"' };
     if (answer.body !== undefined) {
       res.writeHead(200, { 'content-type': 'application/json' });
       return res.end(answer.body);
@@ -62,7 +63,13 @@ const liarUrl = `http://127.0.0.1:${(liar.address() as AddressInfo).port}`;
 
 const { gw } = await startStack(
   (simUrl) => `${simulatorUpstreams(simUrl)}  liar: { kind: openai-chat, baseUrl: "${liarUrl}", breaker: { failures: 1000 } }
+  liar-responses: { kind: openai-responses, baseUrl: "${liarUrl}/v1" }
+  liar-gemini: { kind: gemini, baseUrl: "${liarUrl}/v1beta", apiKey: k }
+  liar-messages: { kind: anthropic, baseUrl: "${liarUrl}/v1", apiKey: k }
 models:
+  - { id: cut-responses, upstream: liar-responses }
+  - { id: cut-gemini, upstream: liar-gemini }
+  - { id: cut-messages, upstream: liar-messages }
   - { id: sim-chat, upstream: chat }
   - { id: team-chat, upstream: chat, upstreamModel: sim-chat }
 ${Object.keys(answers).map((id) => `  - { id: ${id}, upstream: liar }`).join('\n')}
@@ -200,4 +207,19 @@ t.test('the outline checks', async (t) => {
   t.equal(check('data: {"a":1}\n\ndata: {"a":\n\n'), 15, 'cut short');
   t.equal(check('data: {"a":1}\r\n\r\ndata: [DONE]x\r\n\r\n'), 17);
   t.equal(check('data: {"a":1}\n\ndata: {"a"'), 15, 'an unterminated last frame');
+});
+
+t.test('the other families pass through a 200 cut short as a 502 too', async (t) => {
+  const auth = { authorization: `Bearer ${gw.key}`, 'x-goog-api-key': gw.key, 'x-api-key': gw.key, 'anthropic-version': '2023-06-01', 'content-type': 'application/json' };
+  const calls: [string, string, Record<string, unknown>][] = [
+    ['responses', '/v1/responses', { model: 'cut-responses', input: 'hi' }],
+    ['gemini', '/v1beta/models/cut-gemini:generateContent', { contents: [{ role: 'user', parts: [{ text: 'hi' }] }] }],
+    ['messages', '/v1/messages', { model: 'cut-messages', max_tokens: 16, messages: [{ role: 'user', content: 'hi' }] }],
+  ];
+  for (const [family, path, body] of calls) {
+    const res = await fetch(`${gw.url}${path}`, { method: 'POST', headers: auth, body: JSON.stringify(body) });
+    t.equal(res.status, 502, `${family}: 502`);
+    t.match(await res.text(), /Upstream `liar-\w+` answered 200 with a body that is not JSON/, `${family}: naming the upstream`);
+    t.match(await usageRecord(res), { status: 502, outcome: 'error' }, `${family}: recorded as failed`);
+  }
 });

@@ -8,7 +8,7 @@ import type { ModelConfig } from '../../../src/config.js';
 import { definePlugin, type ClientFamily, type UpstreamDialect } from '../../../src/contracts.js';
 import { GatewayError, codeForStatus } from '../../../src/errors.js';
 import type { Exchange } from '../../../src/exchange.js';
-import { jsonOrUndefined, parseRequestJson, parseUpstreamJson, positiveNumber, withFields } from '../../../src/json-body.js';
+import { jsonOrUndefined, looksLikeJsonObject, parseRequestJson, parseUpstreamJson, positiveNumber, withFields } from '../../../src/json-body.js';
 import { frameJson } from '../../../src/sse.js';
 import { checkModelId, echoed, lengthOf, type RequestCaps, type RequestShape } from '../../../src/request-caps.js';
 import { canonicalToGemini, canonicalToGeminiBody, geminiBodyToCanonical, geminiToCanonical, readGeminiUsage } from './canonical.js';
@@ -95,6 +95,8 @@ const upstreamPath = (model: string, stream: boolean) => `/models/${encodeURICom
 
 const family: Omit<ClientFamily, 'decode'> = {
   name: 'gemini',
+  // A passthrough 200 that is not outlined as a JSON object is a lying upstream: a 502 (relay).
+  isAnswer: looksLikeJsonObject,
   modelKey: '"modelVersion"',
   endpoints: [
     { method: 'post', path: '/v1beta/models/:target', kind: 'generate' },

@@ -6,7 +6,7 @@
 import type { ModelConfig } from '../../../src/config.js';
 import type { ClientFamily } from '../../../src/contracts.js';
 import type { Exchange } from '../../../src/exchange.js';
-import { jsonOrUndefined, parseRequestJson, positiveNumber, withFields } from '../../../src/json-body.js';
+import { jsonOrUndefined, looksLikeJsonObject, parseRequestJson, positiveNumber, withFields } from '../../../src/json-body.js';
 import { checkModelId, lengthOf, partsIn, type RequestCaps, type RequestShape } from '../../../src/request-caps.js';
 import { frameJson } from '../../../src/sse.js';
 import { bearerCredential } from '../openai-common.js';
@@ -95,6 +95,8 @@ function decode(ex: Exchange, caps: RequestCaps): void {
 export function messagesFamily(caps: RequestCaps): ClientFamily {
   return {
     name: 'messages',
+    // A passthrough 200 that is not outlined as a JSON object is a lying upstream: a 502 (relay).
+    isAnswer: looksLikeJsonObject,
     modelKey: '"model"',
     endpoints: [
       { method: 'post', path: '/v1/messages', kind: 'generate' },

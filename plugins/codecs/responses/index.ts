@@ -6,7 +6,7 @@
 import { definePlugin, type ClientFamily, type UpstreamDialect } from '../../../src/contracts.js';
 import { GatewayError } from '../../../src/errors.js';
 import { bearerCredential, openAiErrorBody, readOpenAiError } from '../openai-common.js';
-import { jsonOrUndefined, parseRequestJson, parseUpstreamJson, positiveNumber, withFields } from '../../../src/json-body.js';
+import { jsonOrUndefined, looksLikeJsonObject, parseRequestJson, parseUpstreamJson, positiveNumber, withFields } from '../../../src/json-body.js';
 import { frameJson } from '../../../src/sse.js';
 import type { Exchange } from '../../../src/exchange.js';
 import { checkModelId, lengthOf, partsIn, type RequestCaps, type RequestShape } from '../../../src/request-caps.js';
@@ -38,6 +38,8 @@ function textOf(content: unknown): string {
 
 const family: Omit<ClientFamily, 'decode' | 'socket'> = {
   name: 'responses',
+  // A passthrough 200 that is not outlined as a JSON object is a lying upstream: a 502 (relay).
+  isAnswer: looksLikeJsonObject,
   modelKey: '"model"',
   endpoints: [
     { method: 'post', path: '/v1/responses', kind: 'generate' },
