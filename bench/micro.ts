@@ -14,6 +14,7 @@ import type { ClientFamily, Upstream, UpstreamCall } from '../src/contracts.js';
 import { createLogger } from '../src/log.js';
 import { JournaledStore } from '../src/store/journal.js';
 import { SqliteStore } from '../src/store/sqlite.js';
+import { sqliteDriverName } from '../src/store/sqlite-driver.js';
 import type { UsageRecord } from '../src/store/store.js';
 
 function chatStream(tokens: number, withUsage: boolean): Buffer {
@@ -70,6 +71,13 @@ export async function runMicro(): Promise<Record<string, string>[]> {
     cachedInputTokens: null, cacheWriteTokens: null, reasoningTokens: null, cost: null, channel: 'simulator', attempts: 1,
   });
   const recordBytes = JSON.stringify(usage()).length + 1;
+  // The store itself, without the journal or the cache in front: what the SQLite driver costs
+  // (node:sqlite on Node 24, better-sqlite3 before; SLUICE_SQLITE_DRIVER picks one to compare).
+  const driver = sqliteDriverName();
+  const plainStore = new SqliteStore(join(dir, 'plain.db'));
+  await plainStore.createGroup({ name: 'default', models: ['*'], families: ['openai-chat'] });
+  const { secret } = await plainStore.createKey({ group: 'default' });
+  const batch = Array.from({ length: 256 }, usage);
 
   // Choosing a channel as the route does: 2 channels of one priority by weight, a third behind them.
   const channel = (name: string, priority: number) => ({ name, upstream: name, upstreamModel: 'm', priority, weight: 1 });
@@ -122,13 +130,21 @@ export async function runMicro(): Promise<Record<string, string>[]> {
     .add('route: choose 1 of 3 channels (breakers closed, nothing cooling down)', () => route(idle))
     .add('route: choose 1 of 3 channels (another upstream model cooling down)', () => route(busy))
     .add('recordUsage: journal append + 1/256 SQLite batch', () => stores[0]!.recordUsage(usage()))
-    .add('recordUsage: journal append with fsync + 1/256 SQLite batch', () => stores[1]!.recordUsage(usage()));
+    .add('recordUsage: journal append with fsync + 1/256 SQLite batch', () => stores[1]!.recordUsage(usage()))
+    .add(`store (${driver}): find a key by its secret`, async () => {
+      if (!(await plainStore.findKeyBySecret(secret))) throw new Error('key not found');
+    })
+    .add(`store (${driver}): write a batch of 256 usage records (one transaction, fsync)`, async () => {
+      for (const record of batch) record.requestId = `batch-${++requestNo}`;
+      await plainStore.writeUsage(batch);
+    });
   await bench.run();
   for (const store of stores) await store.close();
+  await plainStore.close();
   rmSync(dir, { recursive: true, force: true });
   return bench.tasks.map((task) => {
     const r = task.result as { throughput?: { mean: number }; latency?: { mean: number } } | undefined;
-    const bytes = task.name.startsWith('frameData') ? pieces[0]!.length : task.name.startsWith('recordUsage') ? recordBytes : task.name.startsWith('route') ? 0 : stream.length;
+    const bytes = task.name.startsWith('frameData') ? pieces[0]!.length : task.name.startsWith('recordUsage') ? recordBytes : task.name.startsWith('store') ? (task.name.includes('batch') ? 256 * recordBytes : 0) : task.name.startsWith('route') ? 0 : stream.length;
     const opsPerSec = r?.throughput?.mean ?? 0;
     return {
       benchmark: task.name,

@@ -12,7 +12,7 @@ import { join } from 'node:path';
 import { Writable } from 'node:stream';
 import { pathToFileURL } from 'node:url';
 import { Worker } from 'node:worker_threads';
-import Database from 'better-sqlite3';
+import { openSqlite } from '../src/store/sqlite-driver.js';
 import pg from 'pg';
 import t, { type Test } from 'tap';
 import { createLogger } from '../src/log.js';
@@ -114,9 +114,9 @@ t.test('SQLite: expired state is swept on writes', async (t) => {
   t.teardown(() => store.close());
   await store.setState('stale', 'v', Date.now() - 1);
   await store.setState('kept', 'v', Date.now() + 60_000);
-  const db = new Database(file, { readonly: true });
+  const db = openSqlite(file, { readonly: true });
   t.teardown(() => db.close());
-  t.strictSame(db.prepare('SELECT name FROM state ORDER BY name').all(), [{ name: 'kept' }]);
+  t.same(db.prepare('SELECT name FROM state ORDER BY name').all(), [{ name: 'kept' }]);
 });
 
 t.test('SQLite: an open store with watchers does not keep the process alive', async (t) => {
