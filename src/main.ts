@@ -12,6 +12,7 @@ import { adminService, loadPlugins, openStore, startGateway, type Gateway, type 
 import { createLogger } from './log.js';
 import type { Budget, Limits } from './store/store.js';
 import { uwsVersion } from './uws.js';
+import { sqliteDriverName } from './store/sqlite-driver.js';
 
 const usage = `Usage: sluice <command> [options]
 
@@ -136,7 +137,8 @@ function configuredUpstreams(config: Config, loaded: Loaded) {
 function startBanner(config: Config, gateway: Gateway, url: string): string {
   const tokenFile = join(config.dataDir, 'admin-token');
   const lines = [`Sluice listening on ${url} (data in ${config.dataDir})`];
-  lines.push(`  runtime:     Node ${process.versions.node}, uWebSockets.js ${uwsVersion()}`);
+  const sqlite = config.store.kind === 'sqlite' ? `, SQLite through ${sqliteDriverName()}` : '';
+  lines.push(`  runtime:     Node ${process.versions.node}, uWebSockets.js ${uwsVersion()}${sqlite}`);
   if (gateway.workers) lines.push(`  workers:     ${gateway.workers.size} threads`);
   if (config.plugins.some((p) => p.name === 'console')) lines.push(`  console:     ${url}/console`);
   if (config.adminToken) lines.push(`  admin token: from ${process.env.SLUICE_ADMIN_TOKEN ? 'SLUICE_ADMIN_TOKEN' : 'the config file (adminToken)'}`);

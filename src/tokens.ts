@@ -7,8 +7,25 @@
  * beyond is extrapolated from small samples spread over it. Deterministic: the same texts always give the
  * same count, and ordinary text within the budget gets exactly countTokens' result.
  */
-import { countTokens } from 'gpt-tokenizer';
+import { createRequire } from 'node:module';
 import { O200K_TOKEN_SPLIT_REGEX } from 'gpt-tokenizer/encodingParams/constants';
+
+type CountTokens = typeof import('gpt-tokenizer').countTokens;
+let tokenizer: CountTokens | undefined;
+/**
+ * The o200k tables take 150–700 ms to load (the most of any module at start), and most exchanges
+ * never need an estimate: they load on the first count, or from `warmTokenizer` once the gateway
+ * is serving.
+ */
+function countTokens(text: string, options: typeof PLAIN): number {
+  tokenizer ??= (createRequire(import.meta.url)('gpt-tokenizer') as typeof import('gpt-tokenizer')).countTokens;
+  return tokenizer(text, options);
+}
+
+/** Loads the tokenizer now (a no-op once loaded). */
+export function warmTokenizer(): void {
+  countTokens('', PLAIN);
+}
 
 /** UTF-8 bytes counted exactly per call; with the samples, about 4 KB of BPE (up to about 0.7 µs a byte). */
 export const EXACT_BYTES = 2048;
