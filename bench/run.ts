@@ -1,9 +1,11 @@
 /**
  * `npm run bench`: micro benchmarks, the end-to-end harness, then Sluice against nginx.
  * `--micro`, `--e2e` or `--versus` for one part; `--memory` (only when asked: it holds ten
- * thousand connections) for the gateway's memory per idle stream and WebSocket.
+ * thousand connections) for the gateway's memory per idle stream and WebSocket; `--budget` (only
+ * when asked) for the cost per exchange of `npm start` and of each default plugin.
  */
 import { cpus } from 'node:os';
+import { runBudget } from './budget.js';
 import { runE2e } from './e2e.js';
 import { runMemory } from './memory.js';
 import { runMicro } from './micro.js';
@@ -27,6 +29,10 @@ if (runs('versus')) {
   console.table(report.targets);
   for (const note of report.notes) console.log(`- ${note}`);
   console.log(`written: ${report.files.join(', ')}`);
+}
+if (only === '--budget') {
+  console.log('\nbudget: CPU and young-generation garbage per exchange, npm start and each default plugin left out (one thread)');
+  console.table((await runBudget()).table);
 }
 if (only === '--memory') {
   console.log('\nmemory: the gateway\'s RSS per idle stream and per idle WebSocket (one thread)');

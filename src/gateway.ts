@@ -27,6 +27,7 @@ import { JournaledStore, type JournalOptions } from './store/journal.js';
 import { SqliteStore } from './store/sqlite.js';
 import type { StoreBackend } from './store/store.js';
 import { TrustedProxies } from './trusted-proxies.js';
+import { warmTokenizer } from './tokens.js';
 
 /** What the plugins listed in config contribute. */
 export interface Loaded {
@@ -240,6 +241,8 @@ export interface Gateway {
 
 /** The gather topic on which every worker thread writes the usage records it has queued (Store.settle). */
 const USAGE_FLUSH = 'usage:flush';
+/** How long after start the tokenizer loads if no estimate has loaded it (see tokens.ts). */
+const TOKENIZER_WARM_DELAY_MS = 1000;
 
 /** What a worker thread's gateway gets from the primary thread (src/workers/). */
 export interface ThreadSetup {
@@ -364,6 +367,9 @@ export async function startGateway(config: Config, log: Logger, source: LoadOpti
   // Only once listening: a start that fails must not use up the one-time demo key.
   const firstStart = thread ? undefined : await createDemoKey(store, families);
   if (!thread) await warnUnpricedBudgets(store, config.models, log);
+  // The tokenizer's tables load on the first estimate; failing that, a moment after start, so
+  // neither the start nor the first request that needs one waits for them.
+  setTimeout(warmTokenizer, TOKENIZER_WARM_DELAY_MS).unref();
 
   let closing: Promise<void> | undefined;
   return {
