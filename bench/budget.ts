@@ -8,13 +8,14 @@
  * table ("Cost budget").
  */
 import { type ChildProcess } from 'node:child_process';
+import { once } from 'node:events';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { defaultPlugins } from '../src/config.js';
 import { requestFor, runLoad, SERVE_FLAGS, spawnUntil, type Load, type Scenario } from './e2e.js';
-import { cpuSeconds, exited } from './scale.js';
+import { cpuSeconds } from './scale.js';
 
 const dist = fileURLToPath(new URL('..', import.meta.url));
 const CONCURRENCY = 50;
@@ -85,6 +86,16 @@ async function startGateway(simUrl: string, variant: Variant, dataDir: string): 
   return { child: gw.child, url: gw.match[1]!, key: gw.match[2]!, gc: watchGc(gw.child) };
 }
 
+/** SIGTERM (the gateway drains; the floor just ends), SIGKILL if it is still there 10 s later. */
+async function stop(child: ChildProcess): Promise<void> {
+  if (child.exitCode !== null || child.signalCode !== null) return;
+  const gone = once(child, 'exit');
+  child.kill('SIGTERM');
+  const timer = setTimeout(() => child.kill('SIGKILL'), 10_000);
+  await gone;
+  clearTimeout(timer);
+}
+
 export interface BudgetRow {
   variant: string;
   workload: string;
@@ -137,10 +148,10 @@ export async function runBudget(): Promise<{ table: Record<string, string>[]; ro
             const previous = best.get(key);
             // The least CPU of the rounds: what the work costs, with the machine's noise left out.
             if (!previous || row['CPU µs / exchange'] < previous['CPU µs / exchange']) best.set(key, row);
+            console.log(`  round ${round + 1}, ${variant.name}, ${workload.name}: ${row['CPU µs / exchange'].toFixed(1)} µs, ${row['young GC KB / exchange'].toFixed(1)} KB, ${Math.round(row['req/s'])} req/s`);
           }
         } finally {
-          gw.child.kill('SIGTERM');
-          await exited(gw.child);
+          await stop(gw.child);
         }
       }
     }

@@ -7,5 +7,7 @@
  */
 import module from 'node:module';
 
-(module as { enableCompileCache?: () => unknown }).enableCompileCache?.();
+const cache = (module as { enableCompileCache?: () => { directory?: string } }).enableCompileCache?.();
+// Worker threads read the variable when they start, so they use the same cache.
+if (cache?.directory) process.env.NODE_COMPILE_CACHE ??= cache.directory;
 await import('./cli.js');
