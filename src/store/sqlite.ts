@@ -1,8 +1,9 @@
 /**
  * The embedded store: one SQLite file in the data directory. Keys are stored as SHA-256 hashes of
  * their secrets; usage arrives in batches from the journal in front of it (journal.ts), and each
- * batch also moves its keys' last-used times. SQLite (node:sqlite or better-sqlite3, sqlite-driver.ts) is synchronous and fast; the methods
- * are async only to keep the Store's shape, and caching lives in front of every store (cache.ts).
+ * batch also moves its keys' last-used times. SQLite (node:sqlite or better-sqlite3, see
+ * sqlite-driver.ts) is synchronous and fast; the methods are async only to keep the Store's shape,
+ * and caching lives in front of every store (cache.ts).
  * The gateway has usage batches written by a thread of their own (`usageWriter: 'thread'`), so
  * they never block the event loop.
  * Group and key writes are announced on a BroadcastChannel named after the file, which reaches the
