@@ -76,6 +76,13 @@ export class GatewayError extends Error {
   }
 }
 
+/** The headers of an error reply: JSON, and the Retry-After the error carries, if any. */
+export function errorHeaders(err: GatewayError): Record<string, string> {
+  return err.retryAfterSeconds === undefined
+    ? { 'content-type': 'application/json' }
+    : { 'content-type': 'application/json', 'retry-after': String(err.retryAfterSeconds) };
+}
+
 /** `err` with a Retry-After of `seconds` (an upstream's, passed on to the client); `err` itself when there is none. */
 export function withRetryAfter(err: GatewayError, seconds: number | undefined): GatewayError {
   if (seconds === undefined || err.retryAfterSeconds === seconds) return err;

@@ -10,7 +10,7 @@ import { Failover, betweenCalls } from './channels/failover.js';
 import type { Channel, ChannelTable } from './channels/table.js';
 import type { ModelConfig } from './config.js';
 import type { Plugin, PhaseResult, Upstream, UpstreamCall, UpstreamDialect } from './contracts.js';
-import { GatewayError, asGatewayError } from './errors.js';
+import { GatewayError, asGatewayError, errorHeaders } from './errors.js';
 import type { Exchange, Outcome } from './exchange.js';
 import { applyModelRules } from './model-rules.js';
 import { Relay, activeRelay } from './relay.js';
@@ -360,9 +360,7 @@ export class Pipeline {
     if (ex.outcome === 'finished') ex.outcome = 'error';
     if (ex.aborted) return;
     ex.status = ex.clientFamily.errorStatus?.(err) ?? err.status;
-    const headers: Record<string, string> = { 'content-type': 'application/json' };
-    if (err.retryAfterSeconds !== undefined) headers['retry-after'] = String(err.retryAfterSeconds);
-    res.reply(ex.status, headers, ex.clientFamily.errorBody(err));
+    res.reply(ex.status, errorHeaders(err), ex.clientFamily.errorBody(err));
   }
 }
 

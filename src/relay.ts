@@ -6,7 +6,7 @@
 import type { Event, Response } from './canonical.js';
 import { retryAfterMs, type Failover } from './channels/failover.js';
 import type { ClientStream, Plugin, ResponseSink, Upstream, UpstreamCall, UpstreamDialect, Usage } from './contracts.js';
-import { GatewayError, withRetryAfter } from './errors.js';
+import { errorHeaders, GatewayError, withRetryAfter } from './errors.js';
 import { StateKey, type Exchange, type Outcome } from './exchange.js';
 import { replaceStringField } from './json-splice.js';
 import type { ClientResponse, Pipeline } from './pipeline.js';
@@ -304,9 +304,7 @@ export class Relay implements ResponseSink {
       ex.error = err;
       ex.outcome = 'error';
       ex.status = status;
-      const headers: Record<string, string> = { 'content-type': 'application/json' };
-      if (err.retryAfterSeconds !== undefined) headers['retry-after'] = String(err.retryAfterSeconds);
-      res.reply(status, headers, passthrough ? body : ex.clientFamily.errorBody(err));
+      res.reply(status, errorHeaders(err), passthrough ? body : ex.clientFamily.errorBody(err));
     } else {
       const message = `Upstream \`${upstream.name}\` answered ${status}: ${err.message}`;
       // The dialect's reading of the status counts (Anthropic's 529, overloaded, is a 503).
