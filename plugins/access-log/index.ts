@@ -7,6 +7,8 @@ import { definePlugin, socketTurn } from '../../src/contracts.js';
 export default definePlugin(({ log }) => ({
   name: 'access-log',
   done(ex) {
+    // Below the configured level the line is never written: not even its object is built.
+    if (!log.isLevelEnabled('info')) return;
     const turn = ex.get(socketTurn);
     log.info(
       {

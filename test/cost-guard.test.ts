@@ -1,0 +1,152 @@
+/**
+ * A guard on what the default path costs per exchange, in a unit a busy machine cannot blur: the
+ * bytes the gateway allocates. CPU time and req/s move with the machine's load (and are never
+ * asserted); what V8 allocates for one exchange does not. The gateway runs as `npm start` runs it
+ * (the start script's flags, default plugins, SQLite, one thread) in front of the simulator as its
+ * own process, and V8 reports every young collection with `--trace-gc-nvp`, whose `allocated=`
+ * is what was allocated since the one before. Summed over a few thousand exchanges and divided by
+ * their number, a completion measured 24–27 KB across runs; a 100-chunk stream 48–98 KB, as the
+ * upstream's chunks arrive in more or fewer reads (each read costs its own buffers and events; at
+ * worst one read per chunk), so its budget has more headroom.
+ *
+ * The budgets are docs/architecture.md's "Cost budget" with headroom for the runtime's own
+ * variation; a change that needs more says why there and raises them here.
+ */
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { spawn } from 'node:child_process';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import t from 'tap';
+import { Agent, request } from 'undici';
+import { defaultPlugins } from '../src/config.js';
+import { childEnv, distRoot, startSimulatorProcess, watchProcess, type WatchedProcess } from './helpers.js';
+
+/** KB allocated per exchange, at most (docs/architecture.md, "Cost budget"). */
+const BUDGET_KB = { plain: 32, stream: 128 };
+const EXCHANGES = 3000;
+const CONCURRENCY = 16;
+const ADMIN_TOKEN = 'cost-guard-admin-token';
+
+t.setTimeout(300_000);
+const sim = await startSimulatorProcess();
+t.teardown(() => sim.stop());
+
+interface Measured {
+  gateway: WatchedProcess;
+  url: string;
+  key: string;
+  /** Bytes V8 reported allocated in every collection so far. */
+  allocated(): number;
+  stop(): Promise<void>;
+}
+
+/** The gateway as `npm start` runs it, with `extraPlugins` after the default list. */
+async function startMeasured(extraPlugins: { name: string; module: string }[] = []): Promise<Measured> {
+  const dir = mkdtempSync(join(tmpdir(), 'sluice-cost-'));
+  const plugins = [...defaultPlugins, ...extraPlugins];
+  writeFileSync(
+    join(dir, 'sluice.yaml'),
+    `server: { host: 127.0.0.1, port: 0, workers: 1 }
+dataDir: ${join(dir, 'data')}
+log: { level: warn }
+plugins: ${JSON.stringify(plugins)}
+upstreams:
+  up: { kind: openai-chat, baseUrl: "${sim.url}/v1" }
+models:
+  - { id: m, upstream: up }
+`,
+  );
+  const script: string = JSON.parse(readFileSync(join(distRoot, '..', 'package.json'), 'utf8')).scripts.start;
+  const [node, ...args] = script.split(/\s+/);
+  if (node !== 'node') throw new Error(`the start script no longer begins with node: ${script}`);
+  const main = args.findIndex((a) => a.startsWith('dist/'));
+  // The start script's own flags first; then a 1 MB semi-space, so collections come often enough
+  // to count by, and the trace.
+  const argv = [...args.slice(0, main), '--max-semi-space-size=1', '--trace-gc-nvp', join(distRoot, '..', args[main]!), ...args.slice(main + 1)];
+  const env = Object.fromEntries(Object.entries(childEnv()).filter(([k]) => !k.startsWith('SLUICE_')));
+  const child = spawn(process.execPath, argv, { cwd: dir, env: { ...env, SLUICE_CONFIG: join(dir, 'sluice.yaml'), SLUICE_ADMIN_TOKEN: ADMIN_TOKEN }, stdio: ['ignore', 'pipe', 'pipe'] });
+  const gateway = watchProcess(child, { echoStderr: true });
+  const [, url] = await gateway.waitFor(/Sluice listening on (http:\/\/\S+)/, 'the banner');
+  const admin = async (path: string, body: unknown) => {
+    const res = await fetch(url + path, { method: 'POST', headers: { authorization: `Bearer ${ADMIN_TOKEN}`, 'content-type': 'application/json' }, body: JSON.stringify(body) });
+    if (!res.ok) throw new Error(`${path}: ${res.status} ${await res.text()}`);
+    return (await res.json()) as { key: string };
+  };
+  await admin('/admin/groups', { name: 'bench', models: ['*'], families: ['chat'] });
+  const { key } = await admin('/admin/keys', { group: 'bench', name: 'bench' });
+  return {
+    gateway,
+    url: url!,
+    key,
+    allocated: () => {
+      let sum = 0;
+      for (const m of gateway.stdout().matchAll(/\ballocated=(\d+)/g)) sum += Number(m[1]);
+      return sum;
+    },
+    async stop() {
+      child.kill('SIGTERM');
+      await gateway.exited;
+      rmSync(dir, { recursive: true, force: true });
+    },
+  };
+}
+
+/** `count` chat completions, `CONCURRENCY` at a time over kept-alive connections; each must succeed. */
+async function drive(gw: Measured, count: number, stream: boolean): Promise<void> {
+  const dispatcher = new Agent({ connections: CONCURRENCY });
+  // 100 chunks of one token each when streamed, 16 tokens otherwise: the reference bench's two shapes.
+  const body = JSON.stringify({ model: 'm', stream, messages: [{ role: 'user', content: stream ? 'hi [[sim tokens=100]]' : 'hi [[sim tokens=16]]' }] });
+  let next = 0;
+  const worker = async () => {
+    while (next < count) {
+      next++;
+      const res = await request(`${gw.url}/v1/chat/completions`, {
+        method: 'POST',
+        dispatcher,
+        headers: { authorization: `Bearer ${gw.key}`, 'content-type': 'application/json' },
+        body,
+      });
+      const text = await res.body.text();
+      if (res.statusCode !== 200) throw new Error(`${res.statusCode}: ${text.slice(0, 300)}`);
+    }
+  };
+  await Promise.all(Array.from({ length: CONCURRENCY }, worker));
+  await dispatcher.close();
+}
+
+/** KB allocated per exchange over `EXCHANGES`, after a warm-up (compilation, caches, first connections). */
+async function kbPerExchange(gw: Measured, stream: boolean): Promise<number> {
+  await drive(gw, 500, stream);
+  const before = gw.allocated();
+  await drive(gw, EXCHANGES, stream);
+  return (gw.allocated() - before) / EXCHANGES / 1024;
+}
+
+const gw = await startMeasured();
+t.teardown(() => gw.stop());
+
+for (const shape of ['plain', 'stream'] as const) {
+  t.test(`a ${shape === 'plain' ? '16-token completion' : '100-chunk stream'} allocates at most ${BUDGET_KB[shape]} KB`, async (t) => {
+    const kb = await kbPerExchange(gw, shape === 'stream');
+    t.comment(`${shape}: ${kb.toFixed(1)} KB allocated per exchange`);
+    t.ok(kb > 1, 'the trace was read (an exchange allocates something)');
+    t.ok(kb <= BUDGET_KB[shape], `${kb.toFixed(1)} KB per exchange is within the ${BUDGET_KB[shape]} KB budget`);
+  });
+}
+
+t.test('the guard sees a plugin that allocates 32 KB per exchange', async (t) => {
+  const dir = mkdtempSync(join(tmpdir(), 'sluice-cost-plugin-'));
+  t.teardown(() => rmSync(dir, { recursive: true, force: true }));
+  const module = join(dir, 'allocating.mjs');
+  writeFileSync(
+    module,
+    `let kept;\nexport default () => ({ name: 'allocating', done() { kept = new Array(4096).fill(0); } });\n`,
+  );
+  const heavy = await startMeasured([{ name: 'allocating', module }]);
+  t.teardown(() => heavy.stop());
+  const base = await kbPerExchange(gw, false);
+  const more = await kbPerExchange(heavy, false);
+  t.comment(`plain: ${base.toFixed(1)} KB, with the plugin ${more.toFixed(1)} KB`);
+  // new Array(4096) of pointers is 32 KB on a 64-bit heap (16 KB with pointer compression).
+  t.ok(more - base > 12, 'the extra allocation shows in the count');
+});
