@@ -2,7 +2,7 @@
  * One access line per request, and per WebSocket turn (method `WS`, with its socket, turn number
  * and lane), with its W3C trace and span ids. Never a credential: the key appears only as its id.
  */
-import { definePlugin, socketTurn } from '../../src/contracts.js';
+import { definePlugin, socketTurn } from '../../src/plugin-api.js';
 
 export default definePlugin(({ log }) => ({
   name: 'access-log',

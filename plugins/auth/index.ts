@@ -2,11 +2,7 @@
  * Auth: who is calling. The family's codec finds the credential; the store knows the key. A cached
  * key answers at once; only a lookup the cache cannot answer makes the phase wait.
  */
-import { definePlugin } from '../../src/contracts.js';
-import { GatewayError } from '../../src/errors.js';
-import type { Exchange } from '../../src/exchange.js';
-import type { KeyLookup } from '../../src/store/cache.js';
-import { StoreUnavailableError } from '../../src/store/store.js';
+import { definePlugin, type Exchange, GatewayError, type KeyLookup, StoreUnavailableError } from '../../src/plugin-api.js';
 
 /** Enough of a secret to recognise it in an error, never enough to use it. */
 function mask(secret: string): string {

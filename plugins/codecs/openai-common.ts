@@ -1,6 +1,5 @@
 /** What the two OpenAI families (chat completions and Responses) share: auth and error bodies. */
-import { GatewayError, codeForStatus, type ErrorKind } from '../../src/errors.js';
-import type { Exchange } from '../../src/exchange.js';
+import { codeForStatus, type ErrorKind, type Exchange, GatewayError } from '../../src/plugin-api.js';
 
 const errorTypes: Record<ErrorKind, string> = {
   invalid_request: 'invalid_request_error',

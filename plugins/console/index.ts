@@ -7,8 +7,7 @@ import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { extname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { gzipSync } from 'node:zlib';
-import { definePlugin } from '../../src/contracts.js';
-import type { JsonReply } from '../../src/contracts.js';
+import { definePlugin, type JsonReply } from '../../src/plugin-api.js';
 
 const root = fileURLToPath(new URL('../../../', import.meta.url));
 

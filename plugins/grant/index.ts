@@ -1,8 +1,5 @@
 /** Grant check: a key may use only the models and families granted to its group. */
-import { definePlugin } from '../../src/contracts.js';
-import { GatewayError } from '../../src/errors.js';
-import type { Exchange } from '../../src/exchange.js';
-import { groupAllowsModel } from '../../src/store/store.js';
+import { definePlugin, type Exchange, GatewayError, groupAllowsModel } from '../../src/plugin-api.js';
 
 function familyRefusal(ex: Exchange): GatewayError | undefined {
   const group = ex.principal?.group;

@@ -8,13 +8,20 @@
  * cutting: it cannot pass the output ceiling the upstream was told and the reservation covered.
  * Every answer of a limited exchange carries OpenAI's `x-ratelimit-*` headers.
  */
-import { definePlugin } from '../../src/contracts.js';
-import { worstCaseCost } from '../../src/cost.js';
-import { GatewayError } from '../../src/errors.js';
-import { StateKey, type Exchange } from '../../src/exchange.js';
-import { limitRefusal, type Amounts, type Decision, type LimitScope, type WindowStatus } from '../../src/limiter.js';
-import { budgetPeriod } from '../../src/budget.js';
-import { estimateTokens } from '../../src/tokens.js';
+import {
+  type Amounts,
+  budgetPeriod,
+  type Decision,
+  definePlugin,
+  estimateTokens,
+  type Exchange,
+  GatewayError,
+  limitRefusal,
+  type LimitScope,
+  StateKey,
+  type WindowStatus,
+  worstCaseCost,
+} from '../../src/plugin-api.js';
 
 /** What an output ceiling is taken to be when neither the client nor the model sets one. */
 const UNKNOWN_CEILING = 4096;

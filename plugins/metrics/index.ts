@@ -14,12 +14,21 @@ import { createHash, timingSafeEqual } from 'node:crypto';
 import { createServer, type Server } from 'node:http';
 import type { Logger } from 'pino';
 import { AggregatorRegistry, collectDefaultMetrics, type MetricObjectWithValues, type MetricValue } from 'prom-client';
-import { TooManyGuesses, bearerToken, checkAdminToken } from '../../src/admin/http.js';
-import { AdminError } from '../../src/admin/service.js';
-import { GuessThrottle, SharedThrottleStorage, addressKey } from '../../src/admin/throttle.js';
-import { definePlugin, type GatewayView, type JsonReply, type JsonRequest } from '../../src/contracts.js';
-import type { CachedStore } from '../../src/store/cache.js';
-import { TrustedProxies } from '../../src/trusted-proxies.js';
+import {
+  addressKey,
+  AdminError,
+  bearerToken,
+  type CachedStore,
+  checkAdminToken,
+  definePlugin,
+  type GatewayView,
+  GuessThrottle,
+  type JsonReply,
+  type JsonRequest,
+  SharedThrottleStorage,
+  TooManyGuesses,
+  TrustedProxies,
+} from '../../src/plugin-api.js';
 import { Instruments } from './instruments.js';
 
 /** What threads answer a scrape with: their registry as JSON. */

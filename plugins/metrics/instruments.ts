@@ -14,9 +14,7 @@
  * id, key or client string ever becomes a label.
  */
 import { Counter, Gauge, Registry, type Metric } from 'prom-client';
-import type { GatewayView, UpstreamStats } from '../../src/contracts.js';
-import type { Exchange } from '../../src/exchange.js';
-import { limitRefusal } from '../../src/limiter.js';
+import { type Exchange, type GatewayView, limitRefusal, type UpstreamStats } from '../../src/plugin-api.js';
 
 /** The conventions' advised buckets (seconds; tokens). */
 const DURATION_BUCKETS = [0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92];

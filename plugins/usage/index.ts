@@ -4,8 +4,7 @@
  * pipeline has estimated it with the o200k tokenizer (in bounded time, see src/tokens.ts) from the
  * prompt and the output actually delivered, and marked it estimated.
  */
-import { definePlugin } from '../../src/contracts.js';
-import { modelRuleNotes } from '../../src/model-rules.js';
+import { definePlugin, modelRuleNotes } from '../../src/plugin-api.js';
 
 export default definePlugin(({ store }) => ({
   name: 'usage',

@@ -1,10 +1,5 @@
 /** Chat completions requests and answers to and from the canonical pivot. */
-import type * as C from '../../../src/canonical.js';
-import type { ModelConfig } from '../../../src/config.js';
-import type { Usage } from '../../../src/contracts.js';
-import { GatewayError } from '../../../src/errors.js';
-import type { Exchange } from '../../../src/exchange.js';
-import { newId, unixNow } from '../../../src/ids.js';
+import { canonical as C, type Exchange, GatewayError, type ModelConfig, newId, unixNow, type Usage } from '../../../src/plugin-api.js';
 
 type Json = Record<string, any>;
 

@@ -3,14 +3,28 @@
  * dialect. Same-family requests go upstream as the client's own bytes, with a minimal splice when
  * Sluice must add something (the upstream model name, a default output ceiling, a usage request).
  */
-import { definePlugin, type ClientFamily, type UpstreamDialect } from '../../../src/contracts.js';
-import { GatewayError } from '../../../src/errors.js';
+import {
+  checkModelId,
+  type ClientFamily,
+  compileValidator,
+  definePlugin,
+  type Exchange,
+  frameJson,
+  GatewayError,
+  jsonOrUndefined,
+  lengthOf,
+  looksLikeJsonObject,
+  parseRequestJson,
+  parseUpstreamJson,
+  partsIn,
+  positiveNumber,
+  type RequestCaps,
+  type RequestShape,
+  StateKey,
+  type UpstreamDialect,
+  withFields,
+} from '../../../src/plugin-api.js';
 import { bearerCredential, openAiErrorBody, readOpenAiError } from '../openai-common.js';
-import { StateKey, type Exchange } from '../../../src/exchange.js';
-import { frameJson } from '../../../src/sse.js';
-import { jsonOrUndefined, looksLikeJsonObject, parseRequestJson, parseUpstreamJson, positiveNumber, withFields } from '../../../src/json-body.js';
-import { compileValidator } from '../../../src/validation.js';
-import { checkModelId, lengthOf, partsIn, type RequestCaps, type RequestShape } from '../../../src/request-caps.js';
 import { canonicalToChat, canonicalToChatResponse, chatResponseToCanonical, chatToCanonical, readChatUsage } from './canonical.js';
 import { chatPassthrough, chatStreamReader, chatStreamWriter } from './stream.js';
 import { chatRequestSchema } from './schema.js';

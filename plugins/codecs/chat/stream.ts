@@ -1,16 +1,25 @@
 /** Chat completions streams: passthrough scanning, and reading/writing canonical events. */
-import { unreadableEvent } from '../../../src/canonical.js';
-import type * as C from '../../../src/canonical.js';
-import { jsonOrUndefined } from '../../../src/json-body.js';
-import { removeNullFields } from '../../../src/json-splice.js';
-import { LF, occursAt } from '../../../src/bytes.js';
-import type { ClientStream, Usage } from '../../../src/contracts.js';
-import { GatewayError } from '../../../src/errors.js';
+import {
+  canonical as C,
+  type ClientStream,
+  dataFrame,
+  estimateUsage,
+  type Exchange,
+  firstMalformedFrame,
+  frameData,
+  GatewayError,
+  jsonOrUndefined,
+  LF,
+  newId,
+  ObjectKeyNeedle,
+  occursAt,
+  removeNullFields,
+  type SparseScan,
+  unixNow,
+  unreadableEvent,
+  type Usage,
+} from '../../../src/plugin-api.js';
 import { readOpenAiError } from '../openai-common.js';
-import type { Exchange } from '../../../src/exchange.js';
-import { newId, unixNow } from '../../../src/ids.js';
-import { estimateUsage } from '../../../src/usage-estimate.js';
-import { dataFrame, firstMalformedFrame, frameData, ObjectKeyNeedle, type SparseScan } from '../../../src/sse.js';
 import { chatFinishReason, readChatUsage, readFinishReason, writeChatUsage } from './canonical.js';
 
 const USAGE_KEY = Buffer.from('"usage"');

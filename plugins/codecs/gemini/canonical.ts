@@ -4,12 +4,7 @@
  * in one user content, call ids are synthesized and mapped back, thought signatures survive the
  * round trip, tool calls report `tool_calls`, usage is cumulative, blocked prompts are errors.
  */
-import type * as C from '../../../src/canonical.js';
-import type { ModelConfig } from '../../../src/config.js';
-import type { Usage } from '../../../src/contracts.js';
-import { GatewayError } from '../../../src/errors.js';
-import type { Exchange } from '../../../src/exchange.js';
-import { newId } from '../../../src/ids.js';
+import { canonical as C, type Exchange, GatewayError, type ModelConfig, newId, type Usage } from '../../../src/plugin-api.js';
 import { geminiSchemaToJsonSchema } from './json-schema.js';
 
 type Json = Record<string, any>;

@@ -4,13 +4,27 @@
  * without), `GET /v1beta/models[/{id}]`.
  * Keys come in `x-svc-api-key`, or `x-goog-api-key` / `?key=` so the stock Gemini clients work.
  */
-import type { ModelConfig } from '../../../src/config.js';
-import { definePlugin, type ClientFamily, type UpstreamDialect } from '../../../src/contracts.js';
-import { GatewayError, codeForStatus } from '../../../src/errors.js';
-import type { Exchange } from '../../../src/exchange.js';
-import { jsonOrUndefined, looksLikeJsonObject, parseRequestJson, parseUpstreamJson, positiveNumber, withFields } from '../../../src/json-body.js';
-import { frameJson } from '../../../src/sse.js';
-import { checkModelId, echoed, lengthOf, type RequestCaps, type RequestShape } from '../../../src/request-caps.js';
+import {
+  checkModelId,
+  type ClientFamily,
+  codeForStatus,
+  definePlugin,
+  echoed,
+  type Exchange,
+  frameJson,
+  GatewayError,
+  jsonOrUndefined,
+  lengthOf,
+  looksLikeJsonObject,
+  type ModelConfig,
+  parseRequestJson,
+  parseUpstreamJson,
+  positiveNumber,
+  type RequestCaps,
+  type RequestShape,
+  type UpstreamDialect,
+  withFields,
+} from '../../../src/plugin-api.js';
 import { canonicalToGemini, canonicalToGeminiBody, geminiBodyToCanonical, geminiToCanonical, readGeminiUsage } from './canonical.js';
 import { validateGenerateContent } from './schema.js';
 import { geminiPassthrough, geminiStreamReader, geminiStreamWriter, sseMode } from './stream.js';

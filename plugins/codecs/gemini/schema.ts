@@ -1,5 +1,5 @@
 /** The generateContent request as ajv checks it; unknown fields pass through to Gemini upstreams. */
-import { compileValidator } from '../../../src/validation.js';
+import { compileValidator } from '../../../src/plugin-api.js';
 
 const part = {
   type: 'object',

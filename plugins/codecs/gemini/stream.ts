@@ -2,15 +2,23 @@
  * Content-generation streams. Clients ask for SSE (`?alt=sse`, data-only events) or, without it,
  * get the real API's streamed JSON array. Upstream Gemini streams are always requested as SSE.
  */
-import { unreadableEvent } from '../../../src/canonical.js';
-import type * as C from '../../../src/canonical.js';
-import { jsonOrUndefined } from '../../../src/json-body.js';
-import type { ClientStream, Usage } from '../../../src/contracts.js';
-import { GatewayError } from '../../../src/errors.js';
-import { StateKey, type Exchange } from '../../../src/exchange.js';
-import { newId } from '../../../src/ids.js';
-import { estimateUsage } from '../../../src/usage-estimate.js';
-import { dataFrame, frameData, hasObjectField, ObjectKeyNeedle, type SparseScan } from '../../../src/sse.js';
+import {
+  canonical as C,
+  type ClientStream,
+  dataFrame,
+  estimateUsage,
+  type Exchange,
+  frameData,
+  GatewayError,
+  hasObjectField,
+  jsonOrUndefined,
+  newId,
+  ObjectKeyNeedle,
+  type SparseScan,
+  StateKey,
+  unreadableEvent,
+  type Usage,
+} from '../../../src/plugin-api.js';
 import { blockedPrompt, readFinishReason, readGeminiUsage, readParts, writeAnswerParts, writeFinishReason, writeGeminiUsage } from './canonical.js';
 
 type Json = Record<string, any>;

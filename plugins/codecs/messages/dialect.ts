@@ -3,9 +3,7 @@
  * kinds that speak it set the API key and `anthropic-version`; the path is relative to a base URL
  * that ends in `/v1`.
  */
-import type { UpstreamDialect } from '../../../src/contracts.js';
-import { StateKey } from '../../../src/exchange.js';
-import { parseUpstreamJson } from '../../../src/json-body.js';
+import { parseUpstreamJson, StateKey, type UpstreamDialect } from '../../../src/plugin-api.js';
 import { canonicalToMessages, jsonToolFor, type JsonTool } from './request.js';
 import { messagesResponseToCanonical } from './response.js';
 import { messagesStreamReader } from './stream.js';

@@ -3,12 +3,22 @@
  * `GET /v1/models` when the request carries `anthropic-version`, and the `HEAD /api/hello` probe
  * Claude Code sends at start. Keys come in `x-api-key` or `Authorization: Bearer`.
  */
-import type { ModelConfig } from '../../../src/config.js';
-import type { ClientFamily } from '../../../src/contracts.js';
-import type { Exchange } from '../../../src/exchange.js';
-import { jsonOrUndefined, looksLikeJsonObject, parseRequestJson, positiveNumber, withFields } from '../../../src/json-body.js';
-import { checkModelId, lengthOf, partsIn, type RequestCaps, type RequestShape } from '../../../src/request-caps.js';
-import { frameJson } from '../../../src/sse.js';
+import {
+  checkModelId,
+  type ClientFamily,
+  type Exchange,
+  frameJson,
+  jsonOrUndefined,
+  lengthOf,
+  looksLikeJsonObject,
+  type ModelConfig,
+  parseRequestJson,
+  partsIn,
+  positiveNumber,
+  type RequestCaps,
+  type RequestShape,
+  withFields,
+} from '../../../src/plugin-api.js';
 import { bearerCredential } from '../openai-common.js';
 import { messagesToCanonical } from './request.js';
 import { canonicalToMessagesResponse } from './response.js';

@@ -4,7 +4,7 @@
  * `anthropic-beta` included; other families reach Messages upstreams, and Messages clients reach
  * other upstreams, through the canonical pivot.
  */
-import { definePlugin } from '../../../src/contracts.js';
+import { definePlugin } from '../../../src/plugin-api.js';
 import { messagesDialect } from './dialect.js';
 import { messagesFamily } from './family.js';
 

@@ -1,7 +1,5 @@
 /** Messages requests to and from the canonical pivot. */
-import type * as C from '../../../src/canonical.js';
-import type { ModelConfig } from '../../../src/config.js';
-import { GatewayError } from '../../../src/errors.js';
+import { canonical as C, GatewayError, type ModelConfig } from '../../../src/plugin-api.js';
 import { parsedInput, readClientToolId, safeToolId, thinkingFromSignature } from './wire.js';
 
 type Json = Record<string, any>;

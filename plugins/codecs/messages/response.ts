@@ -1,7 +1,5 @@
 /** Complete Messages answers to and from the canonical pivot. */
-import type * as C from '../../../src/canonical.js';
-import type { Exchange } from '../../../src/exchange.js';
-import { newId } from '../../../src/ids.js';
+import { canonical as C, type Exchange, newId } from '../../../src/plugin-api.js';
 import type { JsonTool } from './request.js';
 import { clientToolId, parsedInput, readMessagesUsage, readStopReason, thinkingSignature, writeMessagesUsage, writeStopReason } from './wire.js';
 

@@ -3,7 +3,7 @@
  * fields and block types (new betas, server-tool history) pass, so a Messages upstream gets them
  * as sent. Blocks are checked by their `type` with if/then, which lets unknown types through.
  */
-import { compileValidator } from '../../../src/validation.js';
+import { compileValidator } from '../../../src/plugin-api.js';
 
 /** The block of `type` must match `schema`; blocks of other types are not checked by it. */
 const when = (type: string, schema: object) => ({ if: { properties: { type: { const: type } }, required: ['type'] }, then: schema });

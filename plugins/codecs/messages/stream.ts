@@ -1,14 +1,21 @@
 /** Messages streams: passthrough scanning, and reading/writing canonical events. */
-import { unreadableEvent } from '../../../src/canonical.js';
-import type * as C from '../../../src/canonical.js';
-import type { ClientStream, Usage } from '../../../src/contracts.js';
-import { GatewayError } from '../../../src/errors.js';
-import type { Exchange } from '../../../src/exchange.js';
-import { newId } from '../../../src/ids.js';
-import { jsonOrUndefined } from '../../../src/json-body.js';
-import { eventFrame, frameData, hasObjectField, ObjectKeyNeedle, type SparseScan } from '../../../src/sse.js';
-import { estimateTokens } from '../../../src/tokens.js';
-import { estimateDeliveredOutput } from '../../../src/usage-estimate.js';
+import {
+  canonical as C,
+  type ClientStream,
+  estimateDeliveredOutput,
+  estimateTokens,
+  eventFrame,
+  type Exchange,
+  frameData,
+  GatewayError,
+  hasObjectField,
+  jsonOrUndefined,
+  newId,
+  ObjectKeyNeedle,
+  type SparseScan,
+  unreadableEvent,
+  type Usage,
+} from '../../../src/plugin-api.js';
 import type { JsonTool } from './request.js';
 import { jsonToolText } from './response.js';
 import {

@@ -3,11 +3,7 @@
  * opaque state that rides along with them.
  */
 import { createHash } from 'node:crypto';
-import type * as C from '../../../src/canonical.js';
-import type { Usage } from '../../../src/contracts.js';
-import { GatewayError, codeForStatus } from '../../../src/errors.js';
-import { jsonOrUndefined } from '../../../src/json-body.js';
-import { eventFrame } from '../../../src/sse.js';
+import { canonical as C, codeForStatus, eventFrame, GatewayError, jsonOrUndefined, type Usage } from '../../../src/plugin-api.js';
 
 type Json = Record<string, any>;
 

@@ -3,12 +3,7 @@
  * what a chat-only upstream cannot do is refused up front, and what it can do in another shape
  * (custom tools, namespaced tools) is mapped there and back.
  */
-import type * as C from '../../../src/canonical.js';
-import type { ModelConfig } from '../../../src/config.js';
-import type { Usage } from '../../../src/contracts.js';
-import { GatewayError } from '../../../src/errors.js';
-import { StateKey, type Exchange } from '../../../src/exchange.js';
-import { newId, unixNow } from '../../../src/ids.js';
+import { canonical as C, type Exchange, GatewayError, type ModelConfig, newId, StateKey, unixNow, type Usage } from '../../../src/plugin-api.js';
 import { itemType } from './schema.js';
 
 type Json = Record<string, any>;

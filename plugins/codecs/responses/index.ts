@@ -3,13 +3,26 @@
  * upstreams get the client's bytes; a chat-only upstream is served through the bridge (canonical
  * pivot, see canonical.ts).
  */
-import { definePlugin, type ClientFamily, type UpstreamDialect } from '../../../src/contracts.js';
-import { GatewayError } from '../../../src/errors.js';
+import {
+  checkModelId,
+  type ClientFamily,
+  definePlugin,
+  type Exchange,
+  frameJson,
+  GatewayError,
+  jsonOrUndefined,
+  lengthOf,
+  looksLikeJsonObject,
+  parseRequestJson,
+  parseUpstreamJson,
+  partsIn,
+  positiveNumber,
+  type RequestCaps,
+  type RequestShape,
+  type UpstreamDialect,
+  withFields,
+} from '../../../src/plugin-api.js';
 import { bearerCredential, openAiErrorBody, readOpenAiError } from '../openai-common.js';
-import { jsonOrUndefined, looksLikeJsonObject, parseRequestJson, parseUpstreamJson, positiveNumber, withFields } from '../../../src/json-body.js';
-import { frameJson } from '../../../src/sse.js';
-import type { Exchange } from '../../../src/exchange.js';
-import { checkModelId, lengthOf, partsIn, type RequestCaps, type RequestShape } from '../../../src/request-caps.js';
 import { canonicalToResponses, canonicalToResponsesBody, readResponsesUsage, responsesBodyToCanonical, responsesToCanonical, toolMapping } from './canonical.js';
 import { itemType, validateResponsesRequest } from './schema.js';
 import { responsesSocket } from './socket.js';

@@ -2,8 +2,7 @@
  * The Responses request as ajv checks it. Input items are checked one by one against the schema
  * of their type, so an error can name the item (`input[3].call_id`); unknown fields pass through.
  */
-import { GatewayError } from '../../../src/errors.js';
-import { compileValidator, type RequestValidator } from '../../../src/validation.js';
+import { compileValidator, GatewayError, type RequestValidator } from '../../../src/plugin-api.js';
 
 const text = { type: 'string' };
 const callId = { type: 'string', minLength: 1 };

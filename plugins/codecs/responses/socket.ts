@@ -6,9 +6,7 @@
  * answered here with no model output and no upstream call, that the next turn can chain from.
  */
 import { randomBytes } from 'node:crypto';
-import type { SocketProtocol } from '../../../src/contracts.js';
-import { GatewayError } from '../../../src/errors.js';
-import { checkDepth, type RequestCaps } from '../../../src/request-caps.js';
+import { checkDepth, GatewayError, type RequestCaps, type SocketProtocol } from '../../../src/plugin-api.js';
 import { openAiErrorBody } from '../openai-common.js';
 
 type Json = Record<string, any>;

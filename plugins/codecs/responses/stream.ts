@@ -1,12 +1,18 @@
 /** Responses event streams: passthrough scanning, and reading/writing canonical events (2.7–2.9, 7.4, 7.5). */
-import { unreadableEvent } from '../../../src/canonical.js';
-import type * as C from '../../../src/canonical.js';
-import { jsonOrUndefined } from '../../../src/json-body.js';
-import type { ClientStream, Usage } from '../../../src/contracts.js';
-import { GatewayError } from '../../../src/errors.js';
-import type { Exchange } from '../../../src/exchange.js';
-import { newId, unixNow } from '../../../src/ids.js';
-import { eventFrame, frameData, hasObjectField } from '../../../src/sse.js';
+import {
+  canonical as C,
+  type ClientStream,
+  eventFrame,
+  type Exchange,
+  frameData,
+  GatewayError,
+  hasObjectField,
+  jsonOrUndefined,
+  newId,
+  unixNow,
+  unreadableEvent,
+  type Usage,
+} from '../../../src/plugin-api.js';
 import {
   callItem,
   finishFromStatus,

@@ -3,8 +3,7 @@
  * `https://api.anthropic.com/v1`), key in `x-api-key`. Anthropic requires `anthropic-version`: the
  * client's own goes through when it sent one (passthrough), else `anthropicVersion` from config.
  */
-import { definePlugin, type Upstream } from '../../../src/contracts.js';
-import { createHttpUpstream } from '../../../src/http-upstream.js';
+import { createHttpUpstream, definePlugin, type Upstream } from '../../../src/plugin-api.js';
 
 export const DEFAULT_ANTHROPIC_VERSION = '2023-06-01';
 

@@ -9,8 +9,7 @@
  *   models:
  *     - { id: gpt-4o, upstream: azure, upstreamModel: my-gpt-4o-deployment }
  */
-import { definePlugin, type UpstreamRequest } from '../../../src/contracts.js';
-import { createHttpUpstream } from '../../../src/http-upstream.js';
+import { createHttpUpstream, definePlugin, type UpstreamRequest } from '../../../src/plugin-api.js';
 
 /** The newest generally available data-plane version when this was written; `apiVersion` overrides it. */
 export const DEFAULT_API_VERSION = '2024-10-21';

@@ -1,6 +1,5 @@
 /** A native Gemini upstream: `{baseUrl}/models/{model}:generateContent`, key in `x-goog-api-key`. */
-import { definePlugin } from '../../../src/contracts.js';
-import { createHttpUpstream } from '../../../src/http-upstream.js';
+import { createHttpUpstream, definePlugin } from '../../../src/plugin-api.js';
 
 const kind = { family: 'gemini', authHeaders: (apiKey: string) => ({ 'x-goog-api-key': apiKey }) };
 

@@ -1,6 +1,5 @@
 /** An OpenAI-compatible chat completions upstream: OpenAI, vLLM, llama.cpp, Ollama, most hosted providers. */
-import { definePlugin } from '../../../src/contracts.js';
-import { createHttpUpstream } from '../../../src/http-upstream.js';
+import { createHttpUpstream, definePlugin } from '../../../src/plugin-api.js';
 
 const kind = { family: 'chat', authHeaders: (apiKey: string) => ({ authorization: `Bearer ${apiKey}` }) };
 

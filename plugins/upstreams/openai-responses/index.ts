@@ -1,6 +1,5 @@
 /** A native OpenAI Responses upstream (`POST {baseUrl}/responses`). */
-import { definePlugin } from '../../../src/contracts.js';
-import { createHttpUpstream } from '../../../src/http-upstream.js';
+import { createHttpUpstream, definePlugin } from '../../../src/plugin-api.js';
 
 const kind = { family: 'responses', authHeaders: (apiKey: string) => ({ authorization: `Bearer ${apiKey}` }) };
 

@@ -3,7 +3,7 @@
  * input and renders the plan the way OpenAI does, as a reply script (status, headers, timed byte
  * steps) that a transport plays out, in process or over a socket.
  */
-import { dataFrame } from '../../../src/sse.js';
+import { dataFrame } from '../../../src/plugin-api.js';
 import {
   calls,
   plan,

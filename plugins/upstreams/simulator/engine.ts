@@ -8,7 +8,7 @@
  * follows what the prompt asks for ("Read the file X": a file-reading tool, else a shell running
  * `cat X`), and the answer to a tool result repeats what the tool returned.
  */
-import { estimateTokens } from '../../../src/tokens.js';
+import { estimateTokens } from '../../../src/plugin-api.js';
 
 export type Role = 'system' | 'user' | 'assistant' | 'tool';
 

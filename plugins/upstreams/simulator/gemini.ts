@@ -7,7 +7,7 @@
  * lowerCamelCase or snake_case, as Google's proto-JSON parser accepts both.
  */
 import { createHash } from 'node:crypto';
-import { dataFrame } from '../../../src/sse.js';
+import { dataFrame } from '../../../src/plugin-api.js';
 import {
   fragments,
   inputTokens,

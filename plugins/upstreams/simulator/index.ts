@@ -5,8 +5,7 @@
  * little more than the plan, as a real upstream behind a socket would. Also exports the router
  * and the script player, which the standalone server (server.ts) shares.
  */
-import { definePlugin, type ResponseSink, type Upstream, type UpstreamCall, type UpstreamRequest } from '../../../src/contracts.js';
-import { GatewayError } from '../../../src/errors.js';
+import { definePlugin, GatewayError, type ResponseSink, type Upstream, type UpstreamCall, type UpstreamRequest } from '../../../src/plugin-api.js';
 import { DEFAULT_MODELS, routeChat, type ChatOptions } from './chat.js';
 import { DEFAULT_GEMINI_MODELS, geminiNotFound, routeGemini } from './gemini.js';
 import { DEFAULT_MESSAGES_MODELS, messagesNotFound, routeMessages } from './messages.js';

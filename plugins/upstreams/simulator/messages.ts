@@ -6,7 +6,7 @@
  * made-up thinking block is refused as Anthropic refuses it: the checks a gateway must pass.
  */
 import { createHmac } from 'node:crypto';
-import { eventFrame } from '../../../src/sse.js';
+import { eventFrame } from '../../../src/plugin-api.js';
 import { calls, fragments, inputTokens, plan, type EngineInput, type JsonSchema, type Plan, type PlannedCall, type SimMessage, type SimTool, type ToolChoice } from './engine.js';
 import {
   MAX_JSON_DEPTH,

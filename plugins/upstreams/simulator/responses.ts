@@ -4,7 +4,7 @@
  * of typed events (`event:` and `data:` lines, `sequence_number` from 0, one terminal event).
  * Stateless: `previous_response_id` and `conversation` are refused.
  */
-import { eventFrame } from '../../../src/sse.js';
+import { eventFrame } from '../../../src/plugin-api.js';
 import {
   DIRECTIVE,
   calls,

@@ -14,7 +14,7 @@
 import { STATUS_CODES } from 'node:http';
 import { pathToFileURL } from 'node:url';
 import { parseArgs } from 'node:util';
-import { loadUws, type HttpRequest, type HttpResponse, type TemplatedApp } from '../../../src/uws.js';
+import { loadUws, type HttpRequest, type HttpResponse, type TemplatedApp } from '../../../src/plugin-api.js';
 import { DEFAULT_MODELS } from './chat.js';
 import { parseFaults, faulted, type Faults } from './faults.js';
 import { DEFAULT_GEMINI_MODELS, geminiError, geminiFault, geminiNotFound, routeGemini } from './gemini.js';
