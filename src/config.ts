@@ -12,6 +12,7 @@ import { parseAddressRange } from './trusted-proxies.js';
 import { defaultRequestCaps, type RequestCaps } from './request-caps.js';
 import type { Limits } from './store/store.js';
 import type { BreakerPolicy, RetryPolicy } from './channels/policy.js';
+import { limitsSchema } from './limiter.js';
 
 export interface ModelFeatures {
   tools: boolean;
@@ -240,12 +241,6 @@ const embeddedDefault: { upstreams: Record<string, UpstreamConfig>; models: NonN
 };
 
 /** Request limits, as config and the admin API take them. */
-export const limitsSchema = {
-  type: 'object',
-  additionalProperties: false,
-  properties: { rpm: { type: 'integer', minimum: 1 }, tpm: { type: 'integer', minimum: 1 }, concurrency: { type: 'integer', minimum: 1 } },
-} as const;
-
 const schema = {
   type: 'object',
   additionalProperties: false,

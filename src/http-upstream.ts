@@ -4,9 +4,18 @@
  * only in wire family, auth header and, at most, where each request goes. Calls beyond the pool's connections wait in a bounded queue
  * for a bounded time, then get a 503.
  */
-import { Pool } from 'undici';
+import { createRequire } from 'node:module';
 import type { ResponseSink, Upstream, UpstreamCall, UpstreamRequest, UpstreamStats } from './contracts.js';
 import { GatewayError } from './errors.js';
+
+/**
+ * undici, loaded when the first upstream is made rather than with this module: the plugin API
+ * re-exports createHttpUpstream, and a process that never calls an upstream (the simulator's own
+ * server) would otherwise pay its load, about a third of that process's start.
+ */
+const requireCjs = createRequire(import.meta.url);
+let loadedUndici: typeof import('undici') | undefined;
+const undici = () => (loadedUndici ??= requireCjs('undici') as typeof import('undici'));
 
 export interface HttpUpstreamOptions {
   baseUrl: string;
@@ -105,7 +114,7 @@ export function createHttpUpstream(kind: HttpUpstreamKind, name: string, raw: Re
     );
   const timeouts: Timeouts = { ...defaultTimeouts, ...options.timeouts };
   const connections = options.connections ?? 256;
-  const pool = new Pool(url.origin, {
+  const pool = new (undici().Pool)(url.origin, {
     connections,
     connectTimeout: timeouts.connectMs,
     headersTimeout: timeouts.firstByteMs,

@@ -15,6 +15,13 @@ import type { BudgetPeriod } from './budget.js';
 import { StateKey } from './exchange.js';
 import type { Limits, Store } from './store/store.js';
 
+/** A key's, group's or model's limits as the config and the admin API accept them. */
+export const limitsSchema = {
+  type: 'object',
+  additionalProperties: false,
+  properties: { rpm: { type: 'integer', minimum: 1 }, tpm: { type: 'integer', minimum: 1 }, concurrency: { type: 'integer', minimum: 1 } },
+} as const;
+
 /** One scope an exchange is counted in: `key:ID`, `group:NAME`, `model:ID`. */
 export interface LimitScope {
   id: string;
