@@ -241,6 +241,19 @@ const embeddedDefault: { upstreams: Record<string, UpstreamConfig>; models: NonN
 };
 
 /** Request limits, as config and the admin API take them. */
+/** One entry of `plugins` or `extraPlugins`: a name under plugins/, or a name with a module and options. */
+const pluginEntrySchema = {
+  anyOf: [
+    { type: 'string', minLength: 1 },
+    {
+      type: 'object',
+      required: ['name'],
+      additionalProperties: false,
+      properties: { name: { type: 'string', minLength: 1 }, options: { type: 'object' }, module: { type: 'string', minLength: 1 } },
+    },
+  ],
+} as const;
+
 const schema = {
   type: 'object',
   additionalProperties: false,
@@ -332,20 +345,8 @@ const schema = {
         },
       ],
     },
-    plugins: {
-      type: 'array',
-      items: {
-        anyOf: [
-          { type: 'string', minLength: 1 },
-          {
-            type: 'object',
-            required: ['name'],
-            additionalProperties: false,
-            properties: { name: { type: 'string', minLength: 1 }, options: { type: 'object' }, module: { type: 'string', minLength: 1 } },
-          },
-        ],
-      },
-    },
+    plugins: { type: 'array', items: pluginEntrySchema },
+    extraPlugins: { type: 'array', items: pluginEntrySchema },
     upstreams: {
       type: 'object',
       minProperties: 1,
@@ -486,6 +487,8 @@ export function loadConfig({ path, env = process.env }: LoadOptions = {}): Confi
   return resolve(raw as RawConfig, env, source, path);
 }
 
+type RawPluginEntry = string | { name: string; options?: Record<string, unknown>; module?: string };
+
 interface RawConfig {
   server?: Partial<Config['server']>;
   dataDir?: string;
@@ -496,7 +499,9 @@ interface RawConfig {
   usage?: { journalFsync?: boolean };
   store?: { kind: 'sqlite' } | { kind: 'postgres'; url: string; poolSize?: number };
   limiter?: { kind: 'memory' } | { kind: 'redis'; url: string; failMode: 'open' | 'closed'; leaseMs?: number; timeoutMs?: number; prefix?: string };
-  plugins?: (string | { name: string; options?: Record<string, unknown>; module?: string })[];
+  plugins?: RawPluginEntry[];
+  /** Appended to `plugins` (or to the default list): a plugin of one's own without copying the defaults. */
+  extraPlugins?: RawPluginEntry[];
   upstreams?: Record<string, UpstreamConfig>;
   models?: (Partial<Omit<ModelConfig, 'features' | 'families' | 'ignoreParameters' | 'channels' | 'prices'>> & { ignoreParameters?: string[]; id: string; channels?: Partial<ChannelConfig>[]; prices?: Partial<Prices>; features?: Partial<Omit<ModelFeatures, 'unsupportedParameters'>> & { unsupportedParameters?: Partial<ParameterPolicy> }; families?: string[] })[];
 }
@@ -581,14 +586,29 @@ function resolve(raw: RawConfig, env: NodeJS.ProcessEnv, source: string, path?: 
       raw.limiter?.kind === 'redis'
         ? { kind: 'redis', url: raw.limiter.url, failMode: raw.limiter.failMode, leaseMs: raw.limiter.leaseMs ?? 30_000, timeoutMs: raw.limiter.timeoutMs ?? 1000, prefix: raw.limiter.prefix ?? 'sluice' }
         : { kind: 'memory' },
-    plugins: (raw.plugins ?? defaultPlugins).map((p) =>
-      typeof p === 'string'
-        ? { name: p, options: {} }
-        : { name: p.name, options: p.options ?? {}, ...(p.module && { module: path ? resolvePath(dirname(path), p.module) : resolvePath(p.module) }) },
-    ),
+    plugins: pluginList(raw, source, path),
     upstreams,
     models,
   };
+}
+
+/** `plugins` (or the default list) with `extraPlugins` after it; a name listed twice is refused. */
+function pluginList(raw: RawConfig, source: string, path: string | undefined): PluginEntry[] {
+  const entries = [...(raw.plugins ?? defaultPlugins), ...(raw.extraPlugins ?? [])].map((p) =>
+    typeof p === 'string'
+      ? { name: p, options: {} }
+      : { name: p.name, options: p.options ?? {}, ...(p.module && { module: path ? resolvePath(dirname(path), p.module) : resolvePath(p.module) }) },
+  );
+  const base = raw.plugins ? 'plugins' : 'the default plugin list';
+  const baseLength = (raw.plugins ?? defaultPlugins).length;
+  const firstAt = new Map<string, number>();
+  entries.forEach(({ name }, i) => {
+    const first = firstAt.get(name);
+    if (first === undefined) return void firstAt.set(name, i);
+    const where = i < baseLength ? base : first < baseLength ? `${base} and extraPlugins (which adds to it)` : 'extraPlugins';
+    throw new ConfigError(`${source}: plugin "${name}" is listed twice, in ${where}: list it once`);
+  });
+  return entries;
 }
 
 /** A model's channels, from its `channels` list or its single `upstream`, ordered by priority. */

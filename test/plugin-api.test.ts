@@ -9,7 +9,6 @@ import { tmpdir } from 'node:os';
 import { join, relative } from 'node:path';
 import { promisify } from 'node:util';
 import t from 'tap';
-import { defaultPlugins } from '../src/config.js';
 import { distRoot, startTestGateway } from './helpers.js';
 
 const root = join(distRoot, '..');
@@ -80,10 +79,9 @@ export default definePlugin(({ options, log }) => {
   );
   t.equal(compiled, '', 'the plugin compiles against the package');
 
-  const plugins = [...defaultPlugins, { name: 'tenant', module: join(dir, 'tenant.js'), options: { header: 'x-team' } }];
   const gw = await startTestGateway(
     (dataDir) => `dataDir: ${dataDir}
-plugins: ${JSON.stringify(plugins)}
+extraPlugins: [{ name: tenant, module: ${join(dir, 'tenant.js')}, options: { header: x-team } }]
 upstreams:
   sim: { kind: simulator }
 models:
