@@ -5,7 +5,7 @@
 import type { Logger } from 'pino';
 import type { GatewayError } from './errors.js';
 import type { SparseScan } from './sse.js';
-import { StateKey, type Exchange } from './exchange.js';
+import { StateKey, type Exchange, type ExchangeView } from './exchange.js';
 import type { Config, FamilyMode, ModelConfig } from './config.js';
 import type { CachedStore } from './store/cache.js';
 import type { Limiter } from './limiter.js';
@@ -40,17 +40,17 @@ export interface Plugin {
    */
   authenticates?: boolean;
   /** Headers only: who is calling. */
-  request?(ex: Exchange): PhaseResult;
+  request?(ex: ExchangeView): PhaseResult;
   /** Model listing: narrow ex.catalog to what the caller may see. */
-  catalog?(ex: Exchange): PhaseResult;
+  catalog?(ex: ExchangeView): PhaseResult;
   /** The body is parsed and the model known: may this call go ahead? */
-  admit?(ex: Exchange): PhaseResult;
+  admit?(ex: ExchangeView): PhaseResult;
   /** Just before the upstream call: may refuse it. The model's channels choose the upstream (src/channels/). */
-  route?(ex: Exchange): PhaseResult;
+  route?(ex: ExchangeView): PhaseResult;
   /** Once per upstream SSE frame, synchronously: keep it cheap. The bytes may be edited in place later (ClientStream.edit): copy what is kept. */
-  frame?(ex: Exchange, frame: Buffer): void;
+  frame?(ex: ExchangeView, frame: Buffer): void;
   /** Exactly once per exchange, after success, error or abort. */
-  done?(ex: Exchange): void;
+  done?(ex: ExchangeView): void;
   /** Graceful shutdown: flush whatever is buffered. */
   close?(): void | Promise<void>;
 }
@@ -215,37 +215,37 @@ export interface ClientFamily {
   readonly name: string;
   readonly endpoints: Endpoint[];
   /** Content type of a stream answer (most families: `text/event-stream`). */
-  streamContentType(ex: Exchange): string;
+  streamContentType(ex: ExchangeView): string;
   /** The family's WebSocket protocol, for families with a `socket` endpoint. */
   readonly socket?: SocketProtocol<any>;
   /** How this family is served from another family's upstream; 'translated' when absent. */
   translationMode?(upstreamFamily: string): FamilyMode;
   /** The caller's credential: undefined when none was sent, '' when it is malformed. */
-  credential(ex: Exchange): string | undefined;
+  credential(ex: ExchangeView): string | undefined;
   /** Parse and validate ex.body: sets ex.request, ex.modelId and ex.stream. Throws GatewayError. */
-  decode(ex: Exchange): void;
+  decode(ex: ExchangeView): void;
   /** The model list in this family's shape (for families with a `models` endpoint). */
-  modelList?(models: ModelConfig[], ex: Exchange): unknown;
+  modelList?(models: ModelConfig[], ex: ExchangeView): unknown;
   /** Error body in this family's shape. */
   errorBody(err: GatewayError): string;
   /** The status of an error reply, where the family's API differs from the catalog's. */
   errorStatus?(err: GatewayError): number;
   /** The answer of a `count` endpoint, in this family's shape. */
-  tokenCount?(inputTokens: number, ex: Exchange): unknown;
+  tokenCount?(inputTokens: number, ex: ExchangeView): unknown;
   /** Text of the prompt, for a tokenizer estimate. */
-  promptText(ex: Exchange): string;
+  promptText(ex: ExchangeView): string;
   /** The output-token ceiling the client asked for, if it asked for one (the limits reserve it). */
-  requestedOutputTokens?(ex: Exchange): number | undefined;
+  requestedOutputTokens?(ex: ExchangeView): number | undefined;
 
   /**
    * The client's request canonically, for the model rules and, when translating, the upstream.
    * For its own family's upstream it refuses nothing that upstream could take. Throws GatewayError.
    */
-  toCanonical(ex: Exchange, upstreamFamily: string): canonical.Request;
+  toCanonical(ex: ExchangeView, upstreamFamily: string): canonical.Request;
   /** A translated answer, in this family's shape. */
-  writeResponse(res: canonical.Response, ex: Exchange): string;
+  writeResponse(res: canonical.Response, ex: ExchangeView): string;
   /** Writes canonical stream events as this family's frames. */
-  streamWriter(ex: Exchange): canonical.StreamWriter;
+  streamWriter(ex: ExchangeView): canonical.StreamWriter;
 
   // Same-family passthrough: the upstream speaks this family, so its bytes are the client's.
   /**
@@ -254,8 +254,8 @@ export interface ClientFamily {
    */
   readonly modelKey?: string;
   /** The upstream request from the client's bytes, with what the model rules dropped or added. */
-  prepare(ex: Exchange, upstream: Upstream, rules: RuleOutcome): UpstreamRequest;
-  passthroughStream(ex: Exchange): ClientStream;
+  prepare(ex: ExchangeView, upstream: Upstream, rules: RuleOutcome): UpstreamRequest;
+  passthroughStream(ex: ExchangeView): ClientStream;
   /** Usage from a complete upstream body of this family. */
   bodyUsage(body: Buffer): Usage | undefined;
   /**
@@ -277,9 +277,9 @@ export interface UpstreamDialect {
   readonly family: string;
   /** Canonical fields this dialect cannot send; the model rules drop or refuse them. */
   readonly unsendable?: readonly canonical.SamplingParam[];
-  fromCanonical(req: canonical.Request, ex: Exchange): UpstreamRequest;
-  readResponse(body: Buffer, ex: Exchange): canonical.Response;
-  streamReader(ex: Exchange): canonical.StreamReader;
+  fromCanonical(req: canonical.Request, ex: ExchangeView): UpstreamRequest;
+  readResponse(body: Buffer, ex: ExchangeView): canonical.Response;
+  streamReader(ex: ExchangeView): canonical.StreamReader;
   /** An upstream error body of this family, in the gateway's terms. */
   readError(status: number, body: Buffer): GatewayError;
 }

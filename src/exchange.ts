@@ -35,6 +35,16 @@ export class StateKey<T> {
   declare readonly _type: T;
 }
 
+/** What only the pipeline writes: how far an exchange got, and how it ended. */
+type Lifecycle = 'stage' | 'aborted' | 'over' | 'outcome' | 'status' | 'error' | 'usage' | 'cost' | 'ttfbMs' | 'upstream' | 'channel' | 'attempts';
+
+/**
+ * An exchange as plugins see it (the plugin API's `Exchange`): its facts, its state bag and its
+ * response headers to write; how far it got and how it ended only to read, and no `cancel`: the
+ * pipeline alone ends an exchange (a plugin refuses one by returning a GatewayError).
+ */
+export type ExchangeView = Omit<Exchange, Lifecycle | 'cancel'> & { readonly [K in Lifecycle]: Exchange[K] };
+
 let counter = 0;
 const idPrefix = randomBytes(4).toString('hex');
 

@@ -241,6 +241,12 @@ export interface Gateway {
 
 /** The gather topic on which every worker thread writes the usage records it has queued (Store.settle). */
 const USAGE_FLUSH = 'usage:flush';
+/**
+ * How long a usage read waits for the other threads' writes. It promises every record made before
+ * it, and the store's commit behind a thread's answer (an fsync) can take seconds on a busy disk;
+ * the default 3 s of a gather (a metrics scrape) cut it short on a loaded CI machine.
+ */
+const USAGE_FLUSH_TIMEOUT_MS = 15_000;
 /** How long after start the tokenizer loads if no estimate has loaded it (see tokens.ts). */
 const TOKENIZER_WARM_DELAY_MS = 1000;
 
@@ -255,8 +261,8 @@ export interface ThreadSetup {
   port: number;
   /** This thread reloaded its config through the admin API: the others must too. */
   reloaded(via: string): void;
-  /** Every thread's answer to `topic`, through the primary (`GatewayView.gather`). */
-  gather(topic: string): Promise<unknown[]>;
+  /** Every thread's answer to `topic`, through the primary (`GatewayView.gather`); a silent thread is waited for `timeoutMs` (3 s by default). */
+  gather(topic: string, timeoutMs?: number): Promise<unknown[]>;
 }
 
 /**
@@ -311,7 +317,7 @@ export async function startGateway(config: Config, log: Logger, source: LoadOpti
   if (thread) {
     // A usage read served by one thread sees the records the others still hold in their batches.
     answers.set(USAGE_FLUSH, () => store.settle().then(() => true));
-    service.settleUsage = () => thread.gather(USAGE_FLUSH);
+    service.settleUsage = () => thread.gather(USAGE_FLUSH, USAGE_FLUSH_TIMEOUT_MS);
   }
   const reloader = new Reloader({
     load: () => loadConfig(source),

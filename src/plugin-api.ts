@@ -35,7 +35,7 @@ export type { Config, ModelConfig } from './config.js';
 
 // One exchange, its per-plugin state, and how it fails.
 export { StateKey } from './exchange.js';
-export type { Exchange } from './exchange.js';
+export type { ExchangeView as Exchange } from './exchange.js';
 export { GatewayError, codeForStatus } from './errors.js';
 export type { ErrorCode, ErrorKind } from './errors.js';
 

@@ -10,7 +10,7 @@ import type { Logger } from 'pino';
 import { ChannelTable } from './channels/table.js';
 import type { Config, ModelConfig } from './config.js';
 import type { Plugin, Upstream } from './contracts.js';
-import type { Exchange } from './exchange.js';
+import type { ExchangeView } from './exchange.js';
 import type { Pipeline } from './pipeline.js';
 
 /** Names added, removed and changed between two configs. */
@@ -48,7 +48,7 @@ export interface ReloaderOptions {
  * done. Its plugin runs in the done phase, so it sees every exchange end.
  */
 export class Retirements {
-  private readonly pending = new Set<{ upstreams: Upstream[]; users: Set<Exchange> }>();
+  private readonly pending = new Set<{ upstreams: Upstream[]; users: Set<ExchangeView> }>();
 
   readonly plugin: Plugin = {
     name: 'reload',
@@ -65,7 +65,7 @@ export class Retirements {
   constructor(private readonly log: Logger) {}
 
   /** Closes `upstreams` once every one of `users` (the exchanges in flight when they left the routing) is done. */
-  retire(upstreams: Upstream[], users: Set<Exchange>): void {
+  retire(upstreams: Upstream[], users: Set<ExchangeView>): void {
     if (users.size === 0) closeUpstreams(upstreams, this.log, 'retired upstream closed');
     else this.pending.add({ upstreams, users });
   }

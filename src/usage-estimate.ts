@@ -5,7 +5,7 @@
  */
 import type { Response } from './canonical.js';
 import type { Usage } from './contracts.js';
-import { StateKey, type Exchange } from './exchange.js';
+import { StateKey, type Exchange, type ExchangeView } from './exchange.js';
 import { estimateTokens } from './tokens.js';
 
 /** Delivered output kept per stream for a usage estimate; the rest is only counted. */
@@ -20,12 +20,12 @@ export const deliveredScale = new StateKey<() => number>('delivered output scale
  * Usage counted locally (and marked estimated) for an answer whose upstream reported none: the
  * prompt, and the output delivered (by default the stream's bounded sample, scaled up).
  */
-export function estimateUsage(ex: Exchange, output = ex.get(deliveredOutput)?.() ?? '', scale = ex.get(deliveredScale)?.() ?? 1): Usage {
+export function estimateUsage(ex: ExchangeView, output = ex.get(deliveredOutput)?.() ?? '', scale = ex.get(deliveredScale)?.() ?? 1): Usage {
   return { inputTokens: estimateTokens(ex.clientFamily.promptText(ex)), outputTokens: Math.round(estimateTokens(output) * scale), estimated: true };
 }
 
 /** The output delivered so far, counted with the tokenizer (for a stream cut before its final usage). */
-export function estimateDeliveredOutput(ex: Exchange): number {
+export function estimateDeliveredOutput(ex: ExchangeView): number {
   return Math.round(estimateTokens(ex.get(deliveredOutput)?.() ?? '') * (ex.get(deliveredScale)?.() ?? 1));
 }
 

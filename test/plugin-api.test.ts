@@ -1,7 +1,8 @@
 /**
  * The public plugin API (`src/plugin-api.ts`, exported as `sluice/plugin-api`): the plugins in the
- * tree import nothing else from the core, and a plugin written outside the tree, in TypeScript,
- * against the package as an author installs it, compiles and serves.
+ * tree import nothing else from the core, a plugin written outside the tree, in TypeScript,
+ * against the package as an author installs it, compiles and serves, and one that writes the
+ * exchange's lifecycle does not compile.
  */
 import { execFile } from 'node:child_process';
 import { mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
@@ -78,6 +79,29 @@ export default definePlugin(({ options, log }) => {
     (err: { stdout?: string; message: string }) => err.stdout || err.message,
   );
   t.equal(compiled, '', 'the plugin compiles against the package');
+
+  // The lifecycle is the pipeline's: a plugin that writes how an exchange ended, or ends it, does not compile.
+  writeFileSync(
+    join(dir, 'meddling.ts'),
+    `import { definePlugin } from 'sluice/plugin-api';
+export default definePlugin(() => ({
+  name: 'meddling',
+  request(ex) {
+    ex.outcome = 'error';
+    ex.status = 200;
+    ex.cancel();
+  },
+}));
+`,
+  );
+  writeFileSync(join(dir, 'tsconfig.meddling.json'), JSON.stringify({ extends: './tsconfig.json', files: ['meddling.ts'] }));
+  const meddling = await promisify(execFile)(process.execPath, [tsc, '-p', join(dir, 'tsconfig.meddling.json'), '--noEmit']).then(
+    () => '',
+    (err: { stdout?: string }) => err.stdout ?? '',
+  );
+  t.match(meddling, /Cannot assign to 'outcome' because it is a read-only property/, 'outcome is read-only to plugins');
+  t.match(meddling, /Cannot assign to 'status' because it is a read-only property/, 'status is read-only to plugins');
+  t.match(meddling, /Property 'cancel' does not exist/, 'a plugin cannot end an exchange');
 
   const gw = await startTestGateway(
     (dataDir) => `dataDir: ${dataDir}

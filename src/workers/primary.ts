@@ -48,7 +48,7 @@ const MAX_RESTART_DELAY_MS = 10_000;
 const YOUNG_GENERATION_MB = 3 * 64;
 /** A thread that served this long before dying is replaced at once. */
 const STABLE_MS = 30_000;
-/** A gather goes on without a thread that has not answered in this long. */
+/** A gather goes on without a thread that has not answered in this long, unless the asker says otherwise. */
 const GATHER_TIMEOUT_MS = 3_000;
 
 export async function startWorkers(config: Config, log: Logger, source: LoadOptions): Promise<Gateway> {
@@ -73,7 +73,7 @@ export async function startWorkers(config: Config, log: Logger, source: LoadOpti
     let nextAsk = 1;
 
     /** Every running thread's answer to `topic` (a thread's `gather`); one that ends or stays silent is left out. */
-    const gather = (topic: string) =>
+    const gather = (topic: string, timeoutMs = GATHER_TIMEOUT_MS) =>
       new Promise<unknown[]>((resolve) => {
         const id = nextAsk++;
         const waiting = new Set(threads.filter((t): t is Worker => t !== undefined));
@@ -83,7 +83,10 @@ export async function startWorkers(config: Config, log: Logger, source: LoadOpti
           asks.delete(id);
           resolve(values);
         };
-        const timer = setTimeout(done, GATHER_TIMEOUT_MS).unref();
+        const timer = setTimeout(() => {
+          log.warn({ topic, silent: waiting.size, timeoutMs }, 'a gather went on without the threads that had not answered in time');
+          done();
+        }, timeoutMs).unref();
         asks.set(id, { waiting, values, done });
         if (waiting.size === 0) return done();
         for (const thread of waiting) thread.postMessage({ type: 'ask', id, topic } satisfies PrimaryMessage);
@@ -115,7 +118,7 @@ export async function startWorkers(config: Config, log: Logger, source: LoadOpti
             pendingReloads.get(message.id)?.resolve(message.outcome as ReloadOutcome);
             pendingReloads.delete(message.id);
           } else if (message.type === 'gather') {
-            void gather(message.topic).then((values) => worker.postMessage({ type: 'gathered', id: message.id, values } satisfies PrimaryMessage));
+            void gather(message.topic, message.timeoutMs).then((values) => worker.postMessage({ type: 'gathered', id: message.id, values } satisfies PrimaryMessage));
           } else if (message.type === 'answer') {
             const ask = asks.get(message.id);
             if (!ask?.waiting.delete(worker)) return;

@@ -29,7 +29,7 @@ export type ThreadMessage =
   | { type: 'listening'; port: number; families: string[] }
   | { type: 'reloaded'; via: string }
   | { type: 'reload-outcome'; id: number; outcome: unknown }
-  | { type: 'gather'; id: number; topic: string }
+  | { type: 'gather'; id: number; topic: string; timeoutMs?: number }
   | { type: 'answer'; id: number; value: unknown };
 
 /**
@@ -58,11 +58,11 @@ const gateway = await startGateway(config, log, source, {
   port,
   ...(limiter && { limiter }),
   reloaded: (via) => tell({ type: 'reloaded', via }),
-  gather: (topic) =>
+  gather: (topic, timeoutMs) =>
     new Promise((resolve) => {
       const id = nextGather++;
       gathering.set(id, resolve);
-      tell({ type: 'gather', id, topic });
+      tell({ type: 'gather', id, topic, ...(timeoutMs !== undefined && { timeoutMs }) });
     }),
 });
 /**
