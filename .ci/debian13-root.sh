@@ -19,7 +19,7 @@ SUITE=trixie
 # The rest is what the tests start themselves, so it has to exist inside the root: redis-server and
 # redis-cli (test/servers.ts), PostgreSQL's initdb/pg_ctl (private clusters), Chromium and the host's
 # fonts (the console test measures layout: with Liberation alone a table came out 10 px too wide),
-# curl (README snippets, the quick start in .ci/run).
+# curl (the README's and docs' snippets, the quick start in .ci/run).
 PACKAGES=(ca-certificates curl g++ make python3 redis-server postgresql chromium fonts-dejavu-core fonts-liberation)
 BASE_REV=1 # bump when build_base changes, to force a rebuild of cached roots
 DEFAULT_DIR=/var/cache/sluice/debian13-node24

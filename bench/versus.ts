@@ -5,7 +5,7 @@
  * process, `workers: 1`); Sluice with two workers is measured alongside, and so is the floor
  * (bench/floor.ts): a bare proxy on the libraries Sluice sits on, the least Node pays on them. Writes
  * bench/results/<date>.json (every row, the targets and the machine) and <date>.svg (the ratios to
- * nginx as a bar chart, for the README).
+ * nginx as a bar chart, for docs/benchmarks.md).
  */
 import { type ChildProcess } from 'node:child_process';
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
@@ -18,7 +18,7 @@ import { nginxBinary, startNginx, type Nginx } from './nginx.js';
 import { cpuSeconds, exited, findScenario } from './scale.js';
 
 const dist = fileURLToPath(new URL('..', import.meta.url));
-/** The source tree's bench/results, where the README links to. */
+/** The source tree's bench/results, where docs/benchmarks.md links to. */
 const resultsDir = fileURLToPath(new URL('../../bench/results/', import.meta.url));
 const cores = availableParallelism();
 const ROUNDS = 3;

@@ -1,5 +1,5 @@
 /**
- * The one place that loads uWebSockets.js. Two builds ship (README, "Supported runtimes"):
+ * The one place that loads uWebSockets.js. Two builds ship (docs/runtimes.md, "Supported runtimes"):
  * - 20.57 (official binaries, republished on npm as @btc-vision/uwebsockets.js) for Node 20, 22,
  *   24 and 25, linked against glibc 2.38 or newer;
  * - 20.30 (@trufflesuite/uws-js-unofficial, installed as `uWebSockets.js`) for Node 20 on an older

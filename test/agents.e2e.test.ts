@@ -81,7 +81,7 @@ function noted(model: string, pattern: RegExp): Promise<string> {
 function codexHome(model: string, websocket: boolean, url: string): string {
   const home = mkdtempSync(join(scratch, `codex-${model}-${websocket ? 'ws' : 'http'}-`));
   mkdirSync(join(home, '.codex'), { recursive: true });
-  // As in the README's client section.
+  // As in docs/clients.md.
   writeFileSync(
     join(home, '.codex', 'config.toml'),
     `model = "${model}"
@@ -194,7 +194,7 @@ t.test('Gemini CLI', async (t) => {
 
   const home = join(scratch, 'gemini');
   mkdirSync(join(home, '.gemini'), { recursive: true });
-  // As in the README's client section.
+  // As in docs/clients.md.
   const settings = {
     security: { auth: { selectedType: 'gemini-api-key' } },
     privacy: { usageStatisticsEnabled: false },
@@ -231,7 +231,7 @@ t.test('Claude Code', async (t) => {
   const why = await unavailable('claude');
   if (why) return t.plan(0, `Claude Code cannot run here: ${why}`);
 
-  // As in the README's client section: the base URL without /v1, a Sluice key, a model, and no
+  // As in docs/clients.md: the base URL without /v1, a Sluice key, a model, and no
   // traffic to the vendor. The default tools and `--tools Read` both offer a deferred
   // (`defer_loading`) placeholder the simulator must not call; with `--tools Read` it comes first.
   // The file sits in the working folder, which Claude Code may read without asking.

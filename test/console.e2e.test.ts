@@ -2,7 +2,7 @@
  * The web console in a real browser: Debian's Chromium (driven by playwright-core) → /console on
  * a real gateway → the admin API, with chat calls through the simulator in its own process.
  * It also writes a screenshot of every page to test-output/console/ (and, with
- * SLUICE_UPDATE_SCREENSHOTS=1, to docs/console/, the pictures the README shows).
+ * SLUICE_UPDATE_SCREENSHOTS=1, to docs/console/, the pictures docs/operations.md shows).
  */
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';

@@ -177,7 +177,7 @@ t.test('pipelined requests that are answered at once come back in order', async 
   t.match(parts[2], /"status":"ok"/);
 });
 
-/** The build serving: what it answers to what it cannot parse differs (README, "Supported runtimes"). */
+/** The build serving: what it answers to what it cannot parse differs (docs/runtimes.md, "Supported runtimes"). */
 const build = uwsVersion();
 const withHeaders = (n: number) => `GET /healthz HTTP/1.1\r\nHost: x\r\n${Array.from({ length: n }, (_, i) => `X-Header-${i}: v\r\n`).join('')}\r\n`;
 const headEnd = (text: string) => text.includes('\r\n\r\n');

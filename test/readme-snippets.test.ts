@@ -1,14 +1,15 @@
 /**
- * The README's snippets, run exactly as printed. A fenced block right after `<!-- test: node -->`
- * or `<!-- test: sh -->` runs against a gateway on the embedded default (the in-process
- * simulator) on a free port. Only two things are replaced: `http://127.0.0.1:8080` by that
- * gateway's URL and the `sk-...` placeholder by its demo key, which every block also gets as
- * SLUICE_KEY. Blocks run in a folder laid out like the project's, whose `data` is the gateway's
- * data directory, so `cat data/admin-token` and the CLI (`node dist/src/main.js`) work as printed.
- * Each block must exit 0 within a deadline and print no error.
+ * The snippets of the README and of every docs/*.md, run exactly as printed. A fenced block right
+ * after `<!-- test: node -->` or `<!-- test: sh -->` runs against a gateway on the embedded default
+ * (the in-process simulator) on a free port; each is reported by its file and line. Only two
+ * things are replaced: `http://127.0.0.1:8080` by that gateway's URL and the `sk-...` placeholder
+ * by its demo key, which every block also gets as SLUICE_KEY. Blocks run in a folder laid out like
+ * the project's, whose `data` is the gateway's data directory, so `cat data/admin-token` and the
+ * CLI (`node dist/src/main.js`) work as printed. Each block must exit 0 within a deadline and print
+ * no error.
  */
 import { execFile, execFileSync } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
@@ -21,25 +22,39 @@ import { distRoot } from './helpers.js';
 const run = promisify(execFile);
 // Readiness, not a deadline: each block is bounded on its own below.
 t.setTimeout(600_000);
-const readme = readFileSync(join(distRoot, '../README.md'), 'utf8');
+const root = join(distRoot, '..');
+/** The README first, then docs/*.md in name order: paths from the project folder. */
+const files = ['README.md', ...readdirSync(join(root, 'docs')).filter((f) => f.endsWith('.md')).sort().map((f) => `docs/${f}`)];
+const texts = new Map(files.map((file) => [file, readFileSync(join(root, file), 'utf8')]));
 
 interface Snippet {
   kind: 'node' | 'sh';
+  file: string;
   line: number;
   code: string;
 }
 
-const snippets: Snippet[] = [...readme.matchAll(/<!-- test: (node|sh) -->\n```\w*\n([\s\S]*?)\n```/g)].map((m) => ({
-  kind: m[1] as Snippet['kind'],
-  line: readme.slice(0, m.index).split('\n').length + 2,
-  code: m[2]!,
-}));
+const snippets: Snippet[] = files.flatMap((file) => {
+  const text = texts.get(file)!;
+  return [...text.matchAll(/<!-- test: (node|sh) -->\n```\w*\n([\s\S]*?)\n```/g)].map((m) => ({
+    kind: m[1] as Snippet['kind'],
+    file,
+    line: text.slice(0, m.index).split('\n').length + 2,
+    code: m[2]!,
+  }));
+});
 
 t.test('every JavaScript block is marked to run, and some shell blocks are', async (t) => {
-  const jsBlocks = [...readme.matchAll(/^```js$/gm)].length;
-  t.ok(jsBlocks > 0, 'the README has JavaScript blocks');
-  t.equal(snippets.filter((s) => s.kind === 'node').length, jsBlocks, 'each js block is preceded by <!-- test: node -->');
-  t.ok(snippets.some((s) => s.kind === 'sh'), 'curl examples are marked <!-- test: sh -->');
+  let jsBlocks = 0;
+  for (const [file, text] of texts) {
+    const js = [...text.matchAll(/^```js$/gm)].length;
+    jsBlocks += js;
+    t.equal(snippets.filter((s) => s.file === file && s.kind === 'node').length, js, `each js block of ${file} is preceded by <!-- test: node -->`);
+  }
+  t.ok(jsBlocks > 0, 'the README and docs have JavaScript blocks');
+  t.ok(snippets.some((s) => s.file === 'README.md' && s.kind === 'sh'), "the Quick start's curl examples are marked <!-- test: sh -->");
+  // 12 marked blocks when the README was split into docs/ (6 node, 6 sh): none may be lost.
+  t.ok(snippets.filter((s) => s.kind === 'node').length >= 6 && snippets.filter((s) => s.kind === 'sh').length >= 6, `${snippets.length} marked blocks`);
 });
 
 const hasCurl = (() => {
@@ -70,12 +85,12 @@ t.test('the snippets run against a gateway on the embedded default', async (t) =
   const key = gateway.firstStart!.demoKey;
 
   for (const snippet of snippets) {
-    const name = `README.md line ${snippet.line} (${snippet.kind})`;
+    const name = `${snippet.file} line ${snippet.line} (${snippet.kind})`;
     t.test(name, { skip: snippet.kind === 'sh' && !hasCurl && 'curl is not installed' }, async (t) => {
       const code = snippet.code.replaceAll('http://127.0.0.1:8080', url).replaceAll('sk-...', key);
       const viaCli = snippet.code.includes('node dist/src/main.js');
       t.ok(viaCli || code !== snippet.code, 'the snippet addresses the gateway at its documented URL, or through the CLI');
-      const file = join(workDir, `line-${snippet.line}.${snippet.kind === 'node' ? 'mjs' : 'sh'}`);
+      const file = join(workDir, `${snippet.file.replace(/\W/g, '-')}-line-${snippet.line}.${snippet.kind === 'node' ? 'mjs' : 'sh'}`);
       writeFileSync(file, code);
       const [command, args] = snippet.kind === 'node' ? [process.execPath, [file]] : ['sh', ['-e', file]];
       const result: { code?: number | null; signal?: string | null; stdout?: string; stderr?: string } = await run(command, args, {

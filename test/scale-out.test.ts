@@ -1,9 +1,9 @@
 /**
  * Three instances on three ports sharing one PostgreSQL and one Redis, each its own `sluice serve`
- * process with its own data dir, as the README's deployment section runs them: limits exact
- * across instances, one usage record per request, a disabled key refused everywhere within a
- * second, a killed instance's slots back within the lease, Redis stopped and back, and the admin
- * token made by the first instance accepted by all.
+ * process with its own data dir, as docs/operations.md ("Three instances behind a load balancer")
+ * runs them: limits exact across instances, one usage record per request, a disabled key refused
+ * everywhere within a second, a killed instance's slots back within the lease, Redis stopped and
+ * back, and the admin token made by the first instance accepted by all.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
@@ -40,7 +40,7 @@ interface Instance {
   exited: Promise<unknown>;
 }
 
-/** `sluice serve --config FILE`, exactly as the README runs each instance; resolves once it listens. */
+/** `sluice serve --config FILE`, exactly as docs/operations.md runs each instance; resolves once it listens. */
 async function serve(dataDir: string): Promise<Instance> {
   const file = join(dataDir, 'sluice.yaml');
   const child = spawn(process.execPath, [main, 'serve', '--config', file], { stdio: ['ignore', 'pipe', 'pipe'], env: childEnv({ SLUICE_PORT: '0' }) });

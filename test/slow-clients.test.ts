@@ -80,7 +80,7 @@ t.test('a client that reads slowly for longer than uWS would wait still gets its
   // for 10 s). Not slower: Linux reopens a closed receive window only once the reader has freed a
   // sixteenth of its receive buffer, which autotuning grows up to tcp_rmem's maximum (32 MB here),
   // so a reader of one 64 KB read a second can leave the gateway's writes refused for longer than
-  // this test's 4 s writeStallMs, and be cut as it should be (README, "Slow clients").
+  // this test's 4 s writeStallMs, and be cut as it should be (docs/operations.md, "Slow clients").
   socket.pause();
   for (let i = 0; i < 56; i++) {
     await new Promise((r) => setTimeout(r, 250));

@@ -1,7 +1,7 @@
 /**
  * One SQLite connection, from whichever driver suits the runtime. On Node 24 and later the store
  * uses the runtime's own `node:sqlite` (nothing native to install; measured as fast as
- * better-sqlite3 for what the store does, see README "Supported runtimes"). Earlier runtimes
+ * better-sqlite3 for what the store does, see docs/runtimes.md). Earlier runtimes
  * use better-sqlite3, which on Node 24 can abort the process when a thread that used it exits
  * (`(env) != nullptr` in its statement destructor), so it is loaded only where it is chosen.
  * `SLUICE_SQLITE_DRIVER` forces one (benchmarks compare them).
