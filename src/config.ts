@@ -12,7 +12,7 @@ import { parseAddressRange } from './trusted-proxies.js';
 import { defaultRequestCaps, type RequestCaps } from './request-caps.js';
 import type { Limits } from './store/store.js';
 import type { BreakerPolicy, RetryPolicy } from './channels/policy.js';
-import { limitsSchema } from './limiter.js';
+import { limitsSchema } from './limits/limiter.js';
 
 export interface ModelFeatures {
   tools: boolean;

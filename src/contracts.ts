@@ -5,10 +5,10 @@
 import type { Logger } from 'pino';
 import type { GatewayError } from './errors.js';
 import type { SparseScan } from './sse.js';
-import { StateKey, type Exchange, type ExchangeView } from './exchange.js';
+import { StateKey, type ExchangeView } from './exchange.js';
 import type { Config, FamilyMode, ModelConfig } from './config.js';
 import type { CachedStore } from './store/cache.js';
-import type { Limiter } from './limiter.js';
+import type { Limiter } from './limits/limiter.js';
 import type * as canonical from './canonical.js';
 import type { RuleOutcome } from './model-rules.js';
 

@@ -20,8 +20,8 @@ import { ChannelTable } from './channels/table.js';
 import { Pipeline, type Routing } from './pipeline.js';
 import { Reloader, Retirements, type ReloadOutcome } from './reload.js';
 import { startServer } from './server.js';
-import { MemoryLimiter } from './limiter-memory.js';
-import { spendInUsage, type Limiter } from './limiter.js';
+import { MemoryLimiter } from './limits/memory.js';
+import { spendInUsage, type Limiter } from './limits/limiter.js';
 import { CachedStore } from './store/cache.js';
 import { JournaledStore, type JournalOptions } from './store/journal.js';
 import { SqliteStore } from './store/sqlite.js';
@@ -208,7 +208,7 @@ export async function createLimiter(config: Config, store: CachedStore, log: Log
   if (config.limiter.kind === 'memory') return new MemoryLimiter(spend);
   const { kind: _, ...options } = config.limiter;
   // Loaded only when configured, like the PostgreSQL store.
-  const { RedisLimiter } = await import('./limiter-redis.js');
+  const { RedisLimiter } = await import('./limits/redis.js');
   return new RedisLimiter({ ...options, log: log.child({ component: 'limiter' }) }, spend);
 }
 
@@ -243,8 +243,9 @@ export interface Gateway {
 const USAGE_FLUSH = 'usage:flush';
 /**
  * How long a usage read waits for the other threads' writes. It promises every record made before
- * it, and the store's commit behind a thread's answer (an fsync) can take seconds on a busy disk;
- * the default 3 s of a gather (a metrics scrape) cut it short on a loaded CI machine.
+ * it, and the store's commit behind a thread's answer (an fsync, a lock held elsewhere) can take
+ * seconds; a gather's default 3 s suits a metrics scrape. (A loaded CI run once read two records
+ * short; the primary now logs a gather that goes on without a thread.)
  */
 const USAGE_FLUSH_TIMEOUT_MS = 15_000;
 /** How long after start the tokenizer loads if no estimate has loaded it (see tokens.ts). */

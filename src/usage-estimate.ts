@@ -5,7 +5,7 @@
  */
 import type { Response } from './canonical.js';
 import type { Usage } from './contracts.js';
-import { StateKey, type Exchange, type ExchangeView } from './exchange.js';
+import { StateKey, type ExchangeView } from './exchange.js';
 import { estimateTokens } from './tokens.js';
 
 /** Delivered output kept per stream for a usage estimate; the rest is only counted. */

@@ -12,9 +12,9 @@ import fc from 'fast-check';
 import { Redis } from 'ioredis';
 import t from 'tap';
 import { createLogger } from '../src/log.js';
-import { MemoryLimiter, type MemoryLease } from '../src/limiter-memory.js';
-import { RedisLimiter, type RedisLease, type RedisLimiterOptions } from '../src/limiter-redis.js';
-import { WINDOW_MS, type Decision, type LimitScope, type Limiter, type SpendSource } from '../src/limiter.js';
+import { MemoryLimiter, type MemoryLease } from '../src/limits/memory.js';
+import { RedisLimiter, type RedisLease, type RedisLimiterOptions } from '../src/limits/redis.js';
+import { WINDOW_MS, type Decision, type LimitScope, type Limiter, type SpendSource } from '../src/limits/limiter.js';
 import { simulatorUpstreams, startStack } from './helpers.js';
 import { startRedis } from './servers.js';
 

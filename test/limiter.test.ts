@@ -5,8 +5,8 @@
  */
 import fc from 'fast-check';
 import t from 'tap';
-import { WINDOW_MS, type LimitScope } from '../src/limiter.js';
-import { MemoryLimiter, type MemoryLease } from '../src/limiter-memory.js';
+import { WINDOW_MS, type LimitScope } from '../src/limits/limiter.js';
+import { MemoryLimiter, type MemoryLease } from '../src/limits/memory.js';
 
 const noSpend = async () => 0;
 

@@ -8,7 +8,7 @@ import { schemaCompiler } from '../schema-compiler.js';
 import type { UpstreamReport } from '../channels/table.js';
 import { budgetPeriod } from '../budget.js';
 import type { ModelConfig } from '../config.js';
-import { limitsSchema } from '../limiter.js';
+import { limitsSchema } from '../limits/limiter.js';
 import type { ApiKey, AuditQuery, Budget, KeyPatch, Limits, Store, UsageQuery, UsageRecord } from '../store/store.js';
 
 export class AdminError extends Error {

@@ -6,10 +6,10 @@
  *
  * The check is on every route, so it is a lookup in this thread's own map (none at all while
  * nothing rests): no await, no message, no Redis call per request. A 429 is told to the other
- * threads and instances through the limiter's CoolDownBus when it has one (src/limiter.ts), and
+ * threads and instances through the limiter's CoolDownBus when it has one (src/limits/limiter.ts), and
  * what they tell is written into the map as it arrives.
  */
-import type { CoolDownBus } from '../limiter.js';
+import type { CoolDownBus } from '../limits/limiter.js';
 
 /** What the cool-down of a channel calling `upstream` for `upstreamModel` is kept under. */
 export const coolDownKey = (upstream: string, upstreamModel: string): string => `${upstream}/${upstreamModel}`;

@@ -8,7 +8,7 @@
  * replacement thread.
  */
 import type { MessagePort } from 'node:worker_threads';
-import type { Amounts, CoolDownBus, Decision, LimitScope, Limiter } from '../limiter.js';
+import type { Amounts, CoolDownBus, Decision, LimitScope, Limiter } from '../limits/limiter.js';
 
 /** `cool`: a channel cool-down, from a thread to the primary and from the primary to the other threads. */
 type CoolDown = { op: 'cool'; key: string; ms: number };

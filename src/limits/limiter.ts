@@ -11,9 +11,9 @@
  * One `settle` per granted lease, when the exchange ends however it ends, replaces the
  * reservations with what was actually used and frees the slot.
  */
-import type { BudgetPeriod } from './budget.js';
-import { StateKey } from './exchange.js';
-import type { Limits, Store } from './store/store.js';
+import type { BudgetPeriod } from '../budget.js';
+import { StateKey } from '../exchange.js';
+import type { Limits, Store } from '../store/store.js';
 
 /** A key's, group's or model's limits as the config and the admin API accept them. */
 export const limitsSchema = {
