@@ -1,0 +1,28 @@
+/**
+ * The chat completions upstream dialect: what an OpenAI-compatible chat upstream is sent and answers.
+ * Upstream kinds that speak it set the API key; the path is relative to a base URL that ends in `/v1`.
+ */
+import { parseUpstreamJson, type UpstreamDialect } from '../../../src/plugin-api.js';
+import { readOpenAiError } from '../openai-common.js';
+import { canonicalToChat, chatResponseToCanonical } from './canonical.js';
+import { chatStreamReader } from './stream.js';
+
+/** What an OpenAI-compatible chat upstream speaks. */
+export const chatDialect: UpstreamDialect = {
+  family: 'chat',
+
+  fromCanonical(req, ex) {
+    return {
+      method: 'POST',
+      path: '/chat/completions',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify(canonicalToChat(req, ex.model!.features.streamUsage)),
+    };
+  },
+
+  readResponse: (body) => chatResponseToCanonical(parseUpstreamJson(body)),
+
+  streamReader: () => chatStreamReader(),
+
+  readError: readOpenAiError,
+};

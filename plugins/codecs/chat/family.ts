@@ -1,0 +1,152 @@
+/**
+ * The chat completions client family (OpenAI shape): `POST /v1/chat/completions`, and the one
+ * `GET /v1/models` of both OpenAI families. Keys come in `Authorization: Bearer`.
+ */
+import {
+  checkModelId,
+  type ClientFamily,
+  compileValidator,
+  type Exchange,
+  frameJson,
+  GatewayError,
+  jsonOrUndefined,
+  lengthOf,
+  looksLikeJsonObject,
+  parseRequestJson,
+  partsIn,
+  positiveNumber,
+  type RequestCaps,
+  type RequestShape,
+  StateKey,
+  withFields,
+} from '../../../src/plugin-api.js';
+import { bearerCredential, openAiErrorBody } from '../openai-common.js';
+import { canonicalToChatResponse, chatToCanonical, readChatUsage } from './canonical.js';
+import { chatPassthrough, chatStreamWriter } from './stream.js';
+import { chatRequestSchema } from './schema.js';
+
+const validate = compileValidator(chatRequestSchema);
+
+const shape: RequestShape = {
+  messagesField: 'messages',
+  toolsField: 'tools',
+  count(body) {
+    let contentParts = 0;
+    const messages = Array.isArray(body.messages) ? body.messages : [];
+    for (const m of messages) contentParts += partsIn(m?.content);
+    return { messages: messages.length, tools: lengthOf(body.tools), contentParts };
+  },
+};
+
+/** Set when Sluice asked the upstream for stream usage that the client did not ask for. */
+const usageInjected = new StateKey<boolean>('chat usage injected');
+
+
+function textOf(content: unknown): string {
+  if (typeof content === 'string') return content;
+  if (!Array.isArray(content)) return '';
+  return content.map((p) => (typeof p?.text === 'string' ? p.text : typeof p?.refusal === 'string' ? p.refusal : '')).join('');
+}
+
+export const family: Omit<ClientFamily, 'decode'> = {
+  name: 'chat',
+  modelKey: '"model"',
+  endpoints: [
+    { method: 'post', path: '/v1/chat/completions', kind: 'generate' },
+    // One model list serves both OpenAI families: entries say which families each model serves.
+    { method: 'get', path: '/v1/models', kind: 'models', families: ['chat', 'responses'] },
+  ],
+  streamContentType: () => 'text/event-stream; charset=utf-8',
+
+  credential: bearerCredential,
+
+  prepare(ex, _upstream, rules) {
+    const req = ex.request;
+    const model = ex.model!;
+    const fields: Record<string, unknown> = {};
+    // A default or a clamp goes in the field the client used, so the body never carries both.
+    if (rules.defaultOutputTokens !== undefined) {
+      fields[req.max_completion_tokens == null && req.max_tokens != null ? 'max_tokens' : 'max_completion_tokens'] = rules.defaultOutputTokens;
+    }
+    if (model.upstreamModel !== req.model) fields.model = model.upstreamModel;
+    // The only server-side tool a chat client can ask for.
+    if (rules.droppedTools.length) fields.web_search_options = undefined;
+    if (ex.stream && !req.stream_options?.include_usage && model.features.streamUsage) {
+      fields.stream_options = { ...req.stream_options, include_usage: true };
+      ex.set(usageInjected, true);
+    } else if (ex.stream && req.stream_options?.include_usage && !model.features.streamUsage) {
+      // An upstream that cannot send usage is not asked for it; the passthrough sends an estimate instead.
+      fields.stream_options = undefined;
+    }
+    return {
+      method: 'POST',
+      path: '/chat/completions',
+      headers: { 'content-type': 'application/json' },
+      body: withFields(ex.body, req, fields),
+    };
+  },
+
+  passthroughStream(ex) {
+    return chatPassthrough(ex, { dropUsageChunk: ex.get(usageInjected) === true, wantsUsage: ex.request.stream_options?.include_usage === true }, openAiErrorBody);
+  },
+
+  bodyUsage: (body) => readChatUsage(jsonOrUndefined(body)?.usage),
+
+  isAnswer: looksLikeJsonObject,
+
+  deliveredText(frames) {
+    let text = '';
+    for (const chunk of frameJson(frames)) {
+      for (const choice of chunk.choices ?? []) {
+        const d = choice.delta ?? {};
+        if (typeof d.content === 'string') text += d.content;
+        for (const call of d.tool_calls ?? []) text += (call.function?.name ?? '') + (call.function?.arguments ?? '');
+      }
+    }
+    return text;
+  },
+
+  requestedOutputTokens: (ex) => positiveNumber(ex.request.max_completion_tokens ?? ex.request.max_tokens),
+
+  promptText(ex) {
+    const req = ex.request;
+    const parts: string[] = [];
+    for (const m of req.messages ?? []) {
+      parts.push(textOf(m.content));
+      for (const call of m.tool_calls ?? []) parts.push(call.function?.name ?? '', call.function?.arguments ?? '');
+    }
+    if (req.tools) parts.push(JSON.stringify(req.tools));
+    return parts.join('\n');
+  },
+
+  modelList(models) {
+    return {
+      object: 'list',
+      data: models.map((m) => ({ id: m.id, object: 'model', created: m.created, owned_by: m.ownedBy, families: m.families })),
+    };
+  },
+
+  errorBody: openAiErrorBody,
+
+  toCanonical(ex, upstreamFamily) {
+    const req = ex.request;
+    return chatToCanonical(req, ex.model!, upstreamFamily === 'chat');
+  },
+
+  writeResponse: (res, ex) => JSON.stringify(canonicalToChatResponse(res, ex)),
+
+  streamWriter: (ex) => chatStreamWriter(ex, openAiErrorBody),
+};
+
+export function decode(ex: Exchange, caps: RequestCaps): void {
+  const parsed = parseRequestJson(ex.body, shape, caps);
+  checkModelId(parsed.model, caps);
+  const invalid = validate(parsed);
+  if (invalid) throw invalid;
+  ex.request = parsed;
+  ex.modelId = ex.request.model;
+  ex.stream = ex.request.stream === true;
+  if (ex.request.stream_options != null && !ex.stream) {
+    throw new GatewayError('invalid_request', "The 'stream_options' parameter is only allowed when 'stream' is enabled.", 'stream_options');
+  }
+}

@@ -1,0 +1,189 @@
+/**
+ * The content-generation client family (Gemini shape): `POST /v1beta/models/{id}:generateContent`,
+ * `:streamGenerateContent` (`?alt=sse` for SSE, a JSON array without), `GET /v1beta/models[/{id}]`.
+ * Keys come in `x-svc-api-key`, or `x-goog-api-key` / `?key=` so the stock Gemini clients work.
+ */
+import {
+  checkModelId,
+  type ClientFamily,
+  echoed,
+  type Exchange,
+  frameJson,
+  GatewayError,
+  jsonOrUndefined,
+  lengthOf,
+  looksLikeJsonObject,
+  type ModelConfig,
+  parseRequestJson,
+  positiveNumber,
+  type RequestCaps,
+  type RequestShape,
+  withFields,
+} from '../../../src/plugin-api.js';
+import { canonicalToGeminiBody, geminiToCanonical, readGeminiUsage } from './canonical.js';
+import { RETRY_INFO, upstreamPath } from './dialect.js';
+import { validateGenerateContent } from './schema.js';
+import { geminiPassthrough, geminiStreamWriter, sseMode } from './stream.js';
+
+type Json = Record<string, any>;
+
+const statusNames: Record<number, string> = {
+  400: 'INVALID_ARGUMENT',
+  401: 'UNAUTHENTICATED',
+  403: 'PERMISSION_DENIED',
+  404: 'NOT_FOUND',
+  405: 'INVALID_ARGUMENT',
+  413: 'INVALID_ARGUMENT',
+  429: 'RESOURCE_EXHAUSTED',
+  499: 'CANCELLED',
+  500: 'INTERNAL',
+  502: 'INTERNAL',
+  503: 'UNAVAILABLE',
+  504: 'DEADLINE_EXCEEDED',
+};
+
+const methods = { generateContent: false, streamGenerateContent: true } as const;
+
+const shape: RequestShape = {
+  messagesField: 'contents',
+  toolsField: 'tools',
+  count(body) {
+    const contents = Array.isArray(body.contents) ? body.contents : [];
+    let contentParts = lengthOf(body.systemInstruction?.parts);
+    for (const c of contents) contentParts += lengthOf(c?.parts);
+    let tools = 0;
+    for (const t of Array.isArray(body.tools) ? body.tools : []) tools += Array.isArray(t?.functionDeclarations) ? t.functionDeclarations.length : 1;
+    return { messages: contents.length, tools, contentParts };
+  },
+};
+
+/** `sim-gemini:generateContent` → the model id and the method; a `models/` prefix is accepted. */
+function parseTarget(target: string): { model: string; method?: string } {
+  let decoded: string;
+  try {
+    decoded = decodeURIComponent(target).replace(/^models\//, '');
+  } catch {
+    throw new GatewayError('invalid_request', 'The model name in the path is not valid percent-encoding.', 'model');
+  }
+  const colon = decoded.lastIndexOf(':');
+  return colon < 0 ? { model: decoded } : { model: decoded.slice(0, colon), method: decoded.slice(colon + 1) };
+}
+
+function errorBody(err: GatewayError): string {
+  const status = statusNames[err.status] ?? (err.status >= 500 ? 'INTERNAL' : 'INVALID_ARGUMENT');
+  // Google says how long to wait in the body too (google.rpc.RetryInfo), where its SDKs and CLI look.
+  const details = err.retryAfterSeconds === undefined ? undefined : [{ '@type': RETRY_INFO, retryDelay: `${err.retryAfterSeconds}s` }];
+  return JSON.stringify({ error: { code: err.status, message: err.message, status, ...(details && { details }) } });
+}
+
+function modelEntry(m: ModelConfig): Json {
+  return {
+    name: `models/${m.id}`,
+    version: '1',
+    displayName: m.id,
+    description: `${m.id} via Sluice`,
+    inputTokenLimit: m.contextTokens,
+    outputTokenLimit: m.maxOutputTokens.max ?? m.maxOutputTokens.default ?? 8192,
+    supportedGenerationMethods: ['generateContent', 'streamGenerateContent'],
+  };
+}
+
+export const family: Omit<ClientFamily, 'decode'> = {
+  name: 'gemini',
+  // A passthrough 200 that is not outlined as a JSON object is a lying upstream: a 502 (relay).
+  isAnswer: looksLikeJsonObject,
+  modelKey: '"modelVersion"',
+  endpoints: [
+    { method: 'post', path: '/v1beta/models/:target', kind: 'generate' },
+    { method: 'get', path: '/v1beta/models', kind: 'models' },
+    { method: 'get', path: '/v1beta/models/:target', kind: 'models' },
+  ],
+
+  streamContentType: (ex) => (ex.get(sseMode) ? 'text/event-stream' : 'application/json; charset=utf-8'),
+
+  credential(ex) {
+    return ex.headers['x-svc-api-key'] ?? ex.headers['x-goog-api-key'] ?? ex.queryParam('key');
+  },
+
+  modelList(models, ex: Exchange) {
+    if (ex.params[0] === undefined) return { models: models.map(modelEntry) };
+    const { model } = parseTarget(ex.params[0]);
+    const found = models.find((m) => m.id === model);
+    if (!found) throw new GatewayError('not_found', `Model models/${echoed(model)} is not found or not available to this key.`);
+    return modelEntry(found);
+  },
+
+  errorBody,
+
+  requestedOutputTokens: (ex) => positiveNumber(ex.request.generationConfig?.maxOutputTokens),
+
+  promptText(ex) {
+    const texts: string[] = [];
+    for (const p of ex.request.systemInstruction?.parts ?? []) texts.push(p.text ?? '');
+    for (const c of ex.request.contents ?? []) {
+      for (const p of c.parts ?? []) {
+        if (typeof p.text === 'string') texts.push(p.text);
+        if (p.functionCall) texts.push(p.functionCall.name, JSON.stringify(p.functionCall.args ?? {}));
+        if (p.functionResponse) texts.push(JSON.stringify(p.functionResponse.response));
+      }
+    }
+    if (ex.request.tools) texts.push(JSON.stringify(ex.request.tools));
+    return texts.join('\n');
+  },
+
+  prepare(ex, _upstream, rules) {
+    const req = ex.request;
+    const model = ex.model!;
+    const fields: Json = {};
+    if (rules.defaultOutputTokens !== undefined) fields.generationConfig = { ...req.generationConfig, maxOutputTokens: rules.defaultOutputTokens };
+    if (rules.droppedTools.length) {
+      const dropped = new Set(rules.droppedTools.map((t) => t.param));
+      fields.tools = (req.tools as Json[])
+        .map((t, i) => Object.fromEntries(Object.entries(t).filter(([key]) => !dropped.has(`tools[${i}].${key}`))))
+        .filter((t) => Object.keys(t).length);
+    }
+    const body = withFields(ex.body, req, fields);
+    return {
+      method: 'POST',
+      path: upstreamPath(model.upstreamModel, ex.stream),
+      headers: { 'content-type': 'application/json' },
+      body,
+    };
+  },
+
+  passthroughStream: (ex) => geminiPassthrough(ex, errorBody),
+
+  bodyUsage: (body) => readGeminiUsage(jsonOrUndefined(body)?.usageMetadata),
+
+  deliveredText(frames) {
+    let text = '';
+    for (const chunk of frameJson(frames)) {
+      for (const p of chunk.candidates?.[0]?.content?.parts ?? []) {
+        if (typeof p.text === 'string') text += p.text;
+        if (p.functionCall) text += p.functionCall.name + JSON.stringify(p.functionCall.args ?? {});
+      }
+    }
+    return text;
+  },
+
+  toCanonical: (ex, upstreamFamily) => geminiToCanonical(ex.request, ex.model!, ex.stream, upstreamFamily === 'gemini'),
+
+  writeResponse: (res, ex) => JSON.stringify(canonicalToGeminiBody(res, ex)),
+
+  streamWriter: (ex) => geminiStreamWriter(ex, errorBody),
+};
+
+export function decode(ex: Exchange, caps: RequestCaps): void {
+  const { model, method } = parseTarget(ex.params[0] ?? '');
+  if (!method || !Object.hasOwn(methods, method)) {
+    throw new GatewayError('not_found', `Method '${echoed(method ?? '')}' is not supported; use generateContent or streamGenerateContent.`);
+  }
+  checkModelId(model, caps);
+  const parsed = parseRequestJson(ex.body, shape, caps);
+  const invalid = validateGenerateContent(parsed);
+  if (invalid) throw invalid;
+  ex.request = parsed;
+  ex.modelId = model;
+  ex.stream = methods[method as keyof typeof methods];
+  ex.set(sseMode, ex.queryParam('alt') === 'sse');
+}

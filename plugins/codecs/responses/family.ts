@@ -1,0 +1,141 @@
+/**
+ * The Responses client family (OpenAI shape): `POST /v1/responses`, and `GET /v1/responses` upgraded
+ * to a WebSocket (socket.ts). Keys come in `Authorization: Bearer`.
+ */
+import {
+  checkModelId,
+  type ClientFamily,
+  type Exchange,
+  frameJson,
+  GatewayError,
+  jsonOrUndefined,
+  lengthOf,
+  looksLikeJsonObject,
+  parseRequestJson,
+  partsIn,
+  positiveNumber,
+  type RequestCaps,
+  type RequestShape,
+  withFields,
+} from '../../../src/plugin-api.js';
+import { bearerCredential, openAiErrorBody } from '../openai-common.js';
+import { canonicalToResponsesBody, readResponsesUsage, responsesToCanonical, toolMapping } from './canonical.js';
+import { itemType, validateResponsesRequest } from './schema.js';
+import { responsesPassthrough, responsesStreamWriter } from './stream.js';
+
+type Json = Record<string, any>;
+
+const shape: RequestShape = {
+  messagesField: 'input',
+  toolsField: 'tools',
+  count(body) {
+    const input = typeof body.input === 'string' ? [body.input] : Array.isArray(body.input) ? body.input : [];
+    let contentParts = 0;
+    for (const item of input) contentParts += typeof item === 'string' ? 1 : partsIn(item?.content) + partsIn(item?.output);
+    let tools = 0;
+    for (const t of Array.isArray(body.tools) ? body.tools : []) tools += t?.type === 'namespace' ? lengthOf(t.tools) : 1;
+    return { messages: input.length, tools, contentParts };
+  },
+};
+
+function textOf(content: unknown): string {
+  if (typeof content === 'string') return content;
+  if (!Array.isArray(content)) return '';
+  return content.map((p) => (typeof p?.text === 'string' ? p.text : '')).join('');
+}
+
+export const family: Omit<ClientFamily, 'decode' | 'socket'> = {
+  name: 'responses',
+  // A passthrough 200 that is not outlined as a JSON object is a lying upstream: a 502 (relay).
+  isAnswer: looksLikeJsonObject,
+  modelKey: '"model"',
+  endpoints: [
+    { method: 'post', path: '/v1/responses', kind: 'generate' },
+    { method: 'get', path: '/v1/responses', kind: 'socket' },
+  ],
+  streamContentType: () => 'text/event-stream; charset=utf-8',
+
+  translationMode: (upstreamFamily) => (upstreamFamily === 'chat' ? 'bridge' : 'translated'),
+
+  credential: bearerCredential,
+
+  errorBody: openAiErrorBody,
+
+  requestedOutputTokens: (ex) => positiveNumber(ex.request.max_output_tokens),
+
+  promptText(ex) {
+    const req = ex.request;
+    const parts: string[] = [req.instructions ?? ''];
+    const input: Json[] = typeof req.input === 'string' ? [{ content: req.input }] : req.input;
+    for (const item of input) {
+      const type = itemType(item);
+      if (type === 'message') parts.push(textOf(item.content));
+      else if (type === 'function_call') parts.push(item.name, item.arguments);
+      else if (type === 'function_call_output' || type === 'custom_tool_call_output') parts.push(textOf(item.output));
+      else if (type === 'custom_tool_call') parts.push(item.name, item.input);
+    }
+    if (req.tools) parts.push(JSON.stringify(req.tools));
+    return parts.join('\n');
+  },
+
+  prepare(ex, _upstream, rules) {
+    const req = ex.request;
+    const model = ex.model!;
+    const fields: Json = {};
+    if (rules.defaultOutputTokens !== undefined) fields.max_output_tokens = rules.defaultOutputTokens;
+    if (model.upstreamModel !== req.model) fields.model = model.upstreamModel;
+    if (rules.droppedTools.length) {
+      const dropped = new Set(rules.droppedTools.map((t) => t.param));
+      fields.tools = (req.tools as Json[]).filter((_, i) => !dropped.has(`tools[${i}]`));
+    }
+    return {
+      method: 'POST',
+      path: '/responses',
+      headers: { 'content-type': 'application/json' },
+      body: withFields(ex.body, req, fields),
+    };
+  },
+
+  passthroughStream: (ex) => responsesPassthrough(ex),
+
+  bodyUsage: (body) => readResponsesUsage(jsonOrUndefined(body)?.usage),
+
+  deliveredText(frames) {
+    let text = '';
+    for (const e of frameJson(frames)) if (typeof e.delta === 'string') text += e.delta;
+    return text;
+  },
+
+  toCanonical(ex, upstreamFamily) {
+    const { request, mapping } = responsesToCanonical(ex.request, ex.model!, upstreamFamily);
+    ex.set(toolMapping, mapping);
+    return request;
+  },
+
+  writeResponse: (res, ex) => JSON.stringify(canonicalToResponsesBody(res, ex)),
+
+  streamWriter: (ex) => responsesStreamWriter(ex),
+};
+
+export function decode(ex: Exchange, caps: RequestCaps): void {
+  const parsed = parseRequestJson(ex.body, shape, caps);
+  checkModelId(parsed.model, caps);
+  const invalid = validateResponsesRequest(parsed);
+  if (invalid) throw invalid;
+  if (parsed.previous_response_id != null) {
+    throw new GatewayError(
+      'unsupported_parameter',
+      "'previous_response_id' is supported only on the Responses WebSocket channel (the same path, upgraded to a WebSocket). Over HTTP, send the whole conversation in 'input'.",
+      'previous_response_id',
+    );
+  }
+  if (parsed.conversation != null) {
+    throw new GatewayError('unsupported_parameter', "'conversation' is not supported: Sluice keeps no conversations. Send the whole conversation in 'input'.", 'conversation');
+  }
+  if (parsed.background === true) {
+    throw new GatewayError('unsupported_parameter', "'background' responses are not supported.", 'background');
+  }
+  ex.request = parsed;
+  ex.modelId = parsed.model;
+  ex.stream = parsed.stream === true;
+}
