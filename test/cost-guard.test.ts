@@ -12,14 +12,13 @@
  * The budgets are docs/architecture.md's "Cost budget" with headroom for the runtime's own
  * variation; a change that needs more says why there and raises them here.
  */
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { spawn } from 'node:child_process';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import t from 'tap';
 import { Agent, request } from 'undici';
-import { defaultPlugins } from '../src/config.js';
-import { childEnv, distRoot, startSimulatorProcess, watchProcess, type WatchedProcess } from './helpers.js';
+import { spawnGateway, startSimulatorProcess, type WatchedProcess } from './helpers.js';
+import { keyIn } from './scale.js';
 
 /** KB allocated per exchange, at most (docs/architecture.md, "Cost budget"). */
 const BUDGET_KB = { plain: 32, stream: 128 };
@@ -43,37 +42,26 @@ interface Measured {
 /** The gateway as `npm start` runs it, with `extraPlugins` after the default list. */
 async function startMeasured(extraPlugins: { name: string; module: string }[] = []): Promise<Measured> {
   const dir = mkdtempSync(join(tmpdir(), 'sluice-cost-'));
-  const plugins = [...defaultPlugins, ...extraPlugins];
   writeFileSync(
     join(dir, 'sluice.yaml'),
-    `server: { host: 127.0.0.1, port: 0, workers: 1 }
+    `server: { host: 127.0.0.1, workers: 1 }
 dataDir: ${join(dir, 'data')}
 log: { level: warn }
-plugins: ${JSON.stringify(plugins)}
+extraPlugins: ${JSON.stringify(extraPlugins)}
 upstreams:
   up: { kind: openai-chat, baseUrl: "${sim.url}/v1" }
 models:
   - { id: m, upstream: up }
 `,
   );
-  const script: string = JSON.parse(readFileSync(join(distRoot, '..', 'package.json'), 'utf8')).scripts.start;
-  const [node, ...args] = script.split(/\s+/);
-  if (node !== 'node') throw new Error(`the start script no longer begins with node: ${script}`);
-  const main = args.findIndex((a) => a.startsWith('dist/'));
-  // The start script's own flags first; then a 1 MB semi-space, so collections come often enough
-  // to count by, and the trace.
-  const argv = [...args.slice(0, main), '--max-semi-space-size=1', '--trace-gc-nvp', join(distRoot, '..', args[main]!), ...args.slice(main + 1)];
-  const env = Object.fromEntries(Object.entries(childEnv()).filter(([k]) => !k.startsWith('SLUICE_')));
-  const child = spawn(process.execPath, argv, { cwd: dir, env: { ...env, SLUICE_CONFIG: join(dir, 'sluice.yaml'), SLUICE_ADMIN_TOKEN: ADMIN_TOKEN }, stdio: ['ignore', 'pipe', 'pipe'] });
-  const gateway = watchProcess(child, { echoStderr: true });
+  // A 1 MB semi-space, so collections come often enough to count by, and the trace.
+  const gateway = spawnGateway({ SLUICE_CONFIG: join(dir, 'sluice.yaml'), SLUICE_ADMIN_TOKEN: ADMIN_TOKEN }, dir, ['--max-semi-space-size=1', '--trace-gc-nvp']);
   const [, url] = await gateway.waitFor(/Sluice listening on (http:\/\/\S+)/, 'the banner');
-  const admin = async (path: string, body: unknown) => {
-    const res = await fetch(url + path, { method: 'POST', headers: { authorization: `Bearer ${ADMIN_TOKEN}`, 'content-type': 'application/json' }, body: JSON.stringify(body) });
-    if (!res.ok) throw new Error(`${path}: ${res.status} ${await res.text()}`);
-    return (await res.json()) as { key: string };
+  const admin = async (method: string, path: string, body?: unknown) => {
+    const res = await fetch(url + path, { method, headers: { authorization: `Bearer ${ADMIN_TOKEN}`, 'content-type': 'application/json' }, body: JSON.stringify(body) });
+    return { status: res.status, body: await res.json() };
   };
-  await admin('/admin/groups', { name: 'bench', models: ['*'], families: ['chat'] });
-  const { key } = await admin('/admin/keys', { group: 'bench', name: 'bench' });
+  const { key } = await keyIn({ urls: [url!], admin });
   return {
     gateway,
     url: url!,
@@ -84,7 +72,7 @@ models:
       return sum;
     },
     async stop() {
-      child.kill('SIGTERM');
+      gateway.child.kill('SIGTERM');
       await gateway.exited;
       rmSync(dir, { recursive: true, force: true });
     },

@@ -137,21 +137,23 @@ export function watchProcess(child: ChildProcess, options: { echoStderr?: boolea
 }
 
 /** `npm start` without npm: the start script's own command line, from package.json. */
-function startScript(): string[] {
+/** The start script's arguments, with `nodeFlags` after its own (a later flag wins) and before the script. */
+function startScript(nodeFlags: string[] = []): string[] {
   const script: string = JSON.parse(readFileSync(join(distRoot, '..', 'package.json'), 'utf8')).scripts.start;
   const [node, ...args] = script.split(/\s+/);
   if (node !== 'node') throw new Error(`the start script no longer begins with node: ${script}`);
-  return args.map((a) => (a.startsWith('dist/') ? join(distRoot, '..', a) : a));
+  const main = args.findIndex((a) => a.startsWith('dist/'));
+  return [...args.slice(0, main), ...nodeFlags, ...args.slice(main)].map((a) => (a.startsWith('dist/') ? join(distRoot, '..', a) : a));
 }
 
 /**
- * The gateway as its own process, as `npm start` runs it, in `cwd`: the environment has none of
- * Sluice's variables but `env` and a free port (SLUICE_PORT=0). Not yet waited for: see
+ * The gateway as its own process, as `npm start` runs it (plus `nodeFlags`), in `cwd`: the
+ * environment has none of Sluice's variables but `env` and a free port (SLUICE_PORT=0). Not yet waited for: see
  * `startedGateway`, or read `exited` and `stderr()` for a start that must fail.
  */
-export function spawnGateway(env: Record<string, string> = {}, cwd = tmpdir()): WatchedProcess {
+export function spawnGateway(env: Record<string, string> = {}, cwd = tmpdir(), nodeFlags: string[] = []): WatchedProcess {
   const base = Object.fromEntries(Object.entries(childEnv()).filter(([k]) => !k.startsWith('SLUICE_')));
-  const child = spawn(process.execPath, startScript(), { cwd, env: { ...base, SLUICE_PORT: '0', ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+  const child = spawn(process.execPath, startScript(nodeFlags), { cwd, env: { ...base, SLUICE_PORT: '0', ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
   return watchProcess(child);
 }
 
