@@ -13,10 +13,11 @@ upstreams:
   sim: { kind: simulator }
 models:
   - { id: m, upstream: sim }
+  - { id: scarce, upstream: sim, limits: { rpm: 1 } }
 ${extra}`;
 
-const chat = (url: string) =>
-  fetch(`${url}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ model: 'm', messages: [{ role: 'user', content: 'hi' }] }) });
+const chat = (url: string, model = 'm') =>
+  fetch(`${url}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ model, messages: [{ role: 'user', content: 'hi' }] }) });
 
 t.test('a plugin list without auth does not start', async (t) => {
   const err = await startTestGateway(yaml('')).then(
@@ -39,6 +40,11 @@ t.test('allowAnonymous: true serves without keys, and says so', async (t) => {
   );
   const res = await chat(gw.url);
   t.equal(res.status, 200, 'a keyless call is served, as asked');
+  // No caller to count against, but the model's own limits still hold.
+  t.equal((await chat(gw.url, 'scarce')).status, 200, 'the first call to a model limited to 1 rpm');
+  const limited = await chat(gw.url, 'scarce');
+  t.equal(limited.status, 429, "the second one is over the model's rpm");
+  t.match(await limited.json(), { error: { code: 'rate_limit_exceeded', message: /model:scarce/ } });
   const session = await fetch(`${gw.url}/admin/session`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ token: gw.adminToken }) });
   t.equal(session.status, 200, 'a console sign-in');
   t.match(((await session.json()) as { warnings: string[] }).warnings, [/anyone who reaches this port may call every model/], 'carries the warning the console shows');

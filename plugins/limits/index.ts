@@ -55,13 +55,16 @@ interface WorstCase {
 export default definePlugin(({ limiter, log }) => {
   /** The scopes an exchange is counted in; empty when nothing limits it. */
   const scopesOf = (ex: Exchange, now: number): LimitScope[] => {
-    const { key, group } = ex.principal!;
     const scopes: LimitScope[] = [];
-    const keyLimits = { ...group.limits, ...key.limits };
-    if (Object.keys(keyLimits).length > 0 || key.budget) {
-      scopes.push({ id: `key:${key.id}`, limits: keyLimits, ...(key.budget && { budget: budgetPeriod(key.budget, now) }) });
+    // Without a caller (allowAnonymous and no authenticating plugin) only the model's own limits apply.
+    if (ex.principal) {
+      const { key, group } = ex.principal;
+      const keyLimits = { ...group.limits, ...key.limits };
+      if (Object.keys(keyLimits).length > 0 || key.budget) {
+        scopes.push({ id: `key:${key.id}`, limits: keyLimits, ...(key.budget && { budget: budgetPeriod(key.budget, now) }) });
+      }
+      if (group.budget) scopes.push({ id: `group:${group.name}`, budget: budgetPeriod(group.budget, now) });
     }
-    if (group.budget) scopes.push({ id: `group:${group.name}`, budget: budgetPeriod(group.budget, now) });
     const modelLimits = ex.model!.limits;
     if (modelLimits) scopes.push({ id: `model:${ex.model!.id}`, limits: modelLimits });
     return scopes;
@@ -119,7 +122,7 @@ export default definePlugin(({ limiter, log }) => {
   return {
     name: 'limits',
     admit(ex) {
-      if (ex.endpoint.kind !== 'generate' || !ex.principal) return;
+      if (ex.endpoint.kind !== 'generate') return;
       const now = Date.now();
       const scopes = scopesOf(ex, now);
       if (scopes.length === 0) return;
