@@ -8,7 +8,7 @@ import type { SparseScan } from './sse.js';
 import { StateKey, type ExchangeView } from './exchange.js';
 import type { Config, FamilyMode, ModelConfig } from './config.js';
 import type { CachedStore } from './store/cache.js';
-import type { Limiter } from './limits/limiter.js';
+import type { Limiter, RateLimitWindows } from './limits/limiter.js';
 import type * as canonical from './canonical.js';
 import type { RuleOutcome } from './model-rules.js';
 
@@ -236,6 +236,12 @@ export interface ClientFamily {
   promptText(ex: ExchangeView): string;
   /** The output-token ceiling the client asked for, if it asked for one (the limits reserve it). */
   requestedOutputTokens?(ex: ExchangeView): number | undefined;
+  /**
+   * A limited caller's windows under the header names this family's clients read and pace
+   * themselves by (Anthropic's `anthropic-ratelimit-*`); without it the limits plugin sends
+   * OpenAI's `x-ratelimit-*`, which most clients and tools understand.
+   */
+  rateLimitHeaders?(windows: RateLimitWindows, now: number): Record<string, string>;
 
   /**
    * The client's request canonically, for the model rules and, when translating, the upstream.

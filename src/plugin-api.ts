@@ -63,7 +63,7 @@ export { estimateDeliveredOutput, estimateUsage } from './usage-estimate.js';
 export { worstCaseCost } from './cost.js';
 export { budgetPeriod } from './budget.js';
 export { limitRefusal } from './limits/limiter.js';
-export type { Amounts, Decision, Limiter, LimitScope, WindowStatus } from './limits/limiter.js';
+export type { Amounts, Decision, Limiter, LimitScope, RateLimitWindows, RateWindow, WindowStatus } from './limits/limiter.js';
 export { modelRuleNotes } from './model-rules.js';
 
 // Keys, groups and the store, for plugins that authenticate and grant.

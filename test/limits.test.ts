@@ -296,3 +296,43 @@ t.test('streamed and not, every family on every upstream kind: the same tokens a
     }
   }
 });
+
+t.test("each family's clients get the rate-limit headers they read: Anthropic's names on Messages", async (t) => {
+  const { key } = await keyIn({ limits: { rpm: 5, tpm: 100000 } });
+  const { default: Anthropic } = await import('@anthropic-ai/sdk');
+  const client = new Anthropic({ apiKey: key, baseURL: gw.url, maxRetries: 0 });
+  const before = Date.now();
+  const { data, response } = await client.messages
+    .create({ model: 'sim-messages', max_tokens: 32, messages: [{ role: 'user', content: 'Hi' }] })
+    .withResponse();
+  t.equal(data.type, 'message', 'the SDK read the answer');
+  const h = response.headers;
+  t.equal(h.get('anthropic-ratelimit-requests-limit'), '5');
+  t.equal(h.get('anthropic-ratelimit-requests-remaining'), '4');
+  t.equal(h.get('anthropic-ratelimit-tokens-limit'), '100000');
+  t.ok(Number(h.get('anthropic-ratelimit-tokens-remaining')) < 100000, 'the reservation is counted');
+  for (const name of ['requests', 'tokens']) {
+    const reset = h.get(`anthropic-ratelimit-${name}-reset`)!;
+    t.match(reset, /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$/, `${name}-reset is an RFC 3339 time`);
+    const at = Date.parse(reset);
+    t.ok(at >= before && at <= Date.now() + 61_000, `${name}-reset is within the minute's window (${reset})`);
+  }
+  t.notOk([...h.keys()].some((k) => k.startsWith('x-ratelimit-')), "no OpenAI names on Anthropic's wire");
+
+  // The refusal carries them too, with no requests left, and the SDK sees a RateLimitError.
+  for (let i = 0; i < 4; i++) await client.messages.create({ model: 'sim-messages', max_tokens: 8, messages: [{ role: 'user', content: `Hi ${i}` }] });
+  const refused = await client.messages.create({ model: 'sim-messages', max_tokens: 8, messages: [{ role: 'user', content: 'Over' }] }).catch((e: unknown) => e);
+  t.ok(refused instanceof Anthropic.RateLimitError, 'a 429 the SDK knows');
+  t.equal((refused as InstanceType<typeof Anthropic.RateLimitError>).headers?.get('anthropic-ratelimit-requests-remaining'), '0');
+
+  // The other families keep OpenAI's names.
+  const other = await keyIn({ limits: { rpm: 5 } });
+  const gemini = await fetch(`${gw.url}/v1beta/models/sim-gemini:generateContent`, {
+    method: 'POST',
+    headers: { 'x-goog-api-key': other.key, 'content-type': 'application/json' },
+    body: JSON.stringify({ contents: [{ role: 'user', parts: [{ text: 'Hi' }] }] }),
+  });
+  t.equal(gemini.status, 200);
+  t.equal(gemini.headers.get('x-ratelimit-limit-requests'), '5');
+  t.notOk(gemini.headers.get('anthropic-ratelimit-requests-limit'));
+});

@@ -6,7 +6,8 @@
  * dearest prices); both are reconciled with the real usage in the done phase, whatever the ending.
  * A budget admits a request only when that worst case fits in what is left, so a stream needs no
  * cutting: it cannot pass the output ceiling the upstream was told and the reservation covered.
- * Every answer of a limited exchange carries OpenAI's `x-ratelimit-*` headers.
+ * Every answer of a limited exchange carries its windows in the headers its family's clients read
+ * (`ClientFamily.rateLimitHeaders`; OpenAI's `x-ratelimit-*` for a family that names none).
  */
 import {
   type Amounts,
@@ -19,6 +20,8 @@ import {
   limitRefusal,
   type LimitScope,
   StateKey,
+  type RateLimitWindows,
+  type RateWindow,
   type WindowStatus,
   worstCaseCost,
 } from '../../src/plugin-api.js';
@@ -107,8 +110,11 @@ export default definePlugin(({ limiter, log }) => {
       void limiter.settle(decision.lease, { tokens: 0, cost: 0 });
       return;
     }
-    const headers = rateLimitHeaders(decision.windows);
-    if (headers) ex.responseHeaders = { ...ex.responseHeaders, ...headers };
+    const windows = tightest(decision.windows);
+    if (windows) {
+      const headers = ex.clientFamily.rateLimitHeaders?.(windows, Date.now()) ?? openAiRateLimitHeaders(windows);
+      ex.responseHeaders = { ...ex.responseHeaders, ...headers };
+    }
     if (decision.granted) return void ex.set(held, { lease: decision.lease });
     ex.set(limitRefusal, decision.reason);
     const retryAfterSeconds = Math.max(1, Math.ceil(decision.retryAfterMs / 1000));
@@ -197,15 +203,20 @@ function refusalMessage({ reason, scope, limit }: Extract<Decision<unknown>, { g
   }
 }
 
-/** OpenAI's headers, from the tightest request window and the tightest token window. */
-function rateLimitHeaders(windows: WindowStatus[]): Record<string, string> | undefined {
-  let requests: WindowStatus['requests'];
-  let tokens: WindowStatus['tokens'];
+/** The tightest request window and the tightest token window across the scopes; undefined when none limits. */
+function tightest(windows: WindowStatus[]): RateLimitWindows | undefined {
+  let requests: RateWindow | undefined;
+  let tokens: RateWindow | undefined;
   for (const w of windows) {
     if (w.requests && (!requests || w.requests.remaining < requests.remaining)) requests = w.requests;
     if (w.tokens && (!tokens || w.tokens.remaining < tokens.remaining)) tokens = w.tokens;
   }
   if (!requests && !tokens) return undefined;
+  return { ...(requests && { requests }), ...(tokens && { tokens }) };
+}
+
+/** OpenAI's names: what a family that names none of its own sends. */
+function openAiRateLimitHeaders({ requests, tokens }: RateLimitWindows): Record<string, string> {
   const headers: Record<string, string> = {};
   if (requests) {
     headers['x-ratelimit-limit-requests'] = String(requests.limit);

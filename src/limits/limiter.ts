@@ -39,12 +39,22 @@ export interface Amounts {
 /** Where a limiter learns a scope's spend in a period it has not counted itself (the usage records). */
 export type SpendSource = (scope: string, since: number) => Promise<number>;
 
-/** A scope's request and token windows after a decision, for the `x-ratelimit-*` headers. */
+/** One rate window after a decision: its size, what is left, and how long until it is whole again. */
+export interface RateWindow {
+  limit: number;
+  remaining: number;
+  resetMs: number;
+}
+
+/** A scope's request and token windows after a decision, for the rate-limit headers. */
 export interface WindowStatus {
   scope: string;
-  requests?: { limit: number; remaining: number; resetMs: number };
-  tokens?: { limit: number; remaining: number; resetMs: number };
+  requests?: RateWindow;
+  tokens?: RateWindow;
 }
+
+/** The tightest request window and the tightest token window of all an exchange's scopes: what its headers report. */
+export type RateLimitWindows = Omit<WindowStatus, 'scope'>;
 
 /** `unavailable`: a shared limiter's store did not answer and its fail mode is closed. */
 export type Refusal = 'concurrency' | 'requests' | 'tokens' | 'too_large' | 'budget' | 'unavailable';

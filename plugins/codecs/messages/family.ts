@@ -15,6 +15,7 @@ import {
   parseRequestJson,
   partsIn,
   positiveNumber,
+  type RateLimitWindows,
   type RequestCaps,
   type RequestShape,
   withFields,
@@ -102,6 +103,24 @@ function decode(ex: Exchange, caps: RequestCaps): void {
   ex.stream = !counting && parsed.stream === true;
 }
 
+/**
+ * Anthropic's names, which Claude Code and the SDKs read: a limit, what remains, and the RFC 3339
+ * time the window is whole again (rounded up to the second, so a client that waits until then is
+ * not refused). Sluice's token windows count input and output together, which is Anthropic's
+ * `tokens` (the tightest of its token limits); it has no separate input and output windows to report.
+ */
+export function anthropicRateLimitHeaders({ requests, tokens }: RateLimitWindows, now: number): Record<string, string> {
+  const headers: Record<string, string> = {};
+  const at = (resetMs: number) => new Date(Math.ceil((now + resetMs) / 1000) * 1000).toISOString().replace('.000Z', 'Z');
+  for (const [name, window] of [['requests', requests], ['tokens', tokens]] as const) {
+    if (!window) continue;
+    headers[`anthropic-ratelimit-${name}-limit`] = String(window.limit);
+    headers[`anthropic-ratelimit-${name}-remaining`] = String(window.remaining);
+    headers[`anthropic-ratelimit-${name}-reset`] = at(window.resetMs);
+  }
+  return headers;
+}
+
 export function messagesFamily(caps: RequestCaps): ClientFamily {
   return {
     name: 'messages',
@@ -130,6 +149,8 @@ export function messagesFamily(caps: RequestCaps): ClientFamily {
     errorStatus: messagesErrorStatus,
 
     tokenCount: (inputTokens) => ({ input_tokens: inputTokens }),
+
+    rateLimitHeaders: anthropicRateLimitHeaders,
 
     promptText(ex) {
       const req = ex.request;
