@@ -13,6 +13,7 @@ export type {
   BootContext,
   ClientFamily,
   ClientStream,
+  FamilyPassthrough,
   Endpoint,
   GatewayView,
   JsonHandler,

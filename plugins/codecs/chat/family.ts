@@ -7,6 +7,7 @@ import {
   type ClientFamily,
   compileValidator,
   type Exchange,
+  type FamilyPassthrough,
   frameJson,
   GatewayError,
   jsonOrUndefined,
@@ -48,17 +49,9 @@ function textOf(content: unknown): string {
   return content.map((p) => (typeof p?.text === 'string' ? p.text : typeof p?.refusal === 'string' ? p.refusal : '')).join('');
 }
 
-export const family: Omit<ClientFamily, 'decode'> = {
-  name: 'chat',
+/** A chat upstream gets the client's bytes, and its answers come back as they are. */
+const passthrough: FamilyPassthrough = {
   modelKey: '"model"',
-  endpoints: [
-    { method: 'post', path: '/v1/chat/completions', kind: 'generate' },
-    // One model list serves both OpenAI families: entries say which families each model serves.
-    { method: 'get', path: '/v1/models', kind: 'models', families: ['chat', 'responses'] },
-  ],
-  streamContentType: () => 'text/event-stream; charset=utf-8',
-
-  credential: bearerCredential,
 
   prepare(ex, _upstream, rules) {
     const req = ex.request;
@@ -86,7 +79,7 @@ export const family: Omit<ClientFamily, 'decode'> = {
     };
   },
 
-  passthroughStream(ex) {
+  stream(ex) {
     return chatPassthrough(ex, { dropUsageChunk: ex.get(usageInjected) === true, wantsUsage: ex.request.stream_options?.include_usage === true }, openAiErrorBody);
   },
 
@@ -105,6 +98,18 @@ export const family: Omit<ClientFamily, 'decode'> = {
     }
     return text;
   },
+};
+
+export const family: Omit<ClientFamily, 'decode'> = {
+  name: 'chat',
+  endpoints: [
+    { method: 'post', path: '/v1/chat/completions', kind: 'generate' },
+    // One model list serves both OpenAI families: entries say which families each model serves.
+    { method: 'get', path: '/v1/models', kind: 'models', families: ['chat', 'responses'] },
+  ],
+  streamContentType: () => 'text/event-stream; charset=utf-8',
+
+  credential: bearerCredential,
 
   requestedOutputTokens: (ex) => positiveNumber(ex.request.max_completion_tokens ?? ex.request.max_tokens),
 
@@ -136,6 +141,8 @@ export const family: Omit<ClientFamily, 'decode'> = {
   writeResponse: (res, ex) => JSON.stringify(canonicalToChatResponse(res, ex)),
 
   streamWriter: (ex) => chatStreamWriter(ex, openAiErrorBody),
+
+  passthrough,
 };
 
 export function decode(ex: Exchange, caps: RequestCaps): void {

@@ -8,6 +8,7 @@ import {
   type ClientFamily,
   echoed,
   type Exchange,
+  type FamilyPassthrough,
   frameJson,
   GatewayError,
   jsonOrUndefined,
@@ -88,11 +89,50 @@ function modelEntry(m: ModelConfig): Json {
   };
 }
 
-export const family: Omit<ClientFamily, 'decode'> = {
-  name: 'gemini',
+/** A Gemini upstream gets the client's bytes, and its answers come back as they are. */
+const passthrough: FamilyPassthrough = {
+  modelKey: '"modelVersion"',
   // A passthrough 200 that is not outlined as a JSON object is a lying upstream: a 502 (relay).
   isAnswer: looksLikeJsonObject,
-  modelKey: '"modelVersion"',
+
+  prepare(ex, _upstream, rules) {
+    const req = ex.request;
+    const model = ex.model!;
+    const fields: Json = {};
+    if (rules.defaultOutputTokens !== undefined) fields.generationConfig = { ...req.generationConfig, maxOutputTokens: rules.defaultOutputTokens };
+    if (rules.droppedTools.length) {
+      const dropped = new Set(rules.droppedTools.map((t) => t.param));
+      fields.tools = (req.tools as Json[])
+        .map((t, i) => Object.fromEntries(Object.entries(t).filter(([key]) => !dropped.has(`tools[${i}].${key}`))))
+        .filter((t) => Object.keys(t).length);
+    }
+    const body = withFields(ex.body, req, fields);
+    return {
+      method: 'POST',
+      path: upstreamPath(model.upstreamModel, ex.stream),
+      headers: { 'content-type': 'application/json' },
+      body,
+    };
+  },
+
+  stream: (ex) => geminiPassthrough(ex, errorBody),
+
+  bodyUsage: (body) => readGeminiUsage(jsonOrUndefined(body)?.usageMetadata),
+
+  deliveredText(frames) {
+    let text = '';
+    for (const chunk of frameJson(frames)) {
+      for (const p of chunk.candidates?.[0]?.content?.parts ?? []) {
+        if (typeof p.text === 'string') text += p.text;
+        if (p.functionCall) text += p.functionCall.name + JSON.stringify(p.functionCall.args ?? {});
+      }
+    }
+    return text;
+  },
+};
+
+export const family: Omit<ClientFamily, 'decode'> = {
+  name: 'gemini',
   endpoints: [
     { method: 'post', path: '/v1beta/models/:target', kind: 'generate' },
     { method: 'get', path: '/v1beta/models', kind: 'models' },
@@ -131,46 +171,13 @@ export const family: Omit<ClientFamily, 'decode'> = {
     return texts.join('\n');
   },
 
-  prepare(ex, _upstream, rules) {
-    const req = ex.request;
-    const model = ex.model!;
-    const fields: Json = {};
-    if (rules.defaultOutputTokens !== undefined) fields.generationConfig = { ...req.generationConfig, maxOutputTokens: rules.defaultOutputTokens };
-    if (rules.droppedTools.length) {
-      const dropped = new Set(rules.droppedTools.map((t) => t.param));
-      fields.tools = (req.tools as Json[])
-        .map((t, i) => Object.fromEntries(Object.entries(t).filter(([key]) => !dropped.has(`tools[${i}].${key}`))))
-        .filter((t) => Object.keys(t).length);
-    }
-    const body = withFields(ex.body, req, fields);
-    return {
-      method: 'POST',
-      path: upstreamPath(model.upstreamModel, ex.stream),
-      headers: { 'content-type': 'application/json' },
-      body,
-    };
-  },
-
-  passthroughStream: (ex) => geminiPassthrough(ex, errorBody),
-
-  bodyUsage: (body) => readGeminiUsage(jsonOrUndefined(body)?.usageMetadata),
-
-  deliveredText(frames) {
-    let text = '';
-    for (const chunk of frameJson(frames)) {
-      for (const p of chunk.candidates?.[0]?.content?.parts ?? []) {
-        if (typeof p.text === 'string') text += p.text;
-        if (p.functionCall) text += p.functionCall.name + JSON.stringify(p.functionCall.args ?? {});
-      }
-    }
-    return text;
-  },
-
   toCanonical: (ex, upstreamFamily) => geminiToCanonical(ex.request, ex.model!, ex.stream, upstreamFamily === 'gemini'),
 
   writeResponse: (res, ex) => JSON.stringify(canonicalToGeminiBody(res, ex)),
 
   streamWriter: (ex) => geminiStreamWriter(ex, errorBody),
+
+  passthrough,
 };
 
 export function decode(ex: Exchange, caps: RequestCaps): void {
