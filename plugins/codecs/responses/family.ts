@@ -24,7 +24,7 @@ import { canonicalToResponsesBody, readResponsesUsage, responsesToCanonical, too
 import { itemType, validateResponsesRequest } from './schema.js';
 import { responsesPassthrough, responsesStreamWriter } from './stream.js';
 
-type Json = Record<string, any>;
+type Json = Record<string, any>; // any: not yet typed; the responses wire types (as chat's and gemini's wire.ts) are still to be written (issue 24)
 
 const shape: RequestShape = {
   messagesField: 'input',
