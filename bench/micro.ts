@@ -44,7 +44,7 @@ export async function runMicro(): Promise<Record<string, string>[]> {
   /** As the relay runs a passthrough with no frame plugin: the sparse scan, then each run of kept frames checked, edited and written. */
   const relayed = (ex: Exchange) => {
     const splitter = new SseSplitter();
-    const pass = family!.passthroughStream(ex);
+    const pass = family!.passthrough!.stream(ex);
     const out = (b: Buffer) => {
       if ((pass.check?.(b) ?? -1) >= 0) throw new Error('a frame taken for malformed');
       sink += pass.edit?.(b) ?? b.length;
@@ -105,7 +105,7 @@ export async function runMicro(): Promise<Record<string, string>[]> {
     })
     .add('chat passthrough: split + usage scan + drop usage chunk', () => {
       const splitter = new SseSplitter();
-      const pass = family!.passthroughStream(fakeExchange);
+      const pass = family!.passthrough!.stream(fakeExchange);
       for (const p of pieces) splitter.push(p, pass.frame, (b) => (sink += b.length));
       if (!pass.usage()) throw new Error('usage not found');
     })

@@ -206,8 +206,8 @@ export const socketTurn = new StateKey<SocketTurnInfo>('socket turn');
 
 /**
  * A client family: what a client speaks. How it authenticates, what it sends (decoded, and
- * expressed canonically), what it reads back (answers, stream frames, errors in its shape), and the
- * same-family passthrough, where the client's bytes go upstream and the upstream's come back.
+ * expressed canonically), what it reads back (answers, stream frames, errors in its shape), and,
+ * optionally, the same-family passthrough (FamilyPassthrough).
  * Paired with an UpstreamDialect of the same name when upstreams speak it too (docs/plugins.md).
  */
 export interface ClientFamily {
@@ -253,23 +253,50 @@ export interface ClientFamily {
   /** Writes canonical stream events as this family's frames. */
   streamWriter(ex: ExchangeView): canonical.StreamWriter;
 
-  // Same-family passthrough: the upstream speaks this family, so its bytes are the client's.
+  /**
+   * The same-family passthrough, for families whose own upstreams can take the client's bytes.
+   * Without it, an upstream of the family's own name is served by translation like any other.
+   */
+  readonly passthrough?: FamilyPassthrough;
+}
+
+/**
+ * A family's same-family passthrough: the upstream speaks the client's wire format, so the
+ * client's bytes go upstream and the upstream's bytes come back, edited only where they must be.
+ * It lives on the family, not the dialect, because only the family parses its own request and
+ * writes frames its clients understand; the dialect only ever sees canonical requests.
+ */
+export interface FamilyPassthrough {
   /**
    * The JSON key that names the model in this family's answers and stream events (`"model"`,
-   * quotes included). A passthrough answer gets the client's name for the model spliced in there.
+   * quotes included). A passthrough answer gets the client's name for the model spliced in there,
+   * since the upstream answers with its own name for it.
    */
   readonly modelKey?: string;
-  /** The upstream request from the client's bytes, with what the model rules dropped or added. */
+  /**
+   * The upstream request from the client's bytes, with what the model rules dropped or added:
+   * the bytes are spliced, not re-serialised, so whatever the family does not parse reaches the
+   * upstream as the client sent it.
+   */
   prepare(ex: ExchangeView, upstream: Upstream, rules: RuleOutcome): UpstreamRequest;
-  passthroughStream(ex: ExchangeView): ClientStream;
-  /** Usage from a complete upstream body of this family. */
+  /**
+   * Relays the upstream's stream: it finds usage in frames it does not otherwise parse, and writes
+   * what the client is owed that the upstream did not send (a usage chunk it asked for, a failure
+   * frame in the family's shape).
+   */
+  stream(ex: ExchangeView): ClientStream;
+  /** Usage from a complete upstream body of this family: the answer is relayed unparsed, so usage is read apart. */
   bodyUsage(body: Buffer): Usage | undefined;
   /**
    * Whether a complete 2xx upstream body could be one of this family's answers, by its outline
-   * (`looksLikeJsonObject`), not a parse: a passthrough answers anything else with a 502.
+   * (`looksLikeJsonObject`), not a parse: a passthrough answers anything else with a 502 rather
+   * than relay it as a success.
    */
   isAnswer?(body: Buffer): boolean;
-  /** Text of delivered frames of this family, for a tokenizer estimate. */
+  /**
+   * Text of delivered frames of this family, for a tokenizer estimate when the upstream sent no
+   * usage: only the family knows where the text is in its frames.
+   */
   deliveredText(frames: Buffer[]): string;
 }
 

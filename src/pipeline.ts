@@ -297,8 +297,8 @@ export class Pipeline {
     const upstreamFamily = channels[0]!.upstream.family;
     const dialect = this.dialects.get(upstreamFamily);
     if (!dialect) throw new GatewayError('upstream_unavailable', `No dialect is loaded for the ${upstreamFamily} family of model \`${ex.modelId}\`.`);
-    // Same family on both sides: the client's bytes go upstream (the family prepares them).
-    const passthrough = upstreamFamily === ex.family;
+    // Same family on both sides: the client's bytes go upstream (the family prepares them), when the family relays its own.
+    const passthrough = upstreamFamily === ex.family ? ex.clientFamily.passthrough : undefined;
     // One model-rules step for every family, on the canonical request; passthrough keeps the client's bytes.
     const canonical = ex.clientFamily.toCanonical(ex, upstreamFamily);
     const rules = applyModelRules(ex, canonical, dialect);
@@ -312,7 +312,7 @@ export class Pipeline {
       ex.channel = channel.config;
       ex.attempts++;
       const req = passthrough
-        ? ex.clientFamily.prepare(ex, channel.upstream, rules)
+        ? passthrough.prepare(ex, channel.upstream, rules)
         : dialect.fromCanonical({ ...canonical, model: channel.model.upstreamModel }, ex);
       req.model = channel.model.upstreamModel;
       req.traceparent = traceparent;

@@ -5,7 +5,7 @@
  */
 import type { Event, Response } from './canonical.js';
 import { retryAfterMs, type Failover } from './channels/failover.js';
-import type { ClientStream, Plugin, ResponseSink, Upstream, UpstreamCall, UpstreamDialect, Usage } from './contracts.js';
+import type { ClientStream, FamilyPassthrough, Plugin, ResponseSink, Upstream, UpstreamCall, UpstreamDialect, Usage } from './contracts.js';
 import { errorHeaders, GatewayError, withRetryAfter } from './errors.js';
 import { StateKey, type Exchange, type Outcome } from './exchange.js';
 import { replaceStringField } from './json-splice.js';
@@ -41,7 +41,8 @@ export class Relay implements ResponseSink {
   /** Renamed frames of the current chunk, written together after it. */
   private readonly renamed: Buffer[] = [];
   /** The upstream speaks the client's family: its bytes are the client's. */
-  private readonly passthrough: boolean;
+  /** The family's own passthrough, when the upstream speaks the client's family and the family relays its bytes. */
+  private readonly passthrough: FamilyPassthrough | undefined;
   /** Passthrough: only the frames this scan names are visited (see ClientStream.sparse). */
   private sparse: SparseScan | undefined;
   /** Passthrough: a copy of the first bytes relayed, and how many were relayed, for a usage estimate. */
@@ -60,8 +61,8 @@ export class Relay implements ResponseSink {
     private readonly failover: Failover,
   ) {
     this.splitter = new SseSplitter(pipeline.maxEventBytes);
-    this.passthrough = dialect.family === ex.family;
-    const key = ex.clientFamily.modelKey;
+    this.passthrough = dialect.family === ex.family ? ex.clientFamily.passthrough : undefined;
+    const key = this.passthrough?.modelKey;
     if (this.passthrough && key && ex.modelId !== ex.model!.upstreamModel) {
       const quotedKey = Buffer.from(key);
       const name = Buffer.from(JSON.stringify(ex.modelId));
@@ -144,10 +145,11 @@ export class Relay implements ResponseSink {
     // No other channel is tried once a stream began: the client's bytes are not needed again, and
     // a stream may last hours.
     ex.body = NO_BODY;
-    if (this.passthrough) {
-      this.stream = ex.clientFamily.passthroughStream(ex);
+    const { passthrough } = this;
+    if (passthrough) {
+      this.stream = passthrough.stream(ex);
       if (!this.rename && this.framePlugins.length === 0) this.sparse = this.stream.sparse;
-      ex.set(deliveredOutput, () => (this.sampled ? ex.clientFamily.deliveredText(framesOf(Buffer.concat(this.sample, this.sampled))) : ''));
+      ex.set(deliveredOutput, () => (this.sampled ? passthrough.deliveredText(framesOf(Buffer.concat(this.sample, this.sampled))) : ''));
       ex.set(deliveredScale, () => (this.sampled ? this.relayed / this.sampled : 1));
     } else {
       this.stream = translating(ex, this.dialect);
@@ -260,7 +262,7 @@ export class Relay implements ResponseSink {
     const { status } = this;
     // A passthrough 2xx whose body is not the family's answer (cut short, text in place of JSON) is the channel failing too.
     if (status >= 200 && status < 300) {
-      if (!this.passthrough || this.ex.clientFamily.isAnswer?.(body) !== false) return undefined;
+      if (!this.passthrough || this.passthrough.isAnswer?.(body) !== false) return undefined;
       return new GatewayError('upstream_error', `Upstream \`${this.upstream.name}\` answered ${status} with a body that is not JSON (${body.length} bytes): ${excerpt(body)}`);
     }
     if (status < 500 && status !== 429 && status !== 401 && status !== 403) return undefined;
@@ -281,7 +283,7 @@ export class Relay implements ResponseSink {
       ex.status = status;
       ex.ttfbMs ??= ex.elapsedMs();
       if (passthrough) {
-        ex.usage = ex.clientFamily.bodyUsage(body);
+        ex.usage = passthrough.bodyUsage(body);
         res.reply(status, { 'content-type': 'application/json' }, this.rename ? this.rename(body) : body);
         return;
       }

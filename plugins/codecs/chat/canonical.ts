@@ -1,10 +1,10 @@
 /** Chat completions requests and answers to and from the canonical pivot. */
 import { canonical as C, type Exchange, GatewayError, type ModelConfig, newId, unixNow, type Usage } from '../../../src/plugin-api.js';
-
-type Json = Record<string, any>;
+import type { ChatPart, ChatRequest } from './schema.js';
+import type { ChatCompletion, ChatUpstreamBody, ChatUpstreamMessage, ChatUpstreamPart, ChatUsage, UpstreamChatCompletion, UpstreamChatUsage } from './wire.js';
 
 /** OpenAI's usage object in family-neutral terms. */
-export function readChatUsage(u: any): Usage | undefined {
+export function readChatUsage(u: UpstreamChatUsage | null | undefined): Usage | undefined {
   if (!u || typeof u !== 'object' || typeof u.prompt_tokens !== 'number') return undefined;
   return {
     inputTokens: u.prompt_tokens,
@@ -14,7 +14,7 @@ export function readChatUsage(u: any): Usage | undefined {
   };
 }
 
-export function writeChatUsage(u: Usage): Json {
+export function writeChatUsage(u: Usage): ChatUsage {
   return {
     prompt_tokens: u.inputTokens,
     completion_tokens: u.outputTokens,
@@ -38,7 +38,7 @@ function partsOf(content: unknown, where: string, native: boolean): C.Part[] {
   if (typeof content === 'string') return content ? [{ type: 'text', text: content }] : [];
   if (!Array.isArray(content)) return [];
   const parts: C.Part[] = [];
-  content.forEach((p: Json, i) => {
+  content.forEach((p: ChatPart, i) => {
     const part = partOf(p, `${where}[${i}]`);
     // A part only the upstream of this family knows: it takes it as sent.
     if (part) parts.push(part);
@@ -47,7 +47,7 @@ function partsOf(content: unknown, where: string, native: boolean): C.Part[] {
   return parts;
 }
 
-function partOf(p: Json, where: string): C.Part | undefined {
+function partOf(p: ChatPart, where: string): C.Part | undefined {
   switch (p.type) {
     case 'text':
       return { type: 'text', text: p.text };
@@ -68,14 +68,14 @@ function partOf(p: Json, where: string): C.Part | undefined {
  * The client's chat request, canonically. For a chat upstream (`native`) nothing is refused: what
  * has no canonical form is left out, as the upstream gets the client's own bytes.
  */
-export function chatToCanonical(req: Json, model: ModelConfig, native: boolean): C.Request {
+export function chatToCanonical(req: ChatRequest, model: ModelConfig, native: boolean): C.Request {
   // Throws only when translating; a native upstream takes what is left out.
   const refuse = (param: string, what: string) => {
     if (!native) throw new GatewayError('unsupported_parameter', `Unsupported parameter: '${param}': ${what} is not available for model \`${model.id}\`, whose upstream speaks another API.`, param);
   };
   const toolNames = new Map<string, string>();
   const messages: C.Message[] = [];
-  (req.messages as Json[]).forEach((m, i) => {
+  req.messages.forEach((m, i) => {
     const where = `messages[${i}].content`;
     switch (m.role) {
       case 'system':
@@ -85,7 +85,7 @@ export function chatToCanonical(req: Json, model: ModelConfig, native: boolean):
         return messages.push({ role: 'user', content: partsOf(m.content, where, native) });
       case 'assistant': {
         const toolCalls: C.ToolCall[] = [];
-        (m.tool_calls ?? []).forEach((c: Json, j: number) => {
+        (m.tool_calls ?? []).forEach((c, j) => {
           if (c.type !== 'function') return refuse(`messages[${i}].tool_calls[${j}]`, 'a custom tool call');
           toolNames.set(c.id, c.function.name);
           toolCalls.push({ id: c.id, name: c.function.name, arguments: c.function.arguments });
@@ -99,18 +99,18 @@ export function chatToCanonical(req: Json, model: ModelConfig, native: boolean):
     }
   });
   const tools: C.Tool[] = [];
-  (req.tools ?? []).forEach((t: Json, i: number) => {
+  (req.tools ?? []).forEach((t, i) => {
     if (t.type !== 'function') return refuse(`tools[${i}]`, 'a custom tool');
     const f = t.function;
     tools.push({ name: f.name, description: f.description, parameters: f.parameters, strict: f.strict ?? undefined });
   });
   let toolChoice: C.ToolChoice | undefined;
   const choice = req.tool_choice;
-  if (typeof choice === 'string') toolChoice = choice as C.ToolChoice;
+  if (typeof choice === 'string') toolChoice = choice;
   else if (choice?.type === 'function') toolChoice = { name: choice.function.name };
   else if (choice?.type === 'allowed_tools') {
     const allowed: string[] = [];
-    (choice.allowed_tools.tools as Json[]).forEach((t, j) => {
+    choice.allowed_tools.tools.forEach((t, j) => {
       if (t.type !== 'function') return refuse(`tool_choice.allowed_tools.tools[${j}]`, 'a custom tool');
       allowed.push(t.function.name);
     });
@@ -122,9 +122,11 @@ export function chatToCanonical(req: Json, model: ModelConfig, native: boolean):
   const maxField = req.max_completion_tokens != null ? 'max_completion_tokens' : req.max_tokens != null ? 'max_tokens' : undefined;
 
   const rf = req.response_format;
+  // Not checked by the schema: only a string is a description (other families' upstreams take only that).
+  const description = rf?.type === 'json_schema' ? rf.json_schema.description : undefined;
   const format: C.OutputFormat | undefined =
     rf?.type === 'json_schema'
-      ? { type: 'json_schema', name: rf.json_schema.name, schema: rf.json_schema.schema, strict: rf.json_schema.strict ?? undefined, description: rf.json_schema.description }
+      ? { type: 'json_schema', name: rf.json_schema.name, schema: rf.json_schema.schema, strict: rf.json_schema.strict ?? undefined, description: typeof description === 'string' ? description : undefined }
       : rf?.type === 'json_object'
         ? { type: 'json_object' }
         : undefined;
@@ -135,7 +137,7 @@ export function chatToCanonical(req: Json, model: ModelConfig, native: boolean):
     toolChoice,
     parallelToolCalls: req.parallel_tool_calls,
     format,
-    maxOutputTokens: maxField && req[maxField],
+    maxOutputTokens: req.max_completion_tokens ?? req.max_tokens ?? undefined,
     temperature: req.temperature ?? undefined,
     topP: req.top_p ?? undefined,
     stop: typeof req.stop === 'string' ? [req.stop] : (req.stop ?? undefined),
@@ -155,7 +157,7 @@ export function chatToCanonical(req: Json, model: ModelConfig, native: boolean):
   };
 }
 
-function writeParts(parts: C.Part[]): string | Json[] {
+function writeParts(parts: C.Part[]): string | ChatUpstreamPart[] {
   if (parts.every((p) => p.type === 'text')) return parts.map((p) => (p as { text: string }).text).join('');
   return parts.map((p) => {
     switch (p.type) {
@@ -172,8 +174,8 @@ function writeParts(parts: C.Part[]): string | Json[] {
 }
 
 /** A canonical request as a chat completions body for an upstream. */
-export function canonicalToChat(req: C.Request, streamUsage: boolean): Json {
-  const messages = req.messages.map((m): Json => {
+export function canonicalToChat(req: C.Request, streamUsage: boolean): ChatUpstreamBody {
+  const messages = req.messages.map((m): ChatUpstreamMessage => {
     switch (m.role) {
       case 'system':
       case 'user':
@@ -192,7 +194,7 @@ export function canonicalToChat(req: C.Request, streamUsage: boolean): Json {
         return { role: 'tool', tool_call_id: m.toolCallId, content: writeParts(m.content) };
     }
   });
-  const body: Json = { model: req.model, messages };
+  const body: ChatUpstreamBody = { model: req.model, messages };
   if (req.tools.length) {
     body.tools = req.tools.map((t) => ({
       type: 'function',
@@ -226,12 +228,13 @@ export function canonicalToChat(req: C.Request, streamUsage: boolean): Json {
 }
 
 /** A chat completions body from an upstream, canonically. */
-export function chatResponseToCanonical(body: Json): C.Response {
+export function chatResponseToCanonical(body: UpstreamChatCompletion): C.Response {
   const choice = body.choices?.[0] ?? {};
   const message = choice.message ?? {};
   const toolCalls: C.ToolCall[] = (message.tool_calls ?? [])
-    .filter((c: Json) => c.type === 'function')
-    .map((c: Json) => ({ id: c.id, name: c.function.name, arguments: c.function.arguments || '{}' }));
+    .filter((c) => c.type === 'function')
+    // A function call's id and name are read as sent: an upstream that leaves them out gives the client what it gave.
+    .map((c) => ({ id: c.id!, name: c.function!.name!, arguments: c.function!.arguments || '{}' }));
   return {
     id: body.id,
     model: body.model,
@@ -248,7 +251,7 @@ export function chatResponseToCanonical(body: Json): C.Response {
 export const chatFinishReason = (reason: C.FinishReason, toolCalls: number) => (toolCalls > 0 ? 'tool_calls' : reason);
 
 /** A canonical answer as a chat completions body for the client. */
-export function canonicalToChatResponse(res: C.Response, ex: Exchange): Json {
+export function canonicalToChatResponse(res: C.Response, ex: Exchange): ChatCompletion {
   return {
     id: newId('chatcmpl-', 12),
     object: 'chat.completion',

@@ -6,6 +6,7 @@ import { parseUpstreamJson, type UpstreamDialect } from '../../../src/plugin-api
 import { readOpenAiError } from '../openai-common.js';
 import { canonicalToChat, chatResponseToCanonical } from './canonical.js';
 import { chatStreamReader } from './stream.js';
+import type { UpstreamChatCompletion } from './wire.js';
 
 /** What an OpenAI-compatible chat upstream speaks. */
 export const chatDialect: UpstreamDialect = {
@@ -20,7 +21,7 @@ export const chatDialect: UpstreamDialect = {
     };
   },
 
-  readResponse: (body) => chatResponseToCanonical(parseUpstreamJson(body)),
+  readResponse: (body) => chatResponseToCanonical(parseUpstreamJson(body) as UpstreamChatCompletion),
 
   streamReader: () => chatStreamReader(),
 

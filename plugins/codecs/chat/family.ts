@@ -7,6 +7,7 @@ import {
   type ClientFamily,
   compileValidator,
   type Exchange,
+  type FamilyPassthrough,
   frameJson,
   GatewayError,
   jsonOrUndefined,
@@ -23,7 +24,8 @@ import {
 import { bearerCredential, openAiErrorBody } from '../openai-common.js';
 import { canonicalToChatResponse, chatToCanonical, readChatUsage } from './canonical.js';
 import { chatPassthrough, chatStreamWriter } from './stream.js';
-import { chatRequestSchema } from './schema.js';
+import { type ChatRequest, chatRequestSchema } from './schema.js';
+import type { UpstreamChatChunk } from './wire.js';
 
 const validate = compileValidator(chatRequestSchema);
 
@@ -38,6 +40,9 @@ const shape: RequestShape = {
   },
 };
 
+/** The request decode checked against the schema the type is derived from. */
+const requestOf = (ex: Exchange) => ex.request as ChatRequest;
+
 /** Set when Sluice asked the upstream for stream usage that the client did not ask for. */
 const usageInjected = new StateKey<boolean>('chat usage injected');
 
@@ -48,20 +53,12 @@ function textOf(content: unknown): string {
   return content.map((p) => (typeof p?.text === 'string' ? p.text : typeof p?.refusal === 'string' ? p.refusal : '')).join('');
 }
 
-export const family: Omit<ClientFamily, 'decode'> = {
-  name: 'chat',
+/** A chat upstream gets the client's bytes, and its answers come back as they are. */
+const passthrough: FamilyPassthrough = {
   modelKey: '"model"',
-  endpoints: [
-    { method: 'post', path: '/v1/chat/completions', kind: 'generate' },
-    // One model list serves both OpenAI families: entries say which families each model serves.
-    { method: 'get', path: '/v1/models', kind: 'models', families: ['chat', 'responses'] },
-  ],
-  streamContentType: () => 'text/event-stream; charset=utf-8',
-
-  credential: bearerCredential,
 
   prepare(ex, _upstream, rules) {
-    const req = ex.request;
+    const req = requestOf(ex);
     const model = ex.model!;
     const fields: Record<string, unknown> = {};
     // A default or a clamp goes in the field the client used, so the body never carries both.
@@ -86,8 +83,8 @@ export const family: Omit<ClientFamily, 'decode'> = {
     };
   },
 
-  passthroughStream(ex) {
-    return chatPassthrough(ex, { dropUsageChunk: ex.get(usageInjected) === true, wantsUsage: ex.request.stream_options?.include_usage === true }, openAiErrorBody);
+  stream(ex) {
+    return chatPassthrough(ex, { dropUsageChunk: ex.get(usageInjected) === true, wantsUsage: requestOf(ex).stream_options?.include_usage === true }, openAiErrorBody);
   },
 
   bodyUsage: (body) => readChatUsage(jsonOrUndefined(body)?.usage),
@@ -96,7 +93,7 @@ export const family: Omit<ClientFamily, 'decode'> = {
 
   deliveredText(frames) {
     let text = '';
-    for (const chunk of frameJson(frames)) {
+    for (const chunk of frameJson(frames) as Iterable<UpstreamChatChunk>) {
       for (const choice of chunk.choices ?? []) {
         const d = choice.delta ?? {};
         if (typeof d.content === 'string') text += d.content;
@@ -105,15 +102,27 @@ export const family: Omit<ClientFamily, 'decode'> = {
     }
     return text;
   },
+};
 
-  requestedOutputTokens: (ex) => positiveNumber(ex.request.max_completion_tokens ?? ex.request.max_tokens),
+export const family: Omit<ClientFamily, 'decode'> = {
+  name: 'chat',
+  endpoints: [
+    { method: 'post', path: '/v1/chat/completions', kind: 'generate' },
+    // One model list serves both OpenAI families: entries say which families each model serves.
+    { method: 'get', path: '/v1/models', kind: 'models', families: ['chat', 'responses'] },
+  ],
+  streamContentType: () => 'text/event-stream; charset=utf-8',
+
+  credential: bearerCredential,
+
+  requestedOutputTokens: (ex) => positiveNumber(requestOf(ex).max_completion_tokens ?? requestOf(ex).max_tokens),
 
   promptText(ex) {
-    const req = ex.request;
+    const req = requestOf(ex);
     const parts: string[] = [];
-    for (const m of req.messages ?? []) {
-      parts.push(textOf(m.content));
-      for (const call of m.tool_calls ?? []) parts.push(call.function?.name ?? '', call.function?.arguments ?? '');
+    for (const m of req.messages) {
+      parts.push('content' in m ? textOf(m.content) : '');
+      if (m.role === 'assistant') for (const call of m.tool_calls ?? []) parts.push(call.type === 'function' ? call.function.name : '', call.type === 'function' ? call.function.arguments : '');
     }
     if (req.tools) parts.push(JSON.stringify(req.tools));
     return parts.join('\n');
@@ -128,14 +137,13 @@ export const family: Omit<ClientFamily, 'decode'> = {
 
   errorBody: openAiErrorBody,
 
-  toCanonical(ex, upstreamFamily) {
-    const req = ex.request;
-    return chatToCanonical(req, ex.model!, upstreamFamily === 'chat');
-  },
+  toCanonical: (ex, upstreamFamily) => chatToCanonical(requestOf(ex), ex.model!, upstreamFamily === 'chat'),
 
   writeResponse: (res, ex) => JSON.stringify(canonicalToChatResponse(res, ex)),
 
   streamWriter: (ex) => chatStreamWriter(ex, openAiErrorBody),
+
+  passthrough,
 };
 
 export function decode(ex: Exchange, caps: RequestCaps): void {
@@ -144,9 +152,10 @@ export function decode(ex: Exchange, caps: RequestCaps): void {
   const invalid = validate(parsed);
   if (invalid) throw invalid;
   ex.request = parsed;
-  ex.modelId = ex.request.model;
-  ex.stream = ex.request.stream === true;
-  if (ex.request.stream_options != null && !ex.stream) {
+  const req = requestOf(ex);
+  ex.modelId = req.model;
+  ex.stream = req.stream === true;
+  if (req.stream_options != null && !ex.stream) {
     throw new GatewayError('invalid_request', "The 'stream_options' parameter is only allowed when 'stream' is enabled.", 'stream_options');
   }
 }

@@ -1,13 +1,14 @@
 /**
  * The chat completions request as ajv checks it: the fields Sluice relies on are typed; anything
- * else is passed through to the upstream untouched.
+ * else is passed through to the upstream untouched. `ChatRequest` is derived from it.
  */
+import type { RequestOf } from '../schema-types.js';
 
 const textPart = {
   type: 'object',
   required: ['type', 'text'],
   properties: { type: { const: 'text' }, text: { type: 'string' } },
-};
+} as const;
 
 const userPart = {
   type: 'object',
@@ -41,16 +42,16 @@ const userPart = {
       required: ['file'],
     },
   ],
-};
+} as const;
 
 const assistantPart = {
   type: 'object',
   required: ['type'],
   discriminator: { propertyName: 'type' },
   oneOf: [textPart, { properties: { type: { const: 'refusal' }, refusal: { type: 'string' } }, required: ['refusal'] }],
-};
+} as const;
 
-const textContent = { anyOf: [{ type: 'string' }, { type: 'array', items: textPart }] };
+const textContent = { anyOf: [{ type: 'string' }, { type: 'array', items: textPart }] } as const;
 
 const toolCall = {
   type: 'object',
@@ -77,7 +78,7 @@ const toolCall = {
       required: ['custom'],
     },
   ],
-};
+} as const;
 
 const message = {
   type: 'object',
@@ -106,9 +107,9 @@ const message = {
     },
     { properties: { role: { const: 'function' }, name: { type: 'string' } }, required: ['name'] },
   ],
-};
+} as const;
 
-const toolName = { type: 'string', pattern: '^[A-Za-z0-9_-]{1,64}$' };
+const toolName = { type: 'string', pattern: '^[A-Za-z0-9_-]{1,64}$' } as const;
 
 const tool = {
   type: 'object',
@@ -139,11 +140,11 @@ const tool = {
       required: ['custom'],
     },
   ],
-};
+} as const;
 
-const nullable = (schema: object) => ({ anyOf: [schema, { type: 'null' }] });
+const nullable = <const S extends object>(schema: S) => ({ anyOf: [schema, { type: 'null' }] }) as const;
 
-const named = { type: 'object', required: ['name'], properties: { name: { type: 'string' } } };
+const named = { type: 'object', required: ['name'], properties: { name: { type: 'string' } } } as const;
 
 /** A reference to one tool by name, as tool_choice and allowed_tools give it. */
 const namedTool = {
@@ -154,7 +155,7 @@ const namedTool = {
     { properties: { type: { const: 'function' }, function: named }, required: ['function'] },
     { properties: { type: { const: 'custom' }, custom: named }, required: ['custom'] },
   ],
-};
+} as const;
 
 export const chatRequestSchema = {
   type: 'object',
@@ -207,7 +208,8 @@ export const chatRequestSchema = {
             json_schema: {
               type: 'object',
               required: ['name'],
-              properties: { name: toolName, schema: { type: 'object' }, strict: { type: ['boolean', 'null'] } },
+              // description: not checked, passed on as sent (an empty schema types it `unknown`).
+              properties: { name: toolName, description: {}, schema: { type: 'object' }, strict: { type: ['boolean', 'null'] } },
             },
           },
           required: ['json_schema'],
@@ -225,5 +227,15 @@ export const chatRequestSchema = {
     seed: nullable({ type: 'integer' }),
     user: { type: 'string' },
     metadata: nullable({ type: 'object', additionalProperties: { type: 'string' } }),
+    // Not checked, only looked at (empty schemas type them `unknown`): a translated request refuses them.
+    logprobs: {},
+    web_search_options: {},
   },
 } as const;
+
+/** A chat completions request as the codec reads it (fields the schema does not name are in the bytes only). */
+export type ChatRequest = RequestOf<typeof chatRequestSchema>;
+export type ChatMessage = ChatRequest['messages'][number];
+export type ChatTool = NonNullable<ChatRequest['tools']>[number];
+/** A content part of any role. */
+export type ChatPart = Exclude<Extract<ChatMessage, { role: 'user' | 'assistant' }>['content'], string | null | undefined>[number];

@@ -21,6 +21,8 @@ import {
 } from '../../../src/plugin-api.js';
 import { readOpenAiError } from '../openai-common.js';
 import { chatFinishReason, readChatUsage, readFinishReason, writeChatUsage } from './canonical.js';
+import type { ChatRequest } from './schema.js';
+import type { ChatChunkHead, ChatDelta, ChatUsageChunk, UpstreamChatChunk } from './wire.js';
 
 const USAGE_KEY = Buffer.from('"usage"');
 const USAGE_OBJECT = new ObjectKeyNeedle('usage');
@@ -51,7 +53,7 @@ export function chatPassthrough(
 ): ClientStream {
   let usage: Usage | undefined;
   /** The first chunk relayed, for the id of an estimated usage chunk. */
-  let first: Record<string, any> | undefined;
+  let first: UpstreamChatChunk | undefined;
   let heldDone = false;
   return {
     // Only usage frames; owing the client usage, also each chunk's last frame, where [DONE] is.
@@ -67,7 +69,7 @@ export function chatPassthrough(
       if (wantsUsage && !usage && isDone(frame)) return !(heldDone = true);
       // The sparse scan's own test (a brace search), a quarter of hasObjectField's two substring searches on a chunk.
       if (USAGE_OBJECT.find(frame, 0) < 0) return true;
-      const chunk = jsonOrUndefined(frameData(frame));
+      const chunk: UpstreamChatChunk | undefined = jsonOrUndefined(frameData(frame));
       if (!chunk) return true;
       usage = readChatUsage(chunk.usage) ?? usage;
       return !(dropUsageChunk && Array.isArray(chunk.choices) && chunk.choices.length === 0);
@@ -75,8 +77,8 @@ export function chatPassthrough(
     end() {
       if (!wantsUsage || usage) return heldDone ? DONE : '';
       usage = estimateUsage(ex);
-      const head = { id: first?.id ?? newId('chatcmpl-', 12), object: 'chat.completion.chunk', created: first?.created ?? unixNow(), model: ex.modelId };
-      const out = dataFrame(JSON.stringify({ ...head, choices: [], usage: writeChatUsage(usage) }));
+      const head: ChatChunkHead = { id: first?.id ?? newId('chatcmpl-', 12), object: 'chat.completion.chunk', created: first?.created ?? unixNow(), model: ex.modelId };
+      const out = dataFrame(JSON.stringify({ ...head, choices: [], usage: writeChatUsage(usage) } satisfies ChatUsageChunk));
       return heldDone ? out + DONE : out;
     },
     fail: (err) => chatErrorFrame(errorBody(err)),
@@ -92,7 +94,7 @@ export function chatStreamReader(): C.StreamReader {
   return {
     frame(data) {
       if (data === '[DONE]') return [];
-      const chunk = jsonOrUndefined(data);
+      const chunk: UpstreamChatChunk | undefined = jsonOrUndefined(data);
       if (!chunk) return [unreadableEvent()];
       if (chunk.error) return [{ type: 'error', error: readOpenAiError(502, data) }];
       const events: C.Event[] = [];
@@ -100,7 +102,7 @@ export function chatStreamReader(): C.StreamReader {
         started = true;
         events.push({ type: 'start', id: chunk.id, model: chunk.model, created: chunk.created });
       }
-      const choice = chunk.choices?.find((c: any) => (c.index ?? 0) === 0);
+      const choice = chunk.choices?.find((c) => (c.index ?? 0) === 0);
       const delta = choice?.delta;
       if (delta) {
         if (typeof delta.reasoning_content === 'string' && delta.reasoning_content) events.push({ type: 'reasoning', delta: delta.reasoning_content });
@@ -134,8 +136,8 @@ export function chatStreamReader(): C.StreamReader {
 
 /** Canonical events → chat chunks for the client, as OpenAI streams them. */
 export function chatStreamWriter(ex: Exchange, errorBody: (err: GatewayError) => string): C.StreamWriter {
-  const includeUsage = ex.request.stream_options?.include_usage === true;
-  const head = { id: newId('chatcmpl-', 12), object: 'chat.completion.chunk', created: unixNow(), model: ex.modelId };
+  const includeUsage = (ex.request as ChatRequest).stream_options?.include_usage === true;
+  const head: ChatChunkHead = { id: newId('chatcmpl-', 12), object: 'chat.completion.chunk', created: unixNow(), model: ex.modelId };
   let started = false;
   let finished = false;
   let toolCalls = 0;
@@ -145,7 +147,7 @@ export function chatStreamWriter(ex: Exchange, errorBody: (err: GatewayError) =>
   const before = `data: ${JSON.stringify(head).slice(0, -1)},"choices":[{"index":0,"delta":`;
   const after = (finish: string | null) => `,"logprobs":null,"finish_reason":${JSON.stringify(finish)}}]${includeUsage ? ',"usage":null' : ''}}\n\n`;
   const afterOpen = after(null);
-  const chunk = (delta: object, finish: string | null = null) => before + JSON.stringify(delta) + (finish === null ? afterOpen : after(finish));
+  const chunk = (delta: ChatDelta, finish: string | null = null) => before + JSON.stringify(delta) + (finish === null ? afterOpen : after(finish));
   const opening = () => (started ? '' : ((started = true), chunk({ role: 'assistant', content: '' })));
 
   return {
@@ -176,7 +178,7 @@ export function chatStreamWriter(ex: Exchange, errorBody: (err: GatewayError) =>
     end() {
       let out = opening();
       if (!finished) out += chunk({}, chatFinishReason('stop', toolCalls));
-      if (includeUsage && usage) out += dataFrame(JSON.stringify({ ...head, choices: [], usage: writeChatUsage(usage) }));
+      if (includeUsage && usage) out += dataFrame(JSON.stringify({ ...head, choices: [], usage: writeChatUsage(usage) } satisfies ChatUsageChunk));
       return out + DONE;
     },
     fail: (err) => chatErrorFrame(errorBody(err)),

@@ -4,12 +4,12 @@
  * in one user content, call ids are synthesized and mapped back, thought signatures survive the
  * round trip, tool calls report `tool_calls`, usage is cumulative, blocked prompts are errors.
  */
-import { canonical as C, type Exchange, GatewayError, type ModelConfig, newId, type Usage } from '../../../src/plugin-api.js';
+import { canonical as C, type Exchange, GatewayError, type JsonObject, type ModelConfig, newId, type Usage } from '../../../src/plugin-api.js';
 import { geminiSchemaToJsonSchema } from './json-schema.js';
+import type { GeminiGenerationConfig, GeminiRequest, GeminiRequestPart } from './schema.js';
+import type { GeminiAnswer, GeminiContent, GeminiGenerationOut, GeminiPart, GeminiUpstreamBody, GeminiUsage, UpstreamGeminiAnswer, UpstreamGeminiPart, UpstreamGeminiUsage } from './wire.js';
 
-type Json = Record<string, any>;
-
-export function readGeminiUsage(u: any): Usage | undefined {
+export function readGeminiUsage(u: UpstreamGeminiUsage | null | undefined): Usage | undefined {
   if (!u || typeof u !== 'object' || typeof u.promptTokenCount !== 'number') return undefined;
   const thoughts = u.thoughtsTokenCount ?? 0;
   return {
@@ -20,7 +20,7 @@ export function readGeminiUsage(u: any): Usage | undefined {
   };
 }
 
-export function writeGeminiUsage(u: Usage): Json {
+export function writeGeminiUsage(u: Usage): GeminiUsage {
   const thoughts = u.reasoningTokens ?? 0;
   return {
     promptTokenCount: u.inputTokens,
@@ -42,7 +42,7 @@ export function readFinishReason(reason: string | undefined, toolCalls: number):
 export const writeFinishReason = (reason: C.FinishReason) => (reason === 'length' ? 'MAX_TOKENS' : reason === 'content_filter' ? 'SAFETY' : 'STOP');
 
 /** No candidates but a block reason: the real API's answer to a blocked prompt (7.11 item 7). */
-export function blockedPrompt(body: Json): GatewayError | undefined {
+export function blockedPrompt(body: UpstreamGeminiAnswer): GatewayError | undefined {
   if (body.candidates?.length) return undefined;
   const reason = body.promptFeedback?.blockReason;
   if (!reason) return undefined;
@@ -50,7 +50,7 @@ export function blockedPrompt(body: Json): GatewayError | undefined {
 }
 
 /** `where` names the content, for the vision rule. */
-function partsOf(parts: Json[], where: string): C.Part[] {
+function partsOf(parts: GeminiRequestPart[], where: string): C.Part[] {
   const out: C.Part[] = [];
   for (const [j, p] of parts.entries()) {
     if (typeof p.text === 'string' && !p.thought) {
@@ -66,7 +66,7 @@ function partsOf(parts: Json[], where: string): C.Part[] {
   return out;
 }
 
-function effortFromThinking(config: Json | undefined): C.Request['reasoning'] {
+function effortFromThinking(config: GeminiGenerationConfig['thinkingConfig']): C.Request['reasoning'] {
   if (!config) return undefined;
   const { thinkingBudget: budget, thinkingLevel: level, includeThoughts } = config;
   let effort: string | undefined;
@@ -82,8 +82,8 @@ function effortFromThinking(config: Json | undefined): C.Request['reasoning'] {
  * are listed for the model rules (a Gemini upstream takes them as sent); for a Gemini upstream
  * (`native`) nothing is refused here.
  */
-export function geminiToCanonical(req: Json, model: ModelConfig, stream: boolean, native: boolean): C.Request {
-  const gen: Json = req.generationConfig ?? {};
+export function geminiToCanonical(req: GeminiRequest, model: ModelConfig, stream: boolean, native: boolean): C.Request {
+  const gen: GeminiGenerationConfig = req.generationConfig ?? {};
   const extra: Record<string, string> = {};
   if (req.safetySettings?.length) extra.safetySettings = 'safetySettings';
   if (gen.topK !== undefined) extra.topK = 'generationConfig.topK';
@@ -93,13 +93,13 @@ export function geminiToCanonical(req: Json, model: ModelConfig, stream: boolean
   if (gen.responseMimeType && gen.responseMimeType !== 'text/plain' && gen.responseMimeType !== 'application/json') extra.responseMimeType = 'generationConfig.responseMimeType';
 
   const messages: C.Message[] = [];
-  const system = (req.systemInstruction?.parts ?? []).map((p: Json) => p.text ?? '').join('');
+  const system = (req.systemInstruction?.parts ?? []).map((p) => p.text ?? '').join('');
   if (system) messages.push({ role: 'system', content: [{ type: 'text', text: system }] });
 
   // Gemini calls carry no ids: synthesize them, and hand them to the responses in call order.
   const pending = new Map<string, string[]>();
-  req.contents.forEach((content: Json, i: number) => {
-    const parts: Json[] = content.parts ?? [];
+  req.contents.forEach((content, i) => {
+    const parts = content.parts;
     if (content.role === 'model') {
       const toolCalls: C.ToolCall[] = [];
       parts.forEach((p) => {
@@ -127,7 +127,7 @@ export function geminiToCanonical(req: Json, model: ModelConfig, stream: boolean
 
   const tools: C.Tool[] = [];
   const serverTools: C.ServerTool[] = [];
-  (req.tools ?? []).forEach((t: Json, i: number) => {
+  (req.tools ?? []).forEach((t, i) => {
     // Every other key of a tool (googleSearch, codeExecution) is a tool the upstream runs itself.
     for (const key of Object.keys(t)) if (key !== 'functionDeclarations') serverTools.push({ type: key, param: `tools[${i}].${key}` });
     for (const f of t.functionDeclarations ?? []) {
@@ -141,7 +141,7 @@ export function geminiToCanonical(req: Json, model: ModelConfig, stream: boolean
   if (fcc?.mode === 'NONE') toolChoice = 'none';
   else if (fcc?.mode === 'AUTO') toolChoice = 'auto';
   else if (fcc?.mode === 'ANY' || fcc?.mode === 'VALIDATED') {
-    const names: string[] = fcc.allowedFunctionNames ?? [];
+    const names = fcc.allowedFunctionNames ?? [];
     toolChoice = names.length === 1 ? { name: names[0]! } : names.length ? { allowed: names, mode: 'required' } : 'required';
   }
 
@@ -189,7 +189,7 @@ function dataUrl(url: string): { mimeType: string; data: string } | undefined {
   return m ? { mimeType: m[1]!, data: m[2]! } : undefined;
 }
 
-function writeParts(parts: C.Part[]): Json[] {
+function writeParts(parts: C.Part[]): GeminiPart[] {
   return parts.map((p) => {
     switch (p.type) {
       case 'text':
@@ -214,7 +214,7 @@ function guessImageType(url: string): string {
 }
 
 /** A tool result as the JSON object Gemini requires for `functionResponse.response`. */
-function responseObject(text: string): Json {
+function responseObject(text: string): JsonObject {
   try {
     const parsed = JSON.parse(text);
     if (parsed && typeof parsed === 'object' && !Array.isArray(parsed)) return parsed;
@@ -226,8 +226,8 @@ function responseObject(text: string): Json {
 }
 
 /** A canonical request as a generateContent body, with its path, for a Gemini upstream. */
-export function canonicalToGemini(req: C.Request): Json {
-  const contents: Json[] = [];
+export function canonicalToGemini(req: C.Request): GeminiUpstreamBody {
+  const contents: GeminiContent[] = [];
   const names = new Map<string, string>();
   const system: string[] = [];
   for (const m of req.messages) {
@@ -252,11 +252,11 @@ export function canonicalToGemini(req: C.Request): Json {
       const text = m.content.map((p) => (p.type === 'text' ? p.text : '')).join('');
       const part = { functionResponse: { name: m.name ?? names.get(m.toolCallId) ?? 'tool', response: responseObject(text) } };
       const last = contents.at(-1);
-      if (last?.role === 'user' && last.parts.every((p: Json) => p.functionResponse)) last.parts.push(part);
+      if (last?.role === 'user' && last.parts.every((p) => 'functionResponse' in p && p.functionResponse)) last.parts.push(part);
       else contents.push({ role: 'user', parts: [part] });
     }
   }
-  const body: Json = { contents };
+  const body: GeminiUpstreamBody = { contents };
   if (system.length) body.systemInstruction = { parts: [{ text: system.join('\n\n') }] };
   if (req.tools.length) {
     body.tools = [
@@ -271,7 +271,7 @@ export function canonicalToGemini(req: C.Request): Json {
   }
   const choice = req.toolChoice;
   if (choice) {
-    const functionCallingConfig =
+    const functionCallingConfig: NonNullable<GeminiUpstreamBody['toolConfig']>['functionCallingConfig'] =
       choice === 'auto' ? { mode: 'AUTO' }
       : choice === 'none' ? { mode: 'NONE' }
       : choice === 'required' ? { mode: 'ANY' }
@@ -280,7 +280,7 @@ export function canonicalToGemini(req: C.Request): Json {
       : { mode: 'AUTO' };
     body.toolConfig = { functionCallingConfig };
   }
-  const gen: Json = {};
+  const gen: GeminiGenerationOut = {};
   if (req.maxOutputTokens !== undefined) gen.maxOutputTokens = req.maxOutputTokens;
   if (req.temperature !== undefined) gen.temperature = req.temperature;
   if (req.topP !== undefined) gen.topP = req.topP;
@@ -302,7 +302,7 @@ export function canonicalToGemini(req: C.Request): Json {
 }
 
 /** The parts of one Gemini answer (or stream chunk), canonically. */
-export function readParts(parts: Json[], nextIndex: () => number): { text: string; reasoning: string; calls: (C.ToolCall & { index: number })[] } {
+export function readParts(parts: UpstreamGeminiPart[], nextIndex: () => number): { text: string; reasoning: string; calls: (C.ToolCall & { index: number })[] } {
   let text = '';
   let reasoning = '';
   const calls: (C.ToolCall & { index: number })[] = [];
@@ -324,7 +324,7 @@ export function readParts(parts: Json[], nextIndex: () => number): { text: strin
 }
 
 /** A generateContent body from an upstream, canonically. */
-export function geminiBodyToCanonical(body: Json): C.Response {
+export function geminiBodyToCanonical(body: UpstreamGeminiAnswer): C.Response {
   const blocked = blockedPrompt(body);
   if (blocked) throw blocked;
   const candidate = body.candidates?.[0];
@@ -343,8 +343,8 @@ export function geminiBodyToCanonical(body: Json): C.Response {
 }
 
 /** Canonical parts of an answer as Gemini parts; call ids are kept so clients can echo them. */
-export function writeAnswerParts(text: string, reasoning: string | undefined, calls: C.ToolCall[]): Json[] {
-  const parts: Json[] = [];
+export function writeAnswerParts(text: string, reasoning: string | undefined, calls: C.ToolCall[]): GeminiPart[] {
+  const parts: GeminiPart[] = [];
   if (reasoning) parts.push({ text: reasoning, thought: true });
   if (text) parts.push({ text });
   for (const c of calls) {
@@ -360,7 +360,7 @@ export function writeAnswerParts(text: string, reasoning: string | undefined, ca
 }
 
 /** A canonical answer as a generateContent body for the client. */
-export function canonicalToGeminiBody(res: C.Response, ex: Exchange): Json {
+export function canonicalToGeminiBody(res: C.Response, ex: Exchange): GeminiAnswer {
   return {
     candidates: [
       {

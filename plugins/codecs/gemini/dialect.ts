@@ -5,8 +5,7 @@
 import { codeForStatus, GatewayError, jsonOrUndefined, parseUpstreamJson, type UpstreamDialect } from '../../../src/plugin-api.js';
 import { canonicalToGemini, geminiBodyToCanonical } from './canonical.js';
 import { geminiStreamReader } from './stream.js';
-
-type Json = Record<string, any>;
+import type { UpstreamGeminiAnswer, UpstreamGeminiError } from './wire.js';
 
 export const RETRY_INFO = 'type.googleapis.com/google.rpc.RetryInfo';
 
@@ -36,12 +35,12 @@ export const geminiDialect: UpstreamDialect = {
     };
   },
 
-  readResponse: (body) => geminiBodyToCanonical(parseUpstreamJson(body)),
+  readResponse: (body) => geminiBodyToCanonical(parseUpstreamJson(body) as UpstreamGeminiAnswer),
 
   streamReader: () => geminiStreamReader(),
 
   readError(status, body) {
-    const error: Json | undefined = jsonOrUndefined(body)?.error;
+    const error: UpstreamGeminiError | undefined = jsonOrUndefined(body)?.error;
     const message: string = error?.message ?? (body.toString().slice(0, 300) || `Upstream answered ${status}.`);
     // Gemini says 400 for a bad API key: that is the gateway's credential, not the client's request (7.11 item 8).
     const badKey = /API key not valid/i.test(message) || JSON.stringify(error?.details ?? []).includes('API_KEY_INVALID');

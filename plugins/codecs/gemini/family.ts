@@ -8,6 +8,7 @@ import {
   type ClientFamily,
   echoed,
   type Exchange,
+  type FamilyPassthrough,
   frameJson,
   GatewayError,
   jsonOrUndefined,
@@ -22,10 +23,23 @@ import {
 } from '../../../src/plugin-api.js';
 import { canonicalToGeminiBody, geminiToCanonical, readGeminiUsage } from './canonical.js';
 import { RETRY_INFO, upstreamPath } from './dialect.js';
-import { validateGenerateContent } from './schema.js';
+import { type GeminiRequest, validateGenerateContent } from './schema.js';
 import { geminiPassthrough, geminiStreamWriter, sseMode } from './stream.js';
+import type { UpstreamGeminiAnswer } from './wire.js';
 
-type Json = Record<string, any>;
+/** The request decode checked against the schema the type is derived from. */
+const requestOf = (ex: Exchange) => ex.request as GeminiRequest;
+
+/** An entry of the model list. */
+interface GeminiModel {
+  name: string;
+  version: string;
+  displayName: string;
+  description: string;
+  inputTokenLimit: number | undefined;
+  outputTokenLimit: number;
+  supportedGenerationMethods: string[];
+}
 
 const statusNames: Record<number, string> = {
   400: 'INVALID_ARGUMENT',
@@ -76,7 +90,7 @@ function errorBody(err: GatewayError): string {
   return JSON.stringify({ error: { code: err.status, message: err.message, status, ...(details && { details }) } });
 }
 
-function modelEntry(m: ModelConfig): Json {
+function modelEntry(m: ModelConfig): GeminiModel {
   return {
     name: `models/${m.id}`,
     version: '1',
@@ -88,11 +102,50 @@ function modelEntry(m: ModelConfig): Json {
   };
 }
 
-export const family: Omit<ClientFamily, 'decode'> = {
-  name: 'gemini',
+/** A Gemini upstream gets the client's bytes, and its answers come back as they are. */
+const passthrough: FamilyPassthrough = {
+  modelKey: '"modelVersion"',
   // A passthrough 200 that is not outlined as a JSON object is a lying upstream: a 502 (relay).
   isAnswer: looksLikeJsonObject,
-  modelKey: '"modelVersion"',
+
+  prepare(ex, _upstream, rules) {
+    const req = requestOf(ex);
+    const model = ex.model!;
+    const fields: Record<string, unknown> = {};
+    if (rules.defaultOutputTokens !== undefined) fields.generationConfig = { ...req.generationConfig, maxOutputTokens: rules.defaultOutputTokens };
+    if (rules.droppedTools.length) {
+      const dropped = new Set(rules.droppedTools.map((t) => t.param));
+      fields.tools = req
+        .tools!.map((t, i) => Object.fromEntries(Object.entries(t).filter(([key]) => !dropped.has(`tools[${i}].${key}`))))
+        .filter((t) => Object.keys(t).length);
+    }
+    const body = withFields(ex.body, req, fields);
+    return {
+      method: 'POST',
+      path: upstreamPath(model.upstreamModel, ex.stream),
+      headers: { 'content-type': 'application/json' },
+      body,
+    };
+  },
+
+  stream: (ex) => geminiPassthrough(ex, errorBody),
+
+  bodyUsage: (body) => readGeminiUsage(jsonOrUndefined(body)?.usageMetadata),
+
+  deliveredText(frames) {
+    let text = '';
+    for (const chunk of frameJson(frames) as Iterable<UpstreamGeminiAnswer>) {
+      for (const p of chunk.candidates?.[0]?.content?.parts ?? []) {
+        if (typeof p.text === 'string') text += p.text;
+        if (p.functionCall) text += p.functionCall.name + JSON.stringify(p.functionCall.args ?? {});
+      }
+    }
+    return text;
+  },
+};
+
+export const family: Omit<ClientFamily, 'decode'> = {
+  name: 'gemini',
   endpoints: [
     { method: 'post', path: '/v1beta/models/:target', kind: 'generate' },
     { method: 'get', path: '/v1beta/models', kind: 'models' },
@@ -115,62 +168,30 @@ export const family: Omit<ClientFamily, 'decode'> = {
 
   errorBody,
 
-  requestedOutputTokens: (ex) => positiveNumber(ex.request.generationConfig?.maxOutputTokens),
+  requestedOutputTokens: (ex) => positiveNumber(requestOf(ex).generationConfig?.maxOutputTokens),
 
   promptText(ex) {
+    const req = requestOf(ex);
     const texts: string[] = [];
-    for (const p of ex.request.systemInstruction?.parts ?? []) texts.push(p.text ?? '');
-    for (const c of ex.request.contents ?? []) {
-      for (const p of c.parts ?? []) {
+    for (const p of req.systemInstruction?.parts ?? []) texts.push(p.text ?? '');
+    for (const c of req.contents) {
+      for (const p of c.parts) {
         if (typeof p.text === 'string') texts.push(p.text);
         if (p.functionCall) texts.push(p.functionCall.name, JSON.stringify(p.functionCall.args ?? {}));
         if (p.functionResponse) texts.push(JSON.stringify(p.functionResponse.response));
       }
     }
-    if (ex.request.tools) texts.push(JSON.stringify(ex.request.tools));
+    if (req.tools) texts.push(JSON.stringify(req.tools));
     return texts.join('\n');
   },
 
-  prepare(ex, _upstream, rules) {
-    const req = ex.request;
-    const model = ex.model!;
-    const fields: Json = {};
-    if (rules.defaultOutputTokens !== undefined) fields.generationConfig = { ...req.generationConfig, maxOutputTokens: rules.defaultOutputTokens };
-    if (rules.droppedTools.length) {
-      const dropped = new Set(rules.droppedTools.map((t) => t.param));
-      fields.tools = (req.tools as Json[])
-        .map((t, i) => Object.fromEntries(Object.entries(t).filter(([key]) => !dropped.has(`tools[${i}].${key}`))))
-        .filter((t) => Object.keys(t).length);
-    }
-    const body = withFields(ex.body, req, fields);
-    return {
-      method: 'POST',
-      path: upstreamPath(model.upstreamModel, ex.stream),
-      headers: { 'content-type': 'application/json' },
-      body,
-    };
-  },
-
-  passthroughStream: (ex) => geminiPassthrough(ex, errorBody),
-
-  bodyUsage: (body) => readGeminiUsage(jsonOrUndefined(body)?.usageMetadata),
-
-  deliveredText(frames) {
-    let text = '';
-    for (const chunk of frameJson(frames)) {
-      for (const p of chunk.candidates?.[0]?.content?.parts ?? []) {
-        if (typeof p.text === 'string') text += p.text;
-        if (p.functionCall) text += p.functionCall.name + JSON.stringify(p.functionCall.args ?? {});
-      }
-    }
-    return text;
-  },
-
-  toCanonical: (ex, upstreamFamily) => geminiToCanonical(ex.request, ex.model!, ex.stream, upstreamFamily === 'gemini'),
+  toCanonical: (ex, upstreamFamily) => geminiToCanonical(requestOf(ex), ex.model!, ex.stream, upstreamFamily === 'gemini'),
 
   writeResponse: (res, ex) => JSON.stringify(canonicalToGeminiBody(res, ex)),
 
   streamWriter: (ex) => geminiStreamWriter(ex, errorBody),
+
+  passthrough,
 };
 
 export function decode(ex: Exchange, caps: RequestCaps): void {

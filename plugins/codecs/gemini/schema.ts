@@ -1,5 +1,9 @@
-/** The generateContent request as ajv checks it; unknown fields pass through to Gemini upstreams. */
+/**
+ * The generateContent request as ajv checks it; unknown fields pass through to Gemini upstreams.
+ * `GeminiRequest` is derived from it.
+ */
 import { compileValidator } from '../../../src/plugin-api.js';
+import type { RequestOf } from '../schema-types.js';
 
 const part = {
   type: 'object',
@@ -28,13 +32,13 @@ const part = {
       properties: { name: { type: 'string', minLength: 1 }, response: { type: 'object' }, id: { type: 'string' } },
     },
   },
-};
+} as const;
 
 const content = {
   type: 'object',
   required: ['parts'],
   properties: { role: { enum: ['user', 'model'] }, parts: { type: 'array', items: part } },
-};
+} as const;
 
 const functionDeclaration = {
   type: 'object',
@@ -45,7 +49,7 @@ const functionDeclaration = {
     parameters: { type: 'object' },
     parametersJsonSchema: { type: 'object' },
   },
-};
+} as const;
 
 export const generateContentSchema = {
   type: 'object',
@@ -69,6 +73,8 @@ export const generateContentSchema = {
         },
       },
     },
+    // Not checked, only looked at: a translated request refuses it.
+    cachedContent: {},
     safetySettings: {
       type: 'array',
       items: { type: 'object', required: ['category', 'threshold'], properties: { category: { type: 'string' }, threshold: { type: 'string' } } },
@@ -83,6 +89,8 @@ export const generateContentSchema = {
         stopSequences: { type: 'array', maxItems: 5, items: { type: 'string' } },
         candidateCount: { type: 'integer', minimum: 1 },
         responseMimeType: { type: 'string' },
+        // Not checked, only looked at (an empty schema types it `unknown`): a translated request refuses it.
+        responseLogprobs: {},
         responseSchema: { type: 'object' },
         responseJsonSchema: { type: 'object' },
         seed: { type: 'integer' },
@@ -99,6 +107,11 @@ export const generateContentSchema = {
       },
     },
   },
-};
+} as const;
 
 export const validateGenerateContent = compileValidator(generateContentSchema);
+
+/** A generateContent request as the codec reads it (fields the schema does not name are in the bytes only). */
+export type GeminiRequest = RequestOf<typeof generateContentSchema>;
+export type GeminiRequestPart = GeminiRequest['contents'][number]['parts'][number];
+export type GeminiGenerationConfig = NonNullable<GeminiRequest['generationConfig']>;

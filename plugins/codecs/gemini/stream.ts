@@ -20,8 +20,8 @@ import {
   type Usage,
 } from '../../../src/plugin-api.js';
 import { blockedPrompt, readFinishReason, readGeminiUsage, readParts, writeAnswerParts, writeFinishReason, writeGeminiUsage } from './canonical.js';
+import type { GeminiAnswer, GeminiPart, GeminiUsage, UpstreamGeminiAnswer } from './wire.js';
 
-type Json = Record<string, any>;
 
 /** Set when the client asked for SSE; otherwise it gets a JSON array. */
 export const sseMode = new StateKey<boolean>('gemini sse');
@@ -91,7 +91,7 @@ export function geminiStreamReader(): C.StreamReader {
   let usage: Usage | undefined;
   return {
     frame(data) {
-      const chunk: Json | undefined = jsonOrUndefined(data);
+      const chunk: UpstreamGeminiAnswer | undefined = jsonOrUndefined(data);
       if (!chunk) return [unreadableEvent()];
       if (chunk.error) {
         const e = chunk.error;
@@ -135,8 +135,8 @@ export function geminiStreamWriter(ex: Exchange, errorBody: (err: GatewayError) 
   const calls: C.ToolCall[] = [];
   let finish: C.FinishReason = 'stop';
   let usage: Usage | undefined;
-  const chunk = (parts: Json[], extra: Json = {}) =>
-    framing.event(JSON.stringify({ candidates: [{ content: { role: 'model', parts }, index: 0, ...extra.candidate }], ...extra.top, modelVersion: ex.modelId, responseId }));
+  const chunk = (parts: GeminiPart[], extra: { candidate?: { finishReason: string }; top?: { usageMetadata?: GeminiUsage } } = {}) =>
+    framing.event(JSON.stringify({ candidates: [{ content: { role: 'model', parts }, index: 0, ...extra.candidate }], ...extra.top, modelVersion: ex.modelId, responseId } satisfies GeminiAnswer));
   return {
     event(e) {
       switch (e.type) {

@@ -7,6 +7,7 @@ import {
   checkModelId,
   type ClientFamily,
   type Exchange,
+  type FamilyPassthrough,
   frameJson,
   jsonOrUndefined,
   lengthOf,
@@ -27,7 +28,7 @@ import { validateCountTokens, validateMessagesRequest } from './schema.js';
 import { messagesPassthrough, messagesStreamWriter } from './stream.js';
 import { messagesErrorBody, messagesErrorStatus, readMessagesUsage } from './wire.js';
 
-type Json = Record<string, any>;
+type Json = Record<string, any>; // any: not yet typed; the messages wire types (as chat's and gemini's wire.ts) are still to be written (issue 24)
 
 const shape: RequestShape = {
   messagesField: 'messages',
@@ -121,12 +122,58 @@ export function anthropicRateLimitHeaders({ requests, tokens }: RateLimitWindows
   return headers;
 }
 
+/** A Messages upstream gets the client's bytes and headers, and its answers come back as they are. */
+const passthrough: FamilyPassthrough = {
+  modelKey: '"model"',
+  // A passthrough 200 that is not outlined as a JSON object is a lying upstream: a 502 (relay).
+  isAnswer: looksLikeJsonObject,
+
+  prepare(ex, _upstream, rules) {
+    const req = ex.request;
+    const model = ex.model!;
+    const fields: Json = {};
+    if (model.upstreamModel !== req.model) fields.model = model.upstreamModel;
+    const ceiling = rules.defaultOutputTokens;
+    if (ceiling !== undefined) {
+      fields.max_tokens = ceiling;
+      // A thinking budget must stay below max_tokens: lowered with it, or thinking is left off.
+      const budget = req.thinking?.type === 'enabled' ? req.thinking.budget_tokens : undefined;
+      if (budget !== undefined && budget >= ceiling) fields.thinking = ceiling > 1024 ? { ...req.thinking, budget_tokens: ceiling - 1 } : undefined;
+    }
+    // Thinking this gateway answered unsigned (from a translated model) would be refused here.
+    const unsigned = (b: Json) => b?.type === 'thinking' && !b.signature;
+    const hasUnsigned = (m: Json) => Array.isArray(m.content) && m.content.some(unsigned);
+    if ((req.messages as Json[]).some(hasUnsigned)) {
+      fields.messages = (req.messages as Json[]).map((m) => (hasUnsigned(m) ? { ...m, content: m.content.filter((b: Json) => !unsigned(b)) } : m));
+    }
+    if (rules.droppedTools.length) {
+      const dropped = new Set(rules.droppedTools.map((t) => t.param));
+      fields.tools = (req.tools as Json[]).filter((_, i) => !dropped.has(`tools[${i}]`));
+    }
+    const headers: Record<string, string> = { 'content-type': 'application/json' };
+    for (const name of FORWARDED_HEADERS) if (ex.headers[name] !== undefined) headers[name] = ex.headers[name]!;
+    return { method: 'POST', path: '/messages', headers, body: withFields(ex.body, req, fields) };
+  },
+
+  stream: (ex) => messagesPassthrough(ex),
+
+  bodyUsage: (body) => readMessagesUsage(jsonOrUndefined(body)?.usage),
+
+  deliveredText(frames) {
+    let text = '';
+    for (const e of frameJson(frames)) {
+      if (e.type === 'content_block_start' && e.content_block?.type === 'tool_use') text += e.content_block.name ?? '';
+      const d = e.type === 'content_block_delta' ? e.delta : undefined;
+      if (!d) continue;
+      text += d.text ?? d.thinking ?? d.partial_json ?? '';
+    }
+    return text;
+  },
+};
+
 export function messagesFamily(caps: RequestCaps): ClientFamily {
   return {
     name: 'messages',
-    // A passthrough 200 that is not outlined as a JSON object is a lying upstream: a 502 (relay).
-    isAnswer: looksLikeJsonObject,
-    modelKey: '"model"',
     endpoints: [
       { method: 'post', path: '/v1/messages', kind: 'generate' },
       { method: 'post', path: '/v1/messages/count_tokens', kind: 'count' },
@@ -168,46 +215,6 @@ export function messagesFamily(caps: RequestCaps): ClientFamily {
 
     streamWriter: messagesStreamWriter,
 
-    prepare(ex, _upstream, rules) {
-      const req = ex.request;
-      const model = ex.model!;
-      const fields: Json = {};
-      if (model.upstreamModel !== req.model) fields.model = model.upstreamModel;
-      const ceiling = rules.defaultOutputTokens;
-      if (ceiling !== undefined) {
-        fields.max_tokens = ceiling;
-        // A thinking budget must stay below max_tokens: lowered with it, or thinking is left off.
-        const budget = req.thinking?.type === 'enabled' ? req.thinking.budget_tokens : undefined;
-        if (budget !== undefined && budget >= ceiling) fields.thinking = ceiling > 1024 ? { ...req.thinking, budget_tokens: ceiling - 1 } : undefined;
-      }
-      // Thinking this gateway answered unsigned (from a translated model) would be refused here.
-      const unsigned = (b: Json) => b?.type === 'thinking' && !b.signature;
-      const hasUnsigned = (m: Json) => Array.isArray(m.content) && m.content.some(unsigned);
-      if ((req.messages as Json[]).some(hasUnsigned)) {
-        fields.messages = (req.messages as Json[]).map((m) => (hasUnsigned(m) ? { ...m, content: m.content.filter((b: Json) => !unsigned(b)) } : m));
-      }
-      if (rules.droppedTools.length) {
-        const dropped = new Set(rules.droppedTools.map((t) => t.param));
-        fields.tools = (req.tools as Json[]).filter((_, i) => !dropped.has(`tools[${i}]`));
-      }
-      const headers: Record<string, string> = { 'content-type': 'application/json' };
-      for (const name of FORWARDED_HEADERS) if (ex.headers[name] !== undefined) headers[name] = ex.headers[name]!;
-      return { method: 'POST', path: '/messages', headers, body: withFields(ex.body, req, fields) };
-    },
-
-    passthroughStream: (ex) => messagesPassthrough(ex),
-
-    bodyUsage: (body) => readMessagesUsage(jsonOrUndefined(body)?.usage),
-
-    deliveredText(frames) {
-      let text = '';
-      for (const e of frameJson(frames)) {
-        if (e.type === 'content_block_start' && e.content_block?.type === 'tool_use') text += e.content_block.name ?? '';
-        const d = e.type === 'content_block_delta' ? e.delta : undefined;
-        if (!d) continue;
-        text += d.text ?? d.thinking ?? d.partial_json ?? '';
-      }
-      return text;
-    },
+    passthrough,
   };
 }

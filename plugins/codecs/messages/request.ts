@@ -2,7 +2,7 @@
 import { canonical as C, GatewayError, type ModelConfig } from '../../../src/plugin-api.js';
 import { parsedInput, readClientToolId, safeToolId, thinkingFromSignature } from './wire.js';
 
-type Json = Record<string, any>;
+type Json = Record<string, any>; // any: not yet typed; the messages wire types (as chat's and gemini's wire.ts) are still to be written (issue 24)
 
 /** Claude Code's first system block: it changes every conversation, so it would spoil a translated upstream's prompt cache. */
 const BILLING_LINE = 'x-anthropic-billing-header:';

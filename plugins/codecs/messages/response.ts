@@ -3,7 +3,7 @@ import { canonical as C, type Exchange, newId } from '../../../src/plugin-api.js
 import type { JsonTool } from './request.js';
 import { clientToolId, parsedInput, readMessagesUsage, readStopReason, thinkingSignature, writeMessagesUsage, writeStopReason } from './wire.js';
 
-type Json = Record<string, any>;
+type Json = Record<string, any>; // any: not yet typed; the messages wire types (as chat's and gemini's wire.ts) are still to be written (issue 24)
 
 /** The JSON answer a forced tool's input carries. */
 export const jsonToolText = (input: unknown, tool: JsonTool) => JSON.stringify(tool.wrapped ? (input as Json)?.value : (input ?? {}));

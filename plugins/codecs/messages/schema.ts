@@ -4,13 +4,14 @@
  * as sent. Blocks are checked by their `type` with if/then, which lets unknown types through.
  */
 import { compileValidator } from '../../../src/plugin-api.js';
+import type { RequestOf } from '../schema-types.js';
 
 /** The block of `type` must match `schema`; blocks of other types are not checked by it. */
-const when = (type: string, schema: object) => ({ if: { properties: { type: { const: type } }, required: ['type'] }, then: schema });
+const when = <const T extends string, const S extends object>(type: T, schema: S) => ({ if: { properties: { type: { const: type } }, required: ['type'] }, then: schema }) as const;
 
-const cacheControl = { type: 'object', required: ['type'], properties: { type: { type: 'string' }, ttl: { type: 'string' } } };
+const cacheControl = { type: 'object', required: ['type'], properties: { type: { type: 'string' }, ttl: { type: 'string' } } } as const;
 
-const text = { required: ['text'], properties: { text: { type: 'string' }, cache_control: cacheControl } };
+const text = { required: ['text'], properties: { text: { type: 'string' }, cache_control: cacheControl } } as const;
 
 const imageSource = {
   type: 'object',
@@ -20,9 +21,9 @@ const imageSource = {
     when('url', { required: ['url'], properties: { url: { type: 'string', minLength: 1 } } }),
     when('file', { required: ['file_id'], properties: { file_id: { type: 'string', minLength: 1 } } }),
   ],
-};
+} as const;
 
-const image = { required: ['source'], properties: { source: imageSource } };
+const image = { required: ['source'], properties: { source: imageSource } } as const;
 
 const documentSource = {
   type: 'object',
@@ -33,13 +34,13 @@ const documentSource = {
     when('url', { required: ['url'], properties: { url: { type: 'string', minLength: 1 } } }),
     when('content', { required: ['content'], properties: { content: { anyOf: [{ type: 'string' }, { type: 'array' }] } } }),
   ],
-};
+} as const;
 
 /** Tool ids as Anthropic checks them. */
-const toolId = { type: 'string', pattern: '^[A-Za-z0-9_-]+$' };
+const toolId = { type: 'string', pattern: '^[A-Za-z0-9_-]+$' } as const;
 
 /** A block of a tool result's content. */
-const resultBlock = { type: 'object', required: ['type'], properties: { type: { type: 'string' } }, allOf: [when('text', text), when('image', image)] };
+const resultBlock = { type: 'object', required: ['type'], properties: { type: { type: 'string' } }, allOf: [when('text', text), when('image', image)] } as const;
 
 const block = {
   type: 'object',
@@ -61,7 +62,7 @@ const block = {
     when('thinking', { required: ['thinking', 'signature'], properties: { thinking: { type: 'string' }, signature: { type: 'string' } } }),
     when('redacted_thinking', { required: ['data'], properties: { data: { type: 'string' } } }),
   ],
-};
+} as const;
 
 const message = {
   type: 'object',
@@ -70,7 +71,7 @@ const message = {
     role: { enum: ['user', 'assistant', 'system'] },
     content: { anyOf: [{ type: 'string' }, { type: 'array', items: block }] },
   },
-};
+} as const;
 
 const tool = {
   type: 'object',
@@ -87,21 +88,21 @@ const tool = {
     },
   },
   else: { required: ['type', 'name'] },
-};
+} as const;
 
 const toolChoice = {
   type: 'object',
   required: ['type'],
   properties: { type: { enum: ['auto', 'any', 'tool', 'none'] }, disable_parallel_tool_use: { type: 'boolean' } },
   allOf: [when('tool', { required: ['name'], properties: { name: { type: 'string', minLength: 1 } } })],
-};
+} as const;
 
 const thinking = {
   type: 'object',
   required: ['type'],
   properties: { type: { enum: ['enabled', 'adaptive', 'disabled'] }, display: { type: 'string' } },
   allOf: [when('enabled', { required: ['budget_tokens'], properties: { budget_tokens: { type: 'integer', minimum: 1024 } } })],
-};
+} as const;
 
 const outputConfig = {
   type: 'object',
@@ -114,9 +115,9 @@ const outputConfig = {
       allOf: [when('json_schema', { required: ['schema'], properties: { schema: { type: 'object' } } })],
     },
   },
-};
+} as const;
 
-const system = { anyOf: [{ type: 'string' }, { type: 'array', items: { type: 'object', required: ['type', 'text'], properties: { type: { const: 'text' }, ...text.properties } } }] };
+const system = { anyOf: [{ type: 'string' }, { type: 'array', items: { type: 'object', required: ['type', 'text'], properties: { type: { const: 'text' }, ...text.properties } } }] } as const;
 
 /** What `POST /v1/messages/count_tokens` takes: a prompt, no generation settings. */
 const countProperties = {
@@ -127,9 +128,9 @@ const countProperties = {
   tool_choice: toolChoice,
   thinking,
   output_config: outputConfig,
-};
+} as const;
 
-export const countTokensSchema = { type: 'object', required: ['model', 'messages'], properties: countProperties };
+export const countTokensSchema = { type: 'object', required: ['model', 'messages'], properties: countProperties } as const;
 
 export const messagesRequestSchema = {
   type: 'object',
@@ -148,7 +149,14 @@ export const messagesRequestSchema = {
     service_tier: { type: 'string' },
     context_management: { type: 'object' },
   },
-};
+} as const;
 
 export const validateMessagesRequest = compileValidator(messagesRequestSchema);
 export const validateCountTokens = compileValidator(countTokensSchema);
+
+/**
+ * A Messages request as the codec reads it (fields the schema does not name are in the bytes only).
+ * Blocks are typed by what every block has (`type`): the schema checks each known type with
+ * if/then so that unknown types pass, and json-schema-to-ts derives nothing useful from that.
+ */
+export type MessagesRequest = RequestOf<typeof messagesRequestSchema>;

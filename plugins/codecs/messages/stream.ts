@@ -30,7 +30,7 @@ import {
   writeStopReason,
 } from './wire.js';
 
-type Json = Record<string, any>;
+type Json = Record<string, any>; // any: not yet typed; the messages wire types (as chat's and gemini's wire.ts) are still to be written (issue 24)
 
 const USAGE_KEY = Buffer.from('"usage"');
 /** Usage frames, and each chunk's last frame: whether the stream ended properly is read from it. */

@@ -5,7 +5,7 @@
 import { createHash } from 'node:crypto';
 import { canonical as C, codeForStatus, eventFrame, GatewayError, jsonOrUndefined, type Usage } from '../../../src/plugin-api.js';
 
-type Json = Record<string, any>;
+type Json = Record<string, any>; // any: not yet typed; the messages wire types (as chat's and gemini's wire.ts) are still to be written (issue 24)
 
 const count = (value: unknown) => (typeof value === 'number' && value > 0 ? value : 0);
 
@@ -13,7 +13,12 @@ const count = (value: unknown) => (typeof value === 'number' && value > 0 ? valu
  * Anthropic's usage in family-neutral terms. Its `input_tokens` leave out the tokens read from and
  * written to the prompt cache; Sluice's input tokens include them.
  */
-export function readMessagesUsage(u: any): Usage | undefined {
+/** Usage as an upstream sends it: not validated, every count checked by `count`. */
+export type UpstreamMessagesUsage = Partial<Record<'input_tokens' | 'output_tokens' | 'cache_read_input_tokens' | 'cache_creation_input_tokens', unknown>> & {
+  output_tokens_details?: { thinking_tokens?: unknown } | null;
+};
+
+export function readMessagesUsage(u: UpstreamMessagesUsage | null | undefined): Usage | undefined {
   if (!u || typeof u !== 'object' || (typeof u.input_tokens !== 'number' && typeof u.output_tokens !== 'number')) return undefined;
   const read = count(u.cache_read_input_tokens);
   const write = count(u.cache_creation_input_tokens);

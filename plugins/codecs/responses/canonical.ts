@@ -6,7 +6,7 @@
 import { canonical as C, type Exchange, GatewayError, type ModelConfig, newId, StateKey, unixNow, type Usage } from '../../../src/plugin-api.js';
 import { itemType } from './schema.js';
 
-type Json = Record<string, any>;
+type Json = Record<string, any>; // any: not yet typed; the responses wire types (as chat's and gemini's wire.ts) are still to be written (issue 24)
 
 /** Tools the client declared in a shape the upstream does not have, to map calls back. */
 export interface ToolMapping {
@@ -20,7 +20,15 @@ export const toolMapping = new StateKey<ToolMapping>('responses tool mapping');
 
 const NAMESPACE_SEPARATOR = '__';
 
-export function readResponsesUsage(u: any): Usage | undefined {
+/** Usage as an upstream sends it: not validated. */
+export type UpstreamResponsesUsage = Partial<{
+  input_tokens: number;
+  output_tokens: number;
+  input_tokens_details: { cached_tokens?: number } | null;
+  output_tokens_details: { reasoning_tokens?: number } | null;
+}>;
+
+export function readResponsesUsage(u: UpstreamResponsesUsage | null | undefined): Usage | undefined {
   if (!u || typeof u !== 'object' || typeof u.input_tokens !== 'number') return undefined;
   return {
     inputTokens: u.input_tokens,

@@ -6,6 +6,7 @@ import {
   checkModelId,
   type ClientFamily,
   type Exchange,
+  type FamilyPassthrough,
   frameJson,
   GatewayError,
   jsonOrUndefined,
@@ -23,7 +24,7 @@ import { canonicalToResponsesBody, readResponsesUsage, responsesToCanonical, too
 import { itemType, validateResponsesRequest } from './schema.js';
 import { responsesPassthrough, responsesStreamWriter } from './stream.js';
 
-type Json = Record<string, any>;
+type Json = Record<string, any>; // any: not yet typed; the responses wire types (as chat's and gemini's wire.ts) are still to be written (issue 24)
 
 const shape: RequestShape = {
   messagesField: 'input',
@@ -44,11 +45,43 @@ function textOf(content: unknown): string {
   return content.map((p) => (typeof p?.text === 'string' ? p.text : '')).join('');
 }
 
-export const family: Omit<ClientFamily, 'decode' | 'socket'> = {
-  name: 'responses',
+/** A Responses upstream gets the client's bytes, and its answers come back as they are. */
+const passthrough: FamilyPassthrough = {
+  modelKey: '"model"',
   // A passthrough 200 that is not outlined as a JSON object is a lying upstream: a 502 (relay).
   isAnswer: looksLikeJsonObject,
-  modelKey: '"model"',
+
+  prepare(ex, _upstream, rules) {
+    const req = ex.request;
+    const model = ex.model!;
+    const fields: Json = {};
+    if (rules.defaultOutputTokens !== undefined) fields.max_output_tokens = rules.defaultOutputTokens;
+    if (model.upstreamModel !== req.model) fields.model = model.upstreamModel;
+    if (rules.droppedTools.length) {
+      const dropped = new Set(rules.droppedTools.map((t) => t.param));
+      fields.tools = (req.tools as Json[]).filter((_, i) => !dropped.has(`tools[${i}]`));
+    }
+    return {
+      method: 'POST',
+      path: '/responses',
+      headers: { 'content-type': 'application/json' },
+      body: withFields(ex.body, req, fields),
+    };
+  },
+
+  stream: (ex) => responsesPassthrough(ex),
+
+  bodyUsage: (body) => readResponsesUsage(jsonOrUndefined(body)?.usage),
+
+  deliveredText(frames) {
+    let text = '';
+    for (const e of frameJson(frames)) if (typeof e.delta === 'string') text += e.delta;
+    return text;
+  },
+};
+
+export const family: Omit<ClientFamily, 'decode' | 'socket'> = {
+  name: 'responses',
   endpoints: [
     { method: 'post', path: '/v1/responses', kind: 'generate' },
     { method: 'get', path: '/v1/responses', kind: 'socket' },
@@ -78,34 +111,6 @@ export const family: Omit<ClientFamily, 'decode' | 'socket'> = {
     return parts.join('\n');
   },
 
-  prepare(ex, _upstream, rules) {
-    const req = ex.request;
-    const model = ex.model!;
-    const fields: Json = {};
-    if (rules.defaultOutputTokens !== undefined) fields.max_output_tokens = rules.defaultOutputTokens;
-    if (model.upstreamModel !== req.model) fields.model = model.upstreamModel;
-    if (rules.droppedTools.length) {
-      const dropped = new Set(rules.droppedTools.map((t) => t.param));
-      fields.tools = (req.tools as Json[]).filter((_, i) => !dropped.has(`tools[${i}]`));
-    }
-    return {
-      method: 'POST',
-      path: '/responses',
-      headers: { 'content-type': 'application/json' },
-      body: withFields(ex.body, req, fields),
-    };
-  },
-
-  passthroughStream: (ex) => responsesPassthrough(ex),
-
-  bodyUsage: (body) => readResponsesUsage(jsonOrUndefined(body)?.usage),
-
-  deliveredText(frames) {
-    let text = '';
-    for (const e of frameJson(frames)) if (typeof e.delta === 'string') text += e.delta;
-    return text;
-  },
-
   toCanonical(ex, upstreamFamily) {
     const { request, mapping } = responsesToCanonical(ex.request, ex.model!, upstreamFamily);
     ex.set(toolMapping, mapping);
@@ -115,6 +120,8 @@ export const family: Omit<ClientFamily, 'decode' | 'socket'> = {
   writeResponse: (res, ex) => JSON.stringify(canonicalToResponsesBody(res, ex)),
 
   streamWriter: (ex) => responsesStreamWriter(ex),
+
+  passthrough,
 };
 
 export function decode(ex: Exchange, caps: RequestCaps): void {

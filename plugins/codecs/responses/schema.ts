@@ -3,9 +3,10 @@
  * of their type, so an error can name the item (`input[3].call_id`); unknown fields pass through.
  */
 import { compileValidator, GatewayError, type RequestValidator } from '../../../src/plugin-api.js';
+import type { RequestOf } from '../schema-types.js';
 
-const text = { type: 'string' };
-const callId = { type: 'string', minLength: 1 };
+const text = { type: 'string' } as const;
+const callId = { type: 'string', minLength: 1 } as const;
 
 const inputPart = {
   type: 'object',
@@ -24,7 +25,7 @@ const inputPart = {
     { properties: { type: { const: 'input_file' } } },
     { properties: { type: { const: 'input_audio' } } },
   ],
-};
+} as const;
 
 const outputPart = {
   type: 'object',
@@ -34,9 +35,9 @@ const outputPart = {
     { properties: { type: { const: 'output_text' }, text }, required: ['text'] },
     { properties: { type: { const: 'refusal' }, refusal: text }, required: ['refusal'] },
   ],
-};
+} as const;
 
-const itemSchemas: Record<string, object> = {
+const itemSchemas = {
   message: {
     type: 'object',
     required: ['role', 'content'],
@@ -70,9 +71,9 @@ const itemSchemas: Record<string, object> = {
   },
   reasoning: { type: 'object', properties: { summary: { type: 'array' } } },
   item_reference: { type: 'object', required: ['id'], properties: { id: { type: 'string', minLength: 1 } } },
-};
+} as const;
 
-const toolName = { type: 'string', pattern: '^[A-Za-z0-9_-]{1,64}$' };
+const toolName = { type: 'string', pattern: '^[A-Za-z0-9_-]{1,64}$' } as const;
 
 /** tool_choice and allowed_tools entries: function and custom tools are chosen by name. */
 const byName = {
@@ -80,7 +81,7 @@ const byName = {
     { if: { properties: { type: { const: 'function' } } }, then: { required: ['name'], properties: { name: { type: 'string' }, namespace: text } } },
     { if: { properties: { type: { const: 'custom' } } }, then: { required: ['name'], properties: { name: { type: 'string' }, namespace: text } } },
   ],
-};
+} as const;
 
 const functionTool = {
   properties: {
@@ -90,7 +91,7 @@ const functionTool = {
     strict: { type: ['boolean', 'null'] },
   },
   required: ['name'],
-};
+} as const;
 
 const requestSchema = {
   type: 'object',
@@ -174,7 +175,7 @@ const requestSchema = {
     previous_response_id: { type: ['string', 'null'] },
     store: { type: ['boolean', 'null'] },
   },
-};
+} as const;
 
 const validateRequest = compileValidator(requestSchema);
 const validateItem: Record<string, RequestValidator> = Object.fromEntries(
@@ -184,7 +185,13 @@ const validateItem: Record<string, RequestValidator> = Object.fromEntries(
 /** The item's type; a bare `{role, content}` is a message. */
 export const itemType = (item: Record<string, unknown>) => (typeof item.type === 'string' ? item.type : 'message');
 
-export function validateResponsesRequest(body: Record<string, any>): GatewayError | undefined {
+/**
+ * A Responses request as the codec reads it (fields the schema does not name are in the bytes only).
+ * Input items are checked one by one (`itemSchemas`), so `input` is typed here only as objects.
+ */
+export type ResponsesRequest = RequestOf<typeof requestSchema>;
+
+export function validateResponsesRequest(body: Record<string, unknown>): GatewayError | undefined {
   const invalid = validateRequest(body);
   if (invalid) return invalid;
   if (!Array.isArray(body.input)) return undefined;

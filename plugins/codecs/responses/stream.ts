@@ -25,7 +25,7 @@ import {
   writeResponsesUsage,
 } from './canonical.js';
 
-type Json = Record<string, any>;
+type Json = Record<string, any>; // any: not yet typed; the responses wire types (as chat's and gemini's wire.ts) are still to be written (issue 24)
 
 const USAGE_KEY = Buffer.from('"usage"');
 
