@@ -179,6 +179,8 @@ export interface Config {
   adminToken?: string;
   /** Serve model routes with no authenticating plugin: anyone who reaches the port may call them. */
   allowAnonymous: boolean;
+  /** Prompt-cache affinity for models with more than one channel (src/channels/affinity.ts). */
+  affinity: AffinityConfig;
   admin: {
     /** Origins besides the gateway's own that may make state-changing admin calls. */
     allowedOrigins: string[];
@@ -193,6 +195,16 @@ export interface Config {
   plugins: PluginEntry[];
   upstreams: Record<string, UpstreamConfig>;
   models: ModelConfig[];
+}
+
+export interface AffinityConfig {
+  enabled: boolean;
+  /** A header (lowercase) that names the conversation, read before the agents' session headers. */
+  header?: string;
+  /** How long a pin to a channel other than the conversation's first-ranked one outlives its last turn. */
+  pinTtlMs: number;
+  /** Pins kept at most per thread; the least recently used go first. */
+  maxPins: number;
 }
 
 export const defaultPlugins = [
@@ -293,6 +305,16 @@ const schema = {
     dataDir: { type: 'string', minLength: 1 },
     adminToken: { type: 'string', minLength: 16 },
     allowAnonymous: { type: 'boolean' },
+    affinity: {
+      type: 'object',
+      additionalProperties: false,
+      properties: {
+        enabled: { type: 'boolean' },
+        header: { type: 'string', pattern: '^[A-Za-z0-9!#$%&\'*+.^_`|~-]+$' },
+        pinTtlSeconds: { type: 'integer', minimum: 1 },
+        maxPins: { type: 'integer', minimum: 1 },
+      },
+    },
     admin: {
       type: 'object',
       additionalProperties: false,
@@ -494,6 +516,7 @@ interface RawConfig {
   dataDir?: string;
   adminToken?: string;
   allowAnonymous?: boolean;
+  affinity?: { enabled?: boolean; header?: string; pinTtlSeconds?: number; maxPins?: number };
   admin?: { allowedOrigins?: string[] };
   log?: { level?: string };
   usage?: { journalFsync?: boolean };
@@ -578,6 +601,12 @@ function resolve(raw: RawConfig, env: NodeJS.ProcessEnv, source: string, path?: 
     dataDir: env.SLUICE_DATA_DIR || raw.dataDir || './data',
     adminToken: env.SLUICE_ADMIN_TOKEN || raw.adminToken,
     allowAnonymous: raw.allowAnonymous ?? false,
+    affinity: {
+      enabled: raw.affinity?.enabled ?? true,
+      ...(raw.affinity?.header && { header: raw.affinity.header.toLowerCase() }),
+      pinTtlMs: (raw.affinity?.pinTtlSeconds ?? 3600) * 1000,
+      maxPins: raw.affinity?.maxPins ?? 100_000,
+    },
     admin: { allowedOrigins: raw.admin?.allowedOrigins ?? [] },
     log: { level: env.SLUICE_LOG_LEVEL || raw.log?.level || 'info' },
     usage: { journalFsync: raw.usage?.journalFsync ?? false },

@@ -306,7 +306,7 @@ export async function startGateway(config: Config, log: Logger, source: LoadOpti
   const pipeline = new Pipeline({
     plugins: [...plugins, retirements.plugin],
     // Cool-downs reach the other threads and instances through the limiter, when it is shared.
-    routing: { models, upstreams, channels: new ChannelTable(config.models, config.upstreams, upstreams, undefined, new CoolDowns(limiter.coolDowns)) },
+    routing: { models, upstreams, channels: new ChannelTable(config.models, config.upstreams, upstreams, undefined, new CoolDowns(limiter.coolDowns), config.affinity) },
     dialects,
     log,
     maxUpstreamBodyBytes: config.server.maxUpstreamBodyBytes,

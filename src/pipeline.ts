@@ -6,6 +6,7 @@
  * any plugin or callback), the exchange ends through `finish`, once.
  */
 import type { Logger } from 'pino';
+import { conversationKey } from './channels/affinity.js';
 import { Failover, betweenCalls } from './channels/failover.js';
 import type { Channel, ChannelTable } from './channels/table.js';
 import type { ModelConfig } from './config.js';
@@ -321,7 +322,9 @@ export class Pipeline {
       ex.set(activeRelay, relay);
       return (relay.call = channel.upstream.send(req, relay));
     };
-    const failover: Failover = new Failover(ex, channels, call, (step) => this.attempt(ex, res, step), this.log);
+    const affinity = routing.channels.affinity;
+    const conversation = channels.length > 1 && affinity.current.enabled ? conversationKey(model.id, ex.headers, canonical, affinity.current) : undefined;
+    const failover: Failover = new Failover(ex, channels, call, (step) => this.attempt(ex, res, step), this.log, conversation && { key: conversation, pins: affinity });
     ex.onCancel(() => failover.cancel());
     failover.begin();
   }

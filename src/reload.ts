@@ -139,7 +139,7 @@ export class Reloader {
     const replaced = [...this.upstreams.values()].filter((u) => !kept.has(u));
     const modelChanges = diff(byId(this.config.models), byId(next.models));
     // Channels that did not change keep their circuit breakers.
-    const channels = new ChannelTable(next.models, next.upstreams, upstreams, pipeline.currentRouting().channels);
+    const channels = new ChannelTable(next.models, next.upstreams, upstreams, pipeline.currentRouting().channels, undefined, next.affinity);
     pipeline.reconfigure({ models: new Map(next.models.map((m) => [m.id, m])), upstreams, channels });
     this.config = next;
     this.upstreams = upstreams;

@@ -277,7 +277,8 @@ t.test('a failure after the first byte ends the stream with its failure event, w
 
 t.test('weights split the traffic within a priority', async (t) => {
   const served: Record<string, number> = { good: 0, alt: 0 };
-  for (let i = 0; i < 30; i++) await Promise.all(Array.from({ length: 10 }, () => chat('m-weighted', 'hi [[sim tokens=1]]')));
+  // 300 conversations: affinity keeps one conversation on one channel, and spreads many by weight.
+  for (let i = 0; i < 30; i++) await Promise.all(Array.from({ length: 10 }, (_, j) => chat('m-weighted', `hi ${i}.${j} [[sim tokens=1]]`)));
   const all = await records('m-weighted');
   for (const r of all) served[r.channel]!++;
   t.equal(all.length, 300);

@@ -1,13 +1,14 @@
 /**
  * One exchange's upstream calls: which channel goes first (lower priority first, by weight within
- * a priority, skipping channels whose breaker is open), and, when a call fails before anything
- * reached the client, whether and when another channel is tried. Each call's result goes to its
- * channel's breaker, exactly once.
+ * a priority, skipping channels whose breaker is open; a conversation's own channel first when
+ * affinity knows it), and, when a call fails before anything reached the client, whether and when
+ * another channel is tried. Each call's result goes to its channel's breaker, exactly once.
  */
 import type { Logger } from 'pino';
 import type { UpstreamCall } from '../contracts.js';
 import { GatewayError } from '../errors.js';
 import { StateKey, type Exchange } from '../exchange.js';
+import { rendezvous, type AffinityPins, type ConversationKey } from './affinity.js';
 import type { Channel } from './table.js';
 
 /** A channel the breaker let through, and when the call may start. */
@@ -20,8 +21,16 @@ interface Attempt {
 /** Set while an exchange waits between a failed call and the next one. */
 export const betweenCalls = new StateKey<boolean>('between upstream calls');
 
+/** A conversation's key and the pins it may have, for prompt-cache affinity. */
+export interface Affinity {
+  key: ConversationKey;
+  pins: AffinityPins;
+}
+
 export class Failover {
   private readonly order: Channel[];
+  /** The conversation's first-ranked channel, when affinity ranks them. */
+  private readonly firstRanked: Channel | undefined;
   private readonly tried = new Set<Channel>();
   /** Channels that asked for a short wait (Retry-After): called once more when it is over. */
   private readonly resting = new Map<Channel, number>();
@@ -41,8 +50,19 @@ export class Failover {
     /** Runs a step of the exchange so that an exception ends it in the family's terms. */
     private readonly guard: (step: () => void) => void,
     private readonly log: Logger,
+    private readonly affinity?: Affinity,
   ) {
-    this.order = inOrder(channels);
+    if (!affinity || channels.length < 2) {
+      this.order = inOrder(channels);
+      return;
+    }
+    this.order = inOrder(channels, affinity.key.seed);
+    this.firstRanked = this.order[0];
+    // A conversation pinned to another channel after its own failed goes there first, within the
+    // best priority: when a better-priority channel is back, the conversation goes back to it.
+    const pinned = affinity.pins.channel(affinity.key.id, Date.now());
+    const at = pinned === undefined ? -1 : this.order.findIndex((c) => c.coolDownKey === pinned);
+    if (at > 0 && this.order[at]!.config.priority === this.order[0]!.config.priority) this.order.unshift(...this.order.splice(at, 1));
   }
 
   /**
@@ -89,7 +109,10 @@ export class Failover {
   /** The call's channel answered (a stream ended, a complete answer came, or the client's own mistake). */
   succeeded(): void {
     const attempt = this.settle();
-    if (attempt) attempt.channel.breaker.succeeded(Date.now(), attempt.probe);
+    if (!attempt) return;
+    const now = Date.now();
+    attempt.channel.breaker.succeeded(now, attempt.probe);
+    if (this.affinity) this.affinity.pins.served(this.affinity.key.id, attempt.channel.coolDownKey, attempt.channel === this.firstRanked, now);
   }
 
   /**
@@ -178,12 +201,16 @@ export class Failover {
 /**
  * Channels by priority, and within a priority in a random order weighted by `weight` (each
  * channel's key is an exponential draw with its weight as the rate: the smallest key is channel
- * i with probability wᵢ / Σw, and so on down the list).
+ * i with probability wᵢ / Σw, and so on down the list). With a conversation's seed the draw is
+ * fixed by the conversation and the channel (weighted rendezvous hashing): the same order for
+ * every turn, in every thread and instance, and still each channel's weight share over many
+ * conversations.
  */
-function inOrder(channels: Channel[]): Channel[] {
+function inOrder(channels: Channel[], conversation?: number): Channel[] {
   if (channels.length < 2) return channels;
+  const uniform = conversation === undefined ? () => 1 - Math.random() : (c: Channel) => rendezvous(conversation, c.seed);
   return channels
-    .map((c) => ({ c, key: -Math.log(1 - Math.random()) / c.config.weight }))
+    .map((c) => ({ c, key: -Math.log(uniform(c)) / c.config.weight }))
     .sort((a, b) => a.c.config.priority - b.c.config.priority || a.key - b.key)
     .map((k) => k.c);
 }

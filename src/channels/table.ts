@@ -4,8 +4,9 @@
  * reload builds a new one from the running one, and channels that did not change keep their
  * breaker (and so their state and counts).
  */
-import type { ChannelConfig, ModelConfig, UpstreamConfig } from '../config.js';
+import type { AffinityConfig, ChannelConfig, ModelConfig, UpstreamConfig } from '../config.js';
 import type { Upstream } from '../contracts.js';
+import { AffinityPins, channelSeed } from './affinity.js';
 import { Breaker, type BreakerSnapshot } from './breaker.js';
 import { CoolDowns, coolDownKey } from './cooldown.js';
 import { breakerPolicy, retryPolicy, type RetryPolicy } from './policy.js';
@@ -13,6 +14,8 @@ import { breakerPolicy, retryPolicy, type RetryPolicy } from './policy.js';
 export class Channel {
   /** What this channel's cool-down is kept under: its upstream and upstream model. */
   readonly coolDownKey: string;
+  /** Its rendezvous hash for prompt-cache affinity: from its upstream and upstream model, so a reload keeps it. */
+  readonly seed: number;
 
   constructor(
     readonly config: ChannelConfig,
@@ -26,6 +29,7 @@ export class Channel {
     private readonly coolDowns: CoolDowns = new CoolDowns(),
   ) {
     this.coolDownKey = coolDownKey(config.upstream, config.upstreamModel);
+    this.seed = channelSeed(this.coolDownKey);
   }
 
   /** When the channel's cool-down ends (an upstream's 429 with Retry-After), 0 when it is not cooling down. */
@@ -52,10 +56,13 @@ export class ChannelTable {
   private readonly kinds: Map<string, string>;
   /** Every channel's cool-down; one per gateway (thread), handed from table to table on reload. */
   readonly coolDowns: CoolDowns;
+  /** Conversations pinned away from their first-ranked channel; handed on like the cool-downs. */
+  readonly affinity: AffinityPins;
 
   /**
    * `previous` is the table in use when the config is reloaded: its breakers carry over to the
-   * channels that are the same in the new config, and its cool-downs to every channel.
+   * channels that are the same in the new config, and its cool-downs and affinity pins to every
+   * channel. `affinity` is the config's (on by default).
    */
   constructor(
     models: Iterable<ModelConfig>,
@@ -63,8 +70,11 @@ export class ChannelTable {
     private readonly upstreams: Map<string, Upstream>,
     previous?: ChannelTable,
     coolDowns?: CoolDowns,
+    affinity: AffinityConfig = { enabled: true, pinTtlMs: 3_600_000, maxPins: 100_000 },
   ) {
     this.coolDowns = coolDowns ?? previous?.coolDowns ?? new CoolDowns();
+    this.affinity = previous?.affinity ?? new AffinityPins(affinity);
+    this.affinity.configure(affinity);
     const kept = new Map<string, Breaker>();
     for (const channels of previous?.byModel.values() ?? []) for (const c of channels) kept.set(c.identity, c.breaker);
     this.kinds = new Map(Object.entries(upstreamConfigs).map(([name, c]) => [name, c.kind]));

@@ -18,6 +18,7 @@ import {
   type SimTool,
   type SimToolCall,
   type ToolChoice,
+  type PromptCache,
 } from './engine.js';
 import {
   RequestError,
@@ -71,19 +72,19 @@ const MAX_TOOLS = 128;
 const MAX_STOP = 4;
 
 /** Serves the chat routes (paths relative to the API root, e.g. `/chat/completions`); undefined for any other. */
-export function routeChat(method: string, path: string, body: Buffer | string | undefined, options: ChatOptions): SimReply | undefined {
+export function routeChat(method: string, path: string, body: Buffer | string | undefined, options: ChatOptions, cache?: PromptCache): SimReply | undefined {
   const bare = path.split('?', 1)[0];
-  if (method === 'POST' && bare === '/chat/completions') return chatCompletion(body);
+  if (method === 'POST' && bare === '/chat/completions') return chatCompletion(body, cache);
   if (method === 'GET' && bare === '/models') return modelList(options.models);
   return undefined;
 }
 
-export function chatCompletion(body: Buffer | string | undefined): SimReply {
+export function chatCompletion(body: Buffer | string | undefined, cache?: PromptCache): SimReply {
   const json = parseJsonBody(body);
   if ('reply' in json) return json.reply;
   const request = parseOr400(() => parseChatRequest(json.value));
   if ('reply' in request) return request.reply;
-  const p = plan(request.value.input);
+  const p = plan(request.value.input, cache);
   return withWireQuirks(renderChat(request.value, p), p);
 }
 

@@ -8,6 +8,7 @@
  * follows what the prompt asks for ("Read the file X": a file-reading tool, else a shell running
  * `cat X`), and the answer to a tool result repeats what the tool returned.
  */
+import { createHash } from 'node:crypto';
 import { estimateTokens } from '../../../src/plugin-api.js';
 
 export type Role = 'system' | 'user' | 'assistant' | 'tool';
@@ -148,7 +149,43 @@ const VOCABULARY = (
  */
 const SPACED_VOCABULARY = VOCABULARY.map((word) => ' ' + word);
 
-export function plan(input: EngineInput): Plan {
+/**
+ * A provider's automatic prompt cache, modelled for measuring routing: the longest prefix of a
+ * prompt, at a message boundary, that this upstream has been sent before is read from its cache
+ * (reported as cached tokens), as OpenAI's, Anthropic's and Gemini's implicit caches do. Each
+ * upstream has its own: a conversation that moves to another channel starts cold there.
+ */
+export class PromptCache {
+  /** Digests of the prefixes seen, oldest first (a Map keeps insertion order): an LRU. */
+  private readonly seen = new Map<string, true>();
+
+  constructor(private readonly maxPrefixes = 100_000) {}
+
+  /** The prompt tokens of `messages` read from the cache; then every prefix of it is remembered. */
+  read(messages: SimMessage[]): number {
+    let digest = '';
+    let cachedMessages = 0;
+    const prefixes: string[] = [];
+    for (let i = 0; i < messages.length; i++) {
+      // Each prefix's digest chains the previous one's: one pass over the prompt.
+      digest = createHash('sha256').update(digest).update(JSON.stringify(messages[i])).digest('base64');
+      prefixes.push(digest);
+      if (this.seen.has(digest)) cachedMessages = i + 1;
+    }
+    for (const prefix of prefixes) {
+      this.seen.delete(prefix);
+      this.seen.set(prefix, true);
+    }
+    for (const oldest of this.seen.keys()) {
+      if (this.seen.size <= this.maxPrefixes) break;
+      this.seen.delete(oldest);
+    }
+    return cachedMessages === 0 ? 0 : inputTokens(messages.slice(0, cachedMessages));
+  }
+}
+
+/** `cache`: the upstream's prompt cache, when it models one; `cached=N` still sets a floor. */
+export function plan(input: EngineInput, cache?: PromptCache): Plan {
   const lastUser = input.messages.findLast((m) => m.role === 'user');
   const directives = parseDirectives(lastUser?.text ?? '');
   const seed = conversationSeed(input.messages);
@@ -162,7 +199,7 @@ export function plan(input: EngineInput): Plan {
   const choices: ChoicePlan[] = [];
   for (let i = 0; i < input.n; i++) choices.push(planChoice(limited, directives, seed + i * 0x9e3779b9, sample, pick));
   const prompt = inputTokens(input.messages);
-  const cachedTokens = Math.min(directives.cached ?? 0, prompt);
+  const cachedTokens = Math.min(Math.max(directives.cached ?? 0, cache?.read(input.messages) ?? 0), prompt);
   return {
     choices,
     usage: {

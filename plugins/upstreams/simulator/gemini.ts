@@ -23,6 +23,7 @@ import {
   type SimMessage,
   type SimTool,
   type ToolChoice,
+  type PromptCache,
 } from './engine.js';
 import {
   JSON_HEADERS,
@@ -115,7 +116,7 @@ const ARRAY_SEPARATOR = ',\r\n';
  * Serves the Gemini routes (paths relative to `/v1beta`, query string included, e.g.
  * `/models/sim-gemini:streamGenerateContent?alt=sse`); undefined for any other.
  */
-export function routeGemini(method: string, path: string, body: Buffer | string | undefined, options: GeminiOptions): SimReply | undefined {
+export function routeGemini(method: string, path: string, body: Buffer | string | undefined, options: GeminiOptions, cache?: PromptCache): SimReply | undefined {
   const q = path.indexOf('?');
   const bare = q < 0 ? path : path.slice(0, q);
   const query = new URLSearchParams(q < 0 ? '' : path.slice(q + 1));
@@ -128,9 +129,9 @@ export function routeGemini(method: string, path: string, body: Buffer | string 
   const model = modelId(target.slice(0, colon));
   switch (target.slice(colon + 1)) {
     case 'generateContent':
-      return generateContent(model, body);
+      return generateContent(model, body, undefined, cache);
     case 'streamGenerateContent':
-      return generateContent(model, body, query.get('alt') === 'sse' ? 'sse' : 'json-array');
+      return generateContent(model, body, query.get('alt') === 'sse' ? 'sse' : 'json-array', cache);
     case 'countTokens':
       return countTokens(body);
     default:
@@ -138,12 +139,12 @@ export function routeGemini(method: string, path: string, body: Buffer | string 
   }
 }
 
-export function generateContent(model: string, body: Buffer | string | undefined, stream?: GeminiStreamMode): SimReply {
+export function generateContent(model: string, body: Buffer | string | undefined, stream?: GeminiStreamMode, cache?: PromptCache): SimReply {
   const json = readJson(body);
   if (!('value' in json)) return unreadable(json.problem);
   const request = parseOr(() => parseGeminiRequest(json.value, model, stream), refuse);
   if ('reply' in request) return request.reply;
-  const p = plan(request.value.input);
+  const p = plan(request.value.input, cache);
   return withWireQuirks(renderGemini(request.value, p), p);
 }
 

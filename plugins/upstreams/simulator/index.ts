@@ -9,6 +9,7 @@ import { definePlugin, GatewayError, type ResponseSink, type Upstream, type Upst
 import { DEFAULT_MODELS, routeChat, type ChatOptions } from './chat.js';
 import { DEFAULT_GEMINI_MODELS, geminiNotFound, routeGemini } from './gemini.js';
 import { DEFAULT_MESSAGES_MODELS, messagesNotFound, routeMessages } from './messages.js';
+import { PromptCache } from './engine.js';
 import { notFound, type ReplyStep, type SimReply } from './reply.js';
 import { routeResponses } from './responses.js';
 
@@ -25,6 +26,8 @@ export interface SimulatorRoutes extends ChatOptions {
    * default), 'gemini' or 'anthropic'. Generation routes of every family are served either way.
    */
   listing?: 'openai' | 'gemini' | 'anthropic';
+  /** The upstream's prompt cache, when it models one (`promptCache: true`): cached tokens follow what it has seen. */
+  promptCache?: PromptCache;
 }
 
 /**
@@ -43,14 +46,15 @@ export function routeSimulator(
 ): SimReply | undefined {
   const gemini = { models: options.geminiModels ?? DEFAULT_GEMINI_MODELS };
   const anthropic = options.listing === 'anthropic' ? { models: options.messagesModels ?? DEFAULT_MESSAGES_MODELS } : undefined;
-  const messages = () => routeMessages(method, path, body, headers, anthropic);
-  if (options.listing === 'gemini') return routeGemini(method, path, body, gemini) ?? routeChat(method, path, body, options) ?? routeResponses(method, path, body) ?? messages();
-  if (anthropic) return messages() ?? routeChat(method, path, body, options) ?? routeResponses(method, path, body) ?? (method === 'POST' ? routeGemini(method, path, body, gemini) : undefined);
+  const cache = options.promptCache;
+  const messages = () => routeMessages(method, path, body, headers, anthropic, cache);
+  if (options.listing === 'gemini') return routeGemini(method, path, body, gemini, cache) ?? routeChat(method, path, body, options, cache) ?? routeResponses(method, path, body, cache) ?? messages();
+  if (anthropic) return messages() ?? routeChat(method, path, body, options, cache) ?? routeResponses(method, path, body, cache) ?? (method === 'POST' ? routeGemini(method, path, body, gemini, cache) : undefined);
   return (
-    routeChat(method, path, body, options) ??
-    routeResponses(method, path, body) ??
+    routeChat(method, path, body, options, cache) ??
+    routeResponses(method, path, body, cache) ??
     messages() ??
-    (method === 'POST' ? routeGemini(method, path, body, gemini) : undefined)
+    (method === 'POST' ? routeGemini(method, path, body, gemini, cache) : undefined)
   );
 }
 
@@ -190,7 +194,8 @@ class ReplyPlayer implements UpstreamCall {
  * An in-process simulator channel. Options: `family` ('chat', the default, 'responses', 'gemini' or
  * 'messages': the family the gateway is told this upstream speaks) and `models` (ids listed by
  * `GET /models`: OpenAI's list, or Google's or Anthropic's for those families, whose
- * `GET /models/{id}` and 404s are theirs too).
+ * `GET /models/{id}` and 404s are theirs too), `promptCache` (true: a prompt cache of its own, so
+ * `cached` usage counts the prompt's prefix this channel has seen before, as a provider's does).
  */
 export function simulatorUpstream(name: string, options: Record<string, unknown>): Upstream {
   const family = familyOption(name, options.family);
@@ -199,6 +204,7 @@ export function simulatorUpstream(name: string, options: Record<string, unknown>
   let routes: SimulatorRoutes = { models };
   if (family === 'gemini') routes = { models: DEFAULT_MODELS, geminiModels: models, listing: 'gemini' };
   else if (family === 'messages') routes = { models: DEFAULT_MODELS, messagesModels: models, listing: 'anthropic' };
+  if (promptCacheOption(name, options.promptCache)) routes.promptCache = new PromptCache();
   const missing = family === 'gemini' ? geminiNotFound : family === 'messages' ? messagesNotFound : notFound;
   return {
     name,
@@ -218,6 +224,11 @@ function familyOption(name: string, value: unknown): SimulatorFamily {
   if (value === undefined) return 'chat';
   if (value === 'chat' || value === 'responses' || value === 'gemini' || value === 'messages') return value;
   throw new Error(`upstream ${name}: 'family' must be 'chat', 'responses', 'gemini' or 'messages'`);
+}
+
+function promptCacheOption(name: string, value: unknown): boolean {
+  if (value === undefined || typeof value === 'boolean') return value === true;
+  throw new Error(`upstream ${name}: 'promptCache' must be true or false`);
 }
 
 function modelsOption(name: string, value: unknown, fallback: string[]): string[] {

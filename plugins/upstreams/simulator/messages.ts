@@ -7,7 +7,7 @@
  */
 import { createHmac } from 'node:crypto';
 import { eventFrame } from '../../../src/plugin-api.js';
-import { calls, fragments, inputTokens, plan, type EngineInput, type JsonSchema, type Plan, type PlannedCall, type SimMessage, type SimTool, type ToolChoice } from './engine.js';
+import { calls, fragments, inputTokens, plan, type EngineInput, type JsonSchema, type Plan, type PlannedCall, type PromptCache, type SimMessage, type SimTool, type ToolChoice } from './engine.js';
 import {
   MAX_JSON_DEPTH,
   RequestError,
@@ -132,9 +132,10 @@ export function routeMessages(
   body: Buffer | string | undefined,
   headers: Record<string, string>,
   options?: MessagesOptions,
+  cache?: PromptCache,
 ): SimReply | undefined {
   const bare = path.split('?', 1)[0];
-  if (method === 'POST' && bare === '/messages') return createMessage(body, headers);
+  if (method === 'POST' && bare === '/messages') return createMessage(body, headers, cache);
   if (method === 'POST' && bare === '/messages/count_tokens') return countTokens(body, headers);
   if (method !== 'GET' || !options) return undefined;
   if (bare === '/models') return messagesModelList(options.models);
@@ -149,12 +150,12 @@ export function messagesHeaderProblem(headers: Record<string, string>): SimReply
   return undefined;
 }
 
-export function createMessage(body: Buffer | string | undefined, headers: Record<string, string> = {}): SimReply {
+export function createMessage(body: Buffer | string | undefined, headers: Record<string, string> = {}, cache?: PromptCache): SimReply {
   const json = readJson(body);
   if (!('value' in json)) return unreadable(json.problem);
   const request = parseOr(() => parseMessagesRequest(json.value, headers), refuse);
   if ('reply' in request) return request.reply;
-  const p = plan(request.value.input);
+  const p = plan(request.value.input, cache);
   return withWireQuirks(renderMessages(request.value, p), p);
 }
 

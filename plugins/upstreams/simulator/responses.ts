@@ -18,6 +18,7 @@ import {
   type SimMessage,
   type SimTool,
   type ToolChoice,
+  type PromptCache,
 } from './engine.js';
 import {
   RequestError,
@@ -104,18 +105,18 @@ const MOVED_PARAMETERS: [string, string][] = [
 ];
 
 /** Serves `POST /responses` (relative to the API root); undefined for any other route. */
-export function routeResponses(method: string, path: string, body: Buffer | string | undefined): SimReply | undefined {
+export function routeResponses(method: string, path: string, body: Buffer | string | undefined, cache?: PromptCache): SimReply | undefined {
   const bare = path.split('?', 1)[0];
-  if (method === 'POST' && bare === '/responses') return createResponse(body);
+  if (method === 'POST' && bare === '/responses') return createResponse(body, cache);
   return undefined;
 }
 
-export function createResponse(body: Buffer | string | undefined): SimReply {
+export function createResponse(body: Buffer | string | undefined, cache?: PromptCache): SimReply {
   const json = parseJsonBody(body);
   if ('reply' in json) return json.reply;
   const request = parseOr400(() => parseResponsesRequest(json.value));
   if ('reply' in request) return request.reply;
-  const p = plan(request.value.input);
+  const p = plan(request.value.input, cache);
   return withWireQuirks(renderResponses(request.value, p), p);
 }
 
