@@ -181,6 +181,8 @@ export interface Config {
   allowAnonymous: boolean;
   /** Prompt-cache affinity for models with more than one channel (src/channels/affinity.ts). */
   affinity: AffinityConfig;
+  /** OTLP trace export (plugins/tracing); absent: only the standard OTEL_* variables can turn it on. */
+  tracing?: TracingConfig;
   admin: {
     /** Origins besides the gateway's own that may make state-changing admin calls. */
     allowedOrigins: string[];
@@ -207,6 +209,14 @@ export interface AffinityConfig {
   maxPins: number;
 }
 
+export interface TracingConfig {
+  /** The receiver's traces URL, e.g. http://127.0.0.1:4318/v1/traces. */
+  endpoint: string;
+  protocol: 'http/protobuf' | 'http/json';
+  headers: Record<string, string>;
+  serviceName: string;
+}
+
 export const defaultPlugins = [
   'auth',
   'grant',
@@ -224,6 +234,7 @@ export const defaultPlugins = [
   'usage',
   'access-log',
   'metrics',
+  'tracing',
   'console',
 ];
 
@@ -305,6 +316,17 @@ const schema = {
     dataDir: { type: 'string', minLength: 1 },
     adminToken: { type: 'string', minLength: 16 },
     allowAnonymous: { type: 'boolean' },
+    tracing: {
+      type: 'object',
+      additionalProperties: false,
+      required: ['endpoint'],
+      properties: {
+        endpoint: { type: 'string', pattern: '^https?://' },
+        protocol: { enum: ['http/protobuf', 'http/json'] },
+        headers: { type: 'object', additionalProperties: { type: 'string' } },
+        serviceName: { type: 'string', minLength: 1 },
+      },
+    },
     affinity: {
       type: 'object',
       additionalProperties: false,
@@ -517,6 +539,7 @@ interface RawConfig {
   adminToken?: string;
   allowAnonymous?: boolean;
   affinity?: { enabled?: boolean; header?: string; pinTtlSeconds?: number; maxPins?: number };
+  tracing?: { endpoint: string; protocol?: TracingConfig['protocol']; headers?: Record<string, string>; serviceName?: string };
   admin?: { allowedOrigins?: string[] };
   log?: { level?: string };
   usage?: { journalFsync?: boolean };
@@ -601,6 +624,9 @@ function resolve(raw: RawConfig, env: NodeJS.ProcessEnv, source: string, path?: 
     dataDir: env.SLUICE_DATA_DIR || raw.dataDir || './data',
     adminToken: env.SLUICE_ADMIN_TOKEN || raw.adminToken,
     allowAnonymous: raw.allowAnonymous ?? false,
+    ...(raw.tracing && {
+      tracing: { endpoint: raw.tracing.endpoint, protocol: raw.tracing.protocol ?? 'http/protobuf', headers: raw.tracing.headers ?? {}, serviceName: raw.tracing.serviceName ?? 'sluice' },
+    }),
     affinity: {
       enabled: raw.affinity?.enabled ?? true,
       ...(raw.affinity?.header && { header: raw.affinity.header.toLowerCase() }),

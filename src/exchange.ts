@@ -35,8 +35,20 @@ export class StateKey<T> {
   declare readonly _type: T;
 }
 
+/** One upstream call of an exchange. */
+export interface UpstreamCallRecord {
+  /** The channel's upstream and the model as that upstream knows it. */
+  upstream: string;
+  upstreamModel: string;
+  startedAt: number;
+  /** When its answer ended, it failed, or the exchange was cut short; undefined while under way. */
+  endedAt: number | undefined;
+  /** Why it failed; undefined when it answered. */
+  error: string | undefined;
+}
+
 /** What only the pipeline writes: how far an exchange got, and how it ended. */
-type Lifecycle = 'stage' | 'aborted' | 'over' | 'outcome' | 'status' | 'error' | 'usage' | 'cost' | 'ttfbMs' | 'upstream' | 'channel' | 'attempts';
+type Lifecycle = 'stage' | 'aborted' | 'over' | 'outcome' | 'status' | 'error' | 'usage' | 'cost' | 'ttfbMs' | 'upstream' | 'channel' | 'attempts' | 'calls';
 
 /**
  * An exchange as plugins see it (the plugin API's `Exchange`): its facts, its state bag and its
@@ -68,6 +80,8 @@ export class Exchange {
   channel: ChannelConfig | undefined;
   /** Upstream calls made so far: more than one after a failover. */
   attempts = 0;
+  /** Each upstream call, in order, with its timing and how it ended (the tracing plugin's client spans). */
+  readonly calls: UpstreamCallRecord[] = [];
 
   status = 0;
   /** Milliseconds from arrival to the first response byte written. */

@@ -41,11 +41,12 @@ export type {
   UpstreamStats,
   Usage,
 } from './contracts.js';
-export type { Config, ModelConfig } from './config.js';
+export type { Config, ModelConfig, TracingConfig } from './config.js';
 
 // One exchange, its per-plugin state, and how it fails.
 export { StateKey } from './exchange.js';
-export type { ExchangeView as Exchange } from './exchange.js';
+export type { ExchangeView as Exchange, UpstreamCallRecord } from './exchange.js';
+export type { TraceContext } from './trace.js';
 export { GatewayError, codeForStatus } from './errors.js';
 export type { ErrorCode, ErrorKind } from './errors.js';
 

@@ -108,7 +108,7 @@ export class Failover {
 
   /** The call's channel answered (a stream ended, a complete answer came, or the client's own mistake). */
   succeeded(): void {
-    const attempt = this.settle();
+    const attempt = this.settle(undefined);
     if (!attempt) return;
     const now = Date.now();
     attempt.channel.breaker.succeeded(now, attempt.probe);
@@ -122,7 +122,7 @@ export class Failover {
    * 429, so its Retry-After also cools the channel down for every exchange.
    */
   failed(err: GatewayError, retryAfterMs: number | undefined, retry: boolean, rateLimited = false): boolean {
-    const attempt = this.settle();
+    const attempt = this.settle(err.message);
     if (!attempt) return false;
     const { channel, probe } = attempt;
     const now = Date.now();
@@ -158,21 +158,31 @@ export class Failover {
     clearTimeout(this.timer);
     this.timer = undefined;
     this.call?.abort();
-    const attempt = this.settle();
+    const attempt = this.settle('the exchange was cut short');
     if (attempt) attempt.channel.breaker.released(attempt.probe);
   }
 
   private start(attempt: Attempt): void {
     this.ex.set(betweenCalls, false);
     this.current = attempt;
+    const { upstream, upstreamModel } = attempt.channel.config;
+    this.ex.calls.push({ upstream, upstreamModel, startedAt: Date.now(), endedAt: undefined, error: undefined });
     this.call = this.launch(attempt.channel);
   }
 
-  /** Ends the current attempt's hold on its breaker ticket; undefined when it was already settled. */
-  private settle(): Attempt | undefined {
+  /**
+   * Ends the current attempt's hold on its breaker ticket, and its record with `error` (undefined:
+   * it answered); undefined when it was already settled (or, after a backoff was cut short, never made).
+   */
+  private settle(error: string | undefined): Attempt | undefined {
     const attempt = this.current;
     this.current = undefined;
     this.call = undefined;
+    const record = this.ex.calls.at(-1);
+    if (attempt && record && record.endedAt === undefined) {
+      record.endedAt = Date.now();
+      record.error = error;
+    }
     return attempt;
   }
 

@@ -1,0 +1,169 @@
+/**
+ * OTLP trace export: one server span per model exchange and one client span per upstream call
+ * (a failover shows each attempt), with the OpenTelemetry GenAI attributes, sent by the
+ * OpenTelemetry SDK over OTLP/HTTP, protobuf or JSON.
+ *
+ * Off unless the config's `tracing.endpoint` or the standard `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` /
+ * `OTEL_EXPORTER_OTLP_ENDPOINT` variables name a receiver (and `OTEL_SDK_DISABLED` is not true).
+ * Off, the plugin joins no phase and loads nothing of the SDK: it costs nothing per exchange.
+ *
+ * The spans are made when the exchange is done, from what it recorded (its trace context, its
+ * timing, each upstream call): nothing is added to the exchange's own path. The server span keeps
+ * the exchange's own span id, the one the access log names and the upstream's `traceparent`
+ * carries as its parent, so an upstream's own spans join the same tree.
+ */
+import { definePlugin, type Exchange, type TracingConfig } from '../../src/plugin-api.js';
+
+/** The GenAI provider names of the upstream families (the `gen_ai.provider.name` registry). */
+const PROVIDER: Record<string, string> = { chat: 'openai', responses: 'openai', messages: 'anthropic', gemini: 'gcp.gemini' };
+
+type Protocol = TracingConfig['protocol'];
+
+/** Where to send and how, from the config or else the environment; undefined: tracing is off. */
+export function exportSettings(config: TracingConfig | undefined, env: NodeJS.ProcessEnv): TracingConfig | undefined {
+  if (config) return config;
+  if (env.OTEL_SDK_DISABLED?.trim().toLowerCase() === 'true') return undefined;
+  const traces = env.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT?.trim();
+  const base = env.OTEL_EXPORTER_OTLP_ENDPOINT?.trim();
+  if (!traces && !base) return undefined;
+  // The specification's rule: the signal's own variable is used as it is; the base gets /v1/traces.
+  const endpoint = traces || `${base!.replace(/\/+$/, '')}/v1/traces`;
+  const protocol = (env.OTEL_EXPORTER_OTLP_TRACES_PROTOCOL ?? env.OTEL_EXPORTER_OTLP_PROTOCOL ?? 'http/protobuf').trim();
+  if (protocol !== 'http/protobuf' && protocol !== 'http/json') {
+    throw new Error(`OTEL_EXPORTER_OTLP_PROTOCOL: Sluice exports traces over http/protobuf or http/json, not ${protocol}; set one of those (the collector's OTLP/HTTP port, usually 4318)`);
+  }
+  return { endpoint, protocol: protocol as Protocol, headers: otlpHeaders(env.OTEL_EXPORTER_OTLP_TRACES_HEADERS ?? env.OTEL_EXPORTER_OTLP_HEADERS), serviceName: env.OTEL_SERVICE_NAME?.trim() || 'sluice' };
+}
+
+/** `key1=value1,key2=value2`, values percent-encoded (the OTLP exporter specification's format). */
+function otlpHeaders(text: string | undefined): Record<string, string> {
+  const headers: Record<string, string> = {};
+  for (const pair of (text ?? '').split(',')) {
+    const eq = pair.indexOf('=');
+    if (eq > 0) headers[decodeURIComponent(pair.slice(0, eq).trim())] = decodeURIComponent(pair.slice(eq + 1).trim());
+  }
+  return headers;
+}
+
+export default definePlugin(async ({ config, log }) => {
+  const settings = exportSettings(config.tracing, process.env);
+  if (!settings) return { name: 'tracing' };
+
+  const api = await import('@opentelemetry/api');
+  const sdk = await import('@opentelemetry/sdk-trace-base');
+  const { resourceFromAttributes } = await import('@opentelemetry/resources');
+  const { OTLPTraceExporter } =
+    settings.protocol === 'http/json' ? await import('@opentelemetry/exporter-trace-otlp-http') : await import('@opentelemetry/exporter-trace-otlp-proto');
+
+  // The SDK makes the ids; the server span must have the exchange's own, so they are handed over
+  // just before that span starts (startSpan asks for them synchronously).
+  const random = new sdk.RandomIdGenerator();
+  let presetTraceId: string | undefined;
+  let presetSpanId: string | undefined;
+  const ids = {
+    generateTraceId: () => {
+      const id = presetTraceId ?? random.generateTraceId();
+      presetTraceId = undefined;
+      return id;
+    },
+    generateSpanId: () => {
+      const id = presetSpanId ?? random.generateSpanId();
+      presetSpanId = undefined;
+      return id;
+    },
+  };
+  const exporter = new OTLPTraceExporter({ url: settings.endpoint, headers: settings.headers });
+  const provider = new sdk.BasicTracerProvider({
+    resource: resourceFromAttributes({ 'service.name': settings.serviceName }),
+    idGenerator: ids,
+    spanProcessors: [new sdk.BatchSpanProcessor(exporter)],
+  });
+  const tracer = provider.getTracer('sluice');
+  log.info({ endpoint: settings.endpoint, protocol: settings.protocol }, 'exporting traces over OTLP');
+
+  const spanOf = (ex: Exchange) => {
+    const { traceId, spanId, parentId, sampled } = ex.trace;
+    // The client's span is the parent when it sent one; else this exchange is the trace's root.
+    const parent = parentId
+      ? api.trace.setSpanContext(api.ROOT_CONTEXT, { traceId, spanId: parentId, traceFlags: sampled ? api.TraceFlags.SAMPLED : api.TraceFlags.NONE, isRemote: true })
+      : api.ROOT_CONTEXT;
+    presetTraceId = traceId;
+    presetSpanId = spanId;
+    const operation = ex.family === 'gemini' ? 'generate_content' : 'chat';
+    const upstreamFamily = ex.upstream?.family;
+    const server = tracer.startSpan(
+      `${operation} ${ex.modelId}`,
+      {
+        kind: api.SpanKind.SERVER,
+        startTime: ex.createdAt,
+        attributes: {
+          'gen_ai.operation.name': operation,
+          ...(upstreamFamily && { 'gen_ai.provider.name': PROVIDER[upstreamFamily] ?? upstreamFamily, 'gen_ai.system': PROVIDER[upstreamFamily] ?? upstreamFamily }),
+          'gen_ai.request.model': ex.modelId,
+          ...(ex.model?.upstreamModel && { 'gen_ai.response.model': ex.model.upstreamModel }),
+          ...usageAttributes(ex),
+          ...(ex.cost !== undefined && { 'sluice.cost': ex.cost }),
+          ...(ex.channel && { 'sluice.channel': ex.channel.name }),
+          'sluice.attempts': ex.attempts,
+          'sluice.family': ex.family,
+          'sluice.stream': ex.stream,
+          'sluice.outcome': ex.outcome,
+          'http.request.method': ex.endpoint.method.toUpperCase(),
+          'http.response.status_code': ex.reportedStatus,
+          ...(ex.error && { 'error.type': ex.error.code }),
+        },
+      },
+      parent,
+    );
+    presetTraceId = undefined;
+    return server;
+  };
+
+  return {
+    name: 'tracing',
+    done(ex) {
+      if (ex.endpoint.kind !== 'generate' && ex.endpoint.kind !== 'socket') return;
+      if (ex.trace.parentId && !ex.trace.sampled) return;
+      const server = spanOf(ex);
+      const context = api.trace.setSpan(api.ROOT_CONTEXT, server);
+      const now = Date.now();
+      ex.calls.forEach((call, i) => {
+        const client = tracer.startSpan(
+          `${ex.family === 'gemini' ? 'generate_content' : 'chat'} ${call.upstreamModel}`,
+          {
+            kind: api.SpanKind.CLIENT,
+            startTime: call.startedAt,
+            attributes: {
+              'gen_ai.request.model': call.upstreamModel,
+              ...(ex.upstream && { 'gen_ai.provider.name': PROVIDER[ex.upstream.family] ?? ex.upstream.family }),
+              'sluice.upstream': call.upstream,
+              'sluice.attempt': i + 1,
+              ...(call.error !== undefined && { 'error.type': 'upstream_call_failed' }),
+            },
+          },
+          context,
+        );
+        if (call.error !== undefined) client.setStatus({ code: api.SpanStatusCode.ERROR, message: call.error });
+        client.end(call.endedAt ?? now);
+      });
+      if (ex.outcome !== 'finished' || ex.error) server.setStatus({ code: api.SpanStatusCode.ERROR, message: ex.error?.message ?? ex.outcome });
+      server.end(now);
+    },
+    async close() {
+      await provider.shutdown();
+    },
+  };
+});
+
+/** Token usage under the GenAI names; cache reads and writes are included in the input tokens, as the conventions say. */
+function usageAttributes(ex: Exchange): Record<string, number> {
+  const usage = ex.usage;
+  if (!usage) return {};
+  return {
+    'gen_ai.usage.input_tokens': usage.inputTokens,
+    'gen_ai.usage.output_tokens': usage.outputTokens,
+    ...(usage.cachedTokens !== undefined && { 'gen_ai.usage.cache_read.input_tokens': usage.cachedTokens }),
+    ...(usage.cacheWriteTokens !== undefined && { 'gen_ai.usage.cache_creation.input_tokens': usage.cacheWriteTokens }),
+    ...(usage.reasoningTokens !== undefined && { 'gen_ai.usage.reasoning.output_tokens': usage.reasoningTokens }),
+  };
+}
