@@ -11,7 +11,8 @@ import type { Config } from './config.js';
 import type { ClientFamily, Endpoint, JsonHandler, JsonReply } from './contracts.js';
 import { GatewayError } from './errors.js';
 import { Exchange } from './exchange.js';
-import type { ClientResponse, Pipeline } from './pipeline.js';
+import type { ClientResponse } from './client-response.js';
+import type { Pipeline } from './pipeline.js';
 import { RouteHints, type ServedRoute } from './server-route-hints.js';
 import { addSocketRoutes, type OpenSockets } from './socket.js';
 
