@@ -10,7 +10,7 @@ import { join } from 'node:path';
 import type { Logger } from 'pino';
 import type { AdminCredential } from './admin/token.js';
 import { unpricedBudgetWarnings } from './budget.js';
-import type { Config, ModelConfig } from './config.js';
+import type { Config, ModelConfig } from './config/types.js';
 import type { ReloadOutcome } from './reload.js';
 import { CachedStore } from './store/cache.js';
 import { JournaledStore, type JournalOptions } from './store/journal.js';

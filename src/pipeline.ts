@@ -8,10 +8,11 @@
 import type { Logger } from 'pino';
 import { Failover, betweenCalls } from './channels/failover.js';
 import type { Channel, ChannelTable } from './channels/table.js';
-import type { ModelConfig } from './config.js';
+import type { ModelConfig } from './config/types.js';
 import type { Plugin, PhaseResult, Upstream, UpstreamCall, UpstreamDialect } from './contracts.js';
 import { GatewayError, asGatewayError, errorHeaders } from './errors.js';
-import type { Exchange, Outcome } from './exchange.js';
+import type { Exchange } from './exchange.js';
+import type { Outcome } from './contracts.js';
 import { applyModelRules } from './model-rules.js';
 import type { ClientResponse } from './client-response.js';
 import { Relay, activeRelay, type RelayOwner } from './relay.js';

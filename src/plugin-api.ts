@@ -29,13 +29,13 @@ export type {
   UpstreamFactory,
   UpstreamRequest,
   UpstreamStats,
-  Usage,
 } from './contracts.js';
-export type { Config, ModelConfig } from './config.js';
+export type { Usage } from './usage.js';
+export type { Config, ModelConfig } from './config/types.js';
 
 // One exchange, its per-plugin state, and how it fails.
-export { StateKey } from './exchange.js';
-export type { ExchangeView as Exchange } from './exchange.js';
+export { StateKey } from './state-key.js';
+export type { ExchangeView as Exchange } from './contracts.js';
 export { GatewayError, codeForStatus } from './errors.js';
 export type { ErrorCode, ErrorKind } from './errors.js';
 

@@ -6,9 +6,12 @@
 import type { Event, Response } from './canonical.js';
 import type { ClientResponse } from './client-response.js';
 import { retryAfterMs, type Failover } from './channels/failover.js';
-import type { ClientStream, Plugin, ResponseSink, Upstream, UpstreamCall, UpstreamDialect, Usage } from './contracts.js';
+import type { ClientStream, Plugin, ResponseSink, Upstream, UpstreamCall, UpstreamDialect } from './contracts.js';
+import type { Usage } from './usage.js';
 import { errorHeaders, GatewayError, withRetryAfter } from './errors.js';
-import { StateKey, type Exchange, type Outcome } from './exchange.js';
+import { StateKey } from './state-key.js';
+import type { Exchange } from './exchange.js';
+import type { Outcome } from './contracts.js';
 import { replaceStringField } from './json-splice.js';
 import { SseSplitter, frameData, sniffEventStream, type SparseScan } from './sse.js';
 import { SAMPLE_BYTES, answerText, deliveredOutput, deliveredScale, estimateUsage } from './usage-estimate.js';

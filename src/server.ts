@@ -7,7 +7,7 @@ import { createServer } from 'node:net';
 import { STATUS_CODES } from 'node:http';
 import { loadUws, type HttpRequest, type HttpResponse, type us_listen_socket } from './uws.js';
 import type { Logger } from 'pino';
-import type { Config } from './config.js';
+import type { Config } from './config/types.js';
 import type { ClientFamily, Endpoint, JsonHandler, JsonReply } from './contracts.js';
 import { GatewayError } from './errors.js';
 import { Exchange } from './exchange.js';

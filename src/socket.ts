@@ -10,7 +10,7 @@
  */
 import { STATUS_CODES } from 'node:http';
 import type { HttpRequest, HttpResponse, TemplatedApp, WebSocket } from './uws.js';
-import type { WebSocketLimits } from './config.js';
+import type { WebSocketLimits } from './config/types.js';
 import { socketTurn, type ClientFamily, type SocketProtocol } from './contracts.js';
 import { GatewayError, asGatewayError, type ErrorCode } from './errors.js';
 import { Exchange } from './exchange.js';

@@ -7,7 +7,8 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import t from 'tap';
-import { defaultPlugins, loadConfig } from '../src/config.js';
+import { loadConfig } from '../src/config/load.js';
+import { defaultPlugins } from '../src/config/defaults.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'sluice-extra-plugins-'));
 t.teardown(() => rmSync(dir, { recursive: true, force: true }));

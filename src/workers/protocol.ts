@@ -5,7 +5,8 @@
  */
 import type { MessagePort } from 'node:worker_threads';
 import type { AdminCredential } from '../admin/token.js';
-import type { Config, LoadOptions } from '../config.js';
+import type { LoadOptions } from '../config/load.js';
+import type { Config } from '../config/types.js';
 
 export interface WorkerPool {
   /** How many threads serve. */
