@@ -1,6 +1,8 @@
 /**
  * Configuration: a YAML file, `${ENV}` interpolation, then ajv validation with messages that name
- * the key and the problem. With no file, the embedded default runs the built-in simulator.
+ * the key and the problem. With no file, the embedded default runs the built-in simulator. What it
+ * returns is typed in types.ts, what is left out comes from defaults.ts, and the schema that
+ * validates the file is schema.ts.
  */
 import { readFileSync } from 'node:fs';
 import { availableParallelism } from 'node:os';
