@@ -13,7 +13,7 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { defaultPlugins } from '../src/config.js';
+import { defaultPlugins } from '../src/config/defaults.js';
 import { requestFor, runLoad, SERVE_FLAGS, spawnUntil, type Load, type Scenario } from './e2e.js';
 import { cpuSeconds } from './scale.js';
 

@@ -4,7 +4,7 @@
  * converters. It carries what every family can express; what only one family can say stays in
  * passthrough.
  */
-import type { Usage } from './contracts.js';
+import type { Usage } from './usage.js';
 import { GatewayError } from './errors.js';
 
 export type Part =

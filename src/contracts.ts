@@ -5,31 +5,135 @@
 import type { Logger } from 'pino';
 import type { GatewayError } from './errors.js';
 import type { SparseScan } from './sse.js';
-import { StateKey, type ExchangeView } from './exchange.js';
-import type { Config, FamilyMode, ModelConfig } from './config.js';
+import { StateKey } from './state-key.js';
+import type { ChannelConfig, Config, FamilyMode, ModelConfig } from './config/types.js';
 import type { CachedStore } from './store/cache.js';
+import type { ApiKey, Group } from './store/store.js';
 import type { Limiter, RateLimitWindows } from './limits/limiter.js';
 import type * as canonical from './canonical.js';
-import type { RuleOutcome } from './model-rules.js';
-
-/**
- * Token usage in family-neutral terms, counted as OpenAI counts it: input tokens include those read
- * from and written to the prompt cache, output tokens include reasoning tokens.
- */
-export interface Usage {
-  inputTokens: number;
-  outputTokens: number;
-  /** Of the input tokens, those read from the prompt cache. */
-  cachedTokens?: number;
-  /** Of the input tokens, those written to the prompt cache (Anthropic's cache_creation_input_tokens). */
-  cacheWriteTokens?: number;
-  reasoningTokens?: number;
-  /** True when counted locally with a tokenizer because the upstream never reported it. */
-  estimated?: boolean;
-}
+import type { TraceContext } from './trace.js';
+import type { Usage } from './usage.js';
 
 /** What a phase may return: nothing to continue, or an error that becomes a local reply. */
 export type PhaseResult = void | GatewayError | Promise<void | GatewayError>;
+
+/**
+ * How an exchange ended: `aborted` (the client went away), `client_stalled` (the client stopped
+ * reading and was cut), `shutdown` (the gateway stopped before the exchange could finish).
+ */
+export type Outcome = 'finished' | 'aborted' | 'error' | 'client_stalled' | 'shutdown';
+
+/**
+ * How far an exchange got; docs/architecture.md draws the transitions. Done is not a stage but the
+ * end of all of them: the stage an exchange ended in stays readable in the done phase.
+ */
+export type Stage = 'accepted' | 'headers' | 'body' | 'decoded' | 'admitted' | 'routed' | 'upstream' | 'streaming';
+
+/** The caller, as established by the auth plugin. */
+export interface Principal {
+  keyId: string;
+  keyName: string | null;
+  group: Group;
+  key: ApiKey;
+}
+
+/**
+ * An exchange as plugins see it (the plugin API's `Exchange`): its facts, its state bag and its
+ * response headers to write; how far it got and how it ended only to read, and no `cancel`: the
+ * pipeline alone ends an exchange (a plugin refuses one by returning a GatewayError). The core's
+ * Exchange (src/exchange.ts) implements it; written out here, not derived from that class, so the
+ * contracts import nothing of the core, and exchange.ts checks that it shows every public member.
+ */
+export interface ExchangeView {
+  readonly id: string;
+  /** process.hrtime.bigint() at arrival. */
+  readonly startedAt: bigint;
+  /** Date.now() at arrival. */
+  readonly createdAt: number;
+  /** The family the client speaks (chosen by the endpoint it called). */
+  readonly clientFamily: ClientFamily;
+  /** The client family's name. */
+  readonly family: string;
+  readonly endpoint: Endpoint;
+  readonly method: string;
+  readonly path: string;
+  readonly query: string;
+  /** Copied when the request arrives (uWS frees its request object afterwards). */
+  readonly headers: Record<string, string>;
+  /** The route's parameters, in the order of the endpoint's pattern. */
+  readonly params: string[];
+  /** The W3C trace this exchange belongs to (src/trace.ts): the client's `traceparent`, or a new trace. */
+  readonly trace: TraceContext;
+
+  body: Buffer;
+  /** The parsed client request (family-native shape). */
+  request: Record<string, any>;
+  modelId: string;
+  model: ModelConfig | undefined;
+  stream: boolean;
+  principal: Principal | undefined;
+  /** Models the caller may see, for listing endpoints. */
+  catalog: ModelConfig[];
+  /** Extra headers for the client's response (the limits' `x-ratelimit-*`), set before it starts. */
+  responseHeaders: Record<string, string> | undefined;
+
+  // What only the pipeline writes: how far the exchange got, and how it ended.
+  readonly stage: Stage;
+  readonly upstream: Upstream | undefined;
+  /** The model's channel of the upstream call under way (or the last one made). */
+  readonly channel: ChannelConfig | undefined;
+  /** Upstream calls made so far: more than one after a failover. */
+  readonly attempts: number;
+  /** Each upstream call, in order, with its timing and how it ended (the tracing plugin's client spans). */
+  readonly calls: readonly Readonly<UpstreamCallRecord>[];
+  readonly status: number;
+  /** Milliseconds from arrival to the first response byte written. */
+  readonly ttfbMs: number | undefined;
+  readonly usage: Usage | undefined;
+  /** What `usage` cost at the model's prices, set before the done phase; undefined without prices. */
+  readonly cost: number | undefined;
+  readonly outcome: Outcome;
+  /** The status the usage records and metrics report: a client that left before any answer is a 499. */
+  readonly reportedStatus: number;
+  readonly error: GatewayError | undefined;
+  /** Set when the client went away; nothing may be written after that. */
+  readonly aborted: boolean;
+  /** Set when the done phase starts: nothing more may happen to this exchange. */
+  readonly over: boolean;
+
+  /** Milliseconds since arrival. */
+  elapsedMs(): number;
+  queryParam(name: string): string | undefined;
+  get<T>(key: StateKey<T>): T | undefined;
+  set<T>(key: StateKey<T>, value: T): void;
+  /** Registers what to stop if the exchange is cut short; runs at once if it already was. */
+  onCancel(cancel: () => void): void;
+}
+
+/** One upstream call of an exchange. */
+export interface UpstreamCallRecord {
+  /** The channel's upstream and the model as that upstream knows it. */
+  upstream: string;
+  upstreamModel: string;
+  startedAt: number;
+  /** When its answer ended, it failed, or the exchange was cut short; undefined while under way. */
+  endedAt: number | undefined;
+  /** Why it failed; undefined when it answered. */
+  error: string | undefined;
+}
+
+/** What the model rules (src/model-rules.ts) did to a request, as a family's `prepare` gets it. */
+export interface RuleOutcome {
+  /**
+   * The output ceiling Sluice set: because the client set none, or (`overMax: clamp`) in place of
+   * one above the model's max. Passthrough writes it into the client's body.
+   */
+  defaultOutputTokens?: number;
+  /** Server-side tools removed from the request. */
+  droppedTools: canonical.ServerTool[];
+  /** Client parameter paths removed from the request. */
+  droppedParams: string[];
+}
 
 export interface Plugin {
   name: string;

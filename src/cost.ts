@@ -3,8 +3,8 @@
  * include reasoning tokens, and input tokens include cached ones, as OpenAI's usage counts them;
  * each part is priced once.
  */
-import type { Prices } from './config.js';
-import type { Usage } from './contracts.js';
+import type { Prices } from './config/types.js';
+import type { Usage } from './usage.js';
 
 export function costOf(usage: Usage, prices: Prices): number {
   const cached = Math.min(usage.cachedTokens ?? 0, usage.inputTokens);

@@ -3,64 +3,17 @@
  * Headers are copied when the request arrives because uWS frees its request object afterwards.
  */
 import { randomBytes } from 'node:crypto';
-import type { ChannelConfig, ModelConfig } from './config.js';
-import type { ClientFamily, Endpoint, Upstream, Usage } from './contracts.js';
+import type { ChannelConfig, ModelConfig } from './config/types.js';
+import type { ClientFamily, Endpoint, ExchangeView, Outcome, Principal, Stage, Upstream, UpstreamCallRecord } from './contracts.js';
 import type { GatewayError } from './errors.js';
-import type { ApiKey, Group } from './store/store.js';
+import type { StateKey } from './state-key.js';
 import { traceOf, type TraceContext } from './trace.js';
-
-/**
- * How an exchange ended: `aborted` (the client went away), `client_stalled` (the client stopped
- * reading and was cut), `shutdown` (the gateway stopped before the exchange could finish).
- */
-export type Outcome = 'finished' | 'aborted' | 'error' | 'client_stalled' | 'shutdown';
-
-/**
- * How far an exchange got; docs/architecture.md draws the transitions. Done is not a stage but the
- * end of all of them: the stage an exchange ended in stays readable in the done phase.
- */
-export type Stage = 'accepted' | 'headers' | 'body' | 'decoded' | 'admitted' | 'routed' | 'upstream' | 'streaming';
-
-/** The caller, as established by the auth plugin. */
-export interface Principal {
-  keyId: string;
-  keyName: string | null;
-  group: Group;
-  key: ApiKey;
-}
-
-/** A typed slot in an exchange's per-plugin state bag. */
-export class StateKey<T> {
-  constructor(readonly description: string) {}
-  declare readonly _type: T;
-}
-
-/** One upstream call of an exchange. */
-export interface UpstreamCallRecord {
-  /** The channel's upstream and the model as that upstream knows it. */
-  upstream: string;
-  upstreamModel: string;
-  startedAt: number;
-  /** When its answer ended, it failed, or the exchange was cut short; undefined while under way. */
-  endedAt: number | undefined;
-  /** Why it failed; undefined when it answered. */
-  error: string | undefined;
-}
-
-/** What only the pipeline writes: how far an exchange got, and how it ended. */
-type Lifecycle = 'stage' | 'aborted' | 'over' | 'outcome' | 'status' | 'error' | 'usage' | 'cost' | 'ttfbMs' | 'upstream' | 'channel' | 'attempts' | 'calls';
-
-/**
- * An exchange as plugins see it (the plugin API's `Exchange`): its facts, its state bag and its
- * response headers to write; how far it got and how it ended only to read, and no `cancel`: the
- * pipeline alone ends an exchange (a plugin refuses one by returning a GatewayError).
- */
-export type ExchangeView = Omit<Exchange, Lifecycle | 'cancel'> & { readonly [K in Lifecycle]: Exchange[K] };
+import type { Usage } from './usage.js';
 
 let counter = 0;
 const idPrefix = randomBytes(4).toString('hex');
 
-export class Exchange {
+export class Exchange implements ExchangeView {
   readonly id = `${idPrefix}${(++counter).toString(36).padStart(6, '0')}`;
   /** process.hrtime.bigint() at arrival. */
   readonly startedAt = process.hrtime.bigint();
@@ -159,3 +112,7 @@ export class Exchange {
     for (const cancel of this.cancelers.splice(0)) cancel();
   }
 }
+
+/** Plugins see every public member of the exchange but `cancel` (a member left out of ExchangeView fails here). */
+type Shown<Unseen extends never> = Unseen;
+type AllShown = Shown<Exclude<keyof Exchange, keyof ExchangeView | 'cancel'>>;

@@ -1,9 +1,9 @@
 /**
  * Boot: config → store → plugins → upstreams → pipeline → server, and the way back down.
- * Plugins are loaded by the names listed in config; the core imports none of them.
+ * Plugins are loaded by the names listed in config; the core imports none of them. What every
+ * start does before it serves (the data dir, the journals, the store) is in boot.ts, which the
+ * primary of worker threads (workers/primary.ts) shares.
  */
-import { accessSync, constants, mkdirSync, readdirSync, unlinkSync } from 'node:fs';
-import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import type { Logger } from 'pino';
 import { adminRoutes } from './admin/http.js';
@@ -11,21 +11,19 @@ import { AdminService } from './admin/service.js';
 import { Sessions } from './admin/sessions.js';
 import { resolveAdminToken, type AdminCredential } from './admin/token.js';
 import { GuessThrottle, SharedThrottleStorage } from './admin/throttle.js';
-import { startWorkers, type WorkerPool } from './workers/primary.js';
-import { ConfigError, loadConfig, type Config, type LoadOptions, type ModelConfig } from './config.js';
+import { adoptJournals, createDemoKey, openStore, warnUnpricedBudgets, type Gateway } from './boot.js';
+import { startWorkers } from './workers/primary.js';
+import { ConfigError, loadConfig, type LoadOptions } from './config/load.js';
+import type { Config, ModelConfig } from './config/types.js';
 import type { BootContext, ClientFamily, GatewayView, JsonHandler, Plugin, PluginFactory, Upstream, UpstreamDialect, UpstreamFactory, UpstreamStatus } from './contracts.js';
-import { unpricedBudgetWarnings } from './budget.js';
 import { CoolDowns } from './channels/cooldown.js';
 import { ChannelTable } from './channels/table.js';
 import { Pipeline, type Routing } from './pipeline.js';
-import { Reloader, Retirements, type ReloadOutcome } from './reload.js';
+import { Reloader, Retirements } from './reload.js';
 import { startServer } from './server.js';
 import { MemoryLimiter } from './limits/memory.js';
 import { spendInUsage, type Limiter } from './limits/limiter.js';
-import { CachedStore } from './store/cache.js';
-import { JournaledStore, type JournalOptions } from './store/journal.js';
-import { SqliteStore } from './store/sqlite.js';
-import type { StoreBackend } from './store/store.js';
+import type { CachedStore } from './store/cache.js';
 import { TrustedProxies } from './trusted-proxies.js';
 import { warmTokenizer } from './tokens.js';
 
@@ -141,67 +139,6 @@ function resolveFamilies(model: ModelConfig, upstreamFamily: string, families: C
   }
 }
 
-/**
- * The configured store behind the data dir's usage journal and the cache layer. Only the gateway
- * owns a journal (each worker thread its own `file`); the CLI reads them.
- */
-export async function openStore(config: Pick<Config, 'dataDir' | 'store'>, journal: JournalOptions & { file?: string } = { owner: false }): Promise<CachedStore> {
-  const { dataDir } = config;
-  ensureDataDir(dataDir);
-  // Only the journal's owner writes usage all the time; the CLI and the primary thread replay once.
-  const backend = await openBackend(config, journal.log, journal.owner);
-  try {
-    if (journal.owner) return new CachedStore(await JournaledStore.open(backend, join(dataDir, journal.file ?? 'usage.journal'), journal));
-    // The CLI first replays every thread's journal, so it shows what the running gateway has recorded.
-    const [first = 'usage.journal', ...others] = journalFiles(dataDir);
-    for (const file of others) await JournaledStore.open(backend, join(dataDir, file), journal);
-    return new CachedStore(await JournaledStore.open(backend, join(dataDir, first), journal));
-  } catch (err) {
-    await backend.close();
-    throw err;
-  }
-}
-
-async function openBackend(config: Pick<Config, 'dataDir' | 'store'>, log?: Logger, serving = false): Promise<StoreBackend> {
-  if (config.store.kind === 'sqlite') return new SqliteStore(join(config.dataDir, 'sluice.db'), { usageWriter: serving ? 'thread' : 'inline' });
-  // Loaded only when configured: the embedded default starts without pg's modules.
-  const { PostgresStore } = await import('./store/postgres.js');
-  return PostgresStore.open(config.store.url, { poolSize: config.store.poolSize, ...(log && { log }) });
-}
-
-/**
- * Makes the data dir (and its parents) when missing, as a fresh clone starts. One that cannot be
- * made or written is refused in one sentence that says what to do, before anything reads it.
- */
-export function ensureDataDir(dataDir: string): void {
-  try {
-    mkdirSync(dataDir, { recursive: true, mode: 0o700 });
-    accessSync(dataDir, constants.W_OK);
-  } catch (err) {
-    const reason = (err as NodeJS.ErrnoException).code ?? (err as Error).message;
-    throw new Error(`cannot use the data directory "${dataDir}" (${reason}): make it writable, or set SLUICE_DATA_DIR (or dataDir in the config file) to a directory Sluice may create and write`);
-  }
-}
-
-/** The usage journals in a data dir: `usage.journal` of one thread, `usage-wN.journal` of worker thread N. */
-const journalFiles = (dataDir: string) => readdirSync(dataDir).filter((f) => /^usage(-w\d+)?\.journal$/.test(f));
-
-/**
- * Journals no thread of this start will own (`server.workers` changed since they were written):
- * each is taken over once, so its records are stored and its open exchanges recorded as
- * interrupted, and removed when that worked (otherwise the next start tries again).
- */
-export async function adoptJournals(config: Pick<Config, 'dataDir' | 'store'>, owned: string[], log: Logger): Promise<void> {
-  ensureDataDir(config.dataDir);
-  for (const file of journalFiles(config.dataDir).filter((f) => !owned.includes(f))) {
-    const path = join(config.dataDir, file);
-    const journal = await JournaledStore.open(await openBackend(config, log), path, { owner: true, log });
-    const stored = journal.drained;
-    await journal.close();
-    if (stored) unlinkSync(path);
-    log.info({ journal: file, stored }, stored ? 'usage journal of an earlier thread count stored and removed' : 'usage journal of an earlier thread count not stored yet: kept for the next start');
-  }
-}
 /** The configured limiter: this process's memory, or Redis shared by every instance. */
 export async function createLimiter(config: Config, store: CachedStore, log: Logger): Promise<Limiter> {
   const spend = spendInUsage(store);
@@ -218,26 +155,6 @@ export function adminService(store: CachedStore, config: Config, loaded: Loaded)
 
 const channelInfo = (config: Config, upstreams: Map<string, Upstream>) =>
   [...upstreams.values()].map((u) => ({ name: u.name, kind: config.upstreams[u.name]!.kind, family: u.family }));
-
-export interface Gateway {
-  port: number;
-  store: CachedStore;
-  /** The admin token, unless this instance knows only its digest (another instance made it). */
-  adminToken: string | undefined;
-  admin: AdminCredential;
-  /** Set only on the first start: shown once, never stored. */
-  firstStart?: { demoKey: string };
-  /** The client families served. */
-  families: string[];
-  /** With `server.workers` above 1: the worker threads serving the port. */
-  workers?: WorkerPool;
-  /** Reads the config file again and applies it (SIGHUP, POST /admin/reload); `via` names who asked. */
-  reload(via: string): Promise<ReloadOutcome>;
-  /** Drains for `drainMs` (default `server.shutdownTimeoutMs`), then ends what is left with its family's failure. */
-  shutdown(drainMs?: number): Promise<void>;
-  /** A worker thread's part of a `GatewayView.gather(topic)`: what its plugins registered, if any. */
-  answer?(topic: string): Promise<unknown>;
-}
 
 /** The gather topic on which every worker thread writes the usage records it has queued (Store.settle). */
 const USAGE_FLUSH = 'usage:flush';
@@ -417,21 +334,3 @@ function upstreamStatus(routing: Routing): UpstreamStatus[] {
   }));
 }
 
-/** Said at every start (by one thread): budgets that models without prices slip past. */
-export async function warnUnpricedBudgets(store: CachedStore, models: ModelConfig[], log: Logger): Promise<void> {
-  for (const warning of unpricedBudgetWarnings(await store.listGroups(), await store.listKeys(), models)) log.warn(warning);
-}
-
-/** On the first start (no groups yet): the default group and its demo key, whose secret is shown once. */
-export async function createDemoKey(store: CachedStore, families: { name: string }[] | string[]): Promise<Gateway['firstStart']> {
-  if ((await store.listGroups()).length > 0) return undefined;
-  try {
-    await store.createGroup({ name: 'default', models: ['*'], families: families.map((f) => (typeof f === 'string' ? f : f.name)) });
-  } catch (err) {
-    // Instances starting together on one shared store: another made it first.
-    if ((await store.listGroups()).some((g) => g.name === 'default')) return undefined;
-    throw err;
-  }
-  const { secret } = await store.createKey({ group: 'default', name: 'demo' });
-  return { demoKey: secret };
-}

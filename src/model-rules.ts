@@ -7,22 +7,11 @@
  * gets the same answer.
  */
 import type { ParamName, Request, ServerTool } from './canonical.js';
-import type { ModelConfig, ParameterPolicy } from './config.js';
-import type { UpstreamDialect } from './contracts.js';
+import type { ModelConfig, ParameterPolicy } from './config/types.js';
+import type { RuleOutcome, UpstreamDialect } from './contracts.js';
 import { GatewayError } from './errors.js';
-import { StateKey, type Exchange } from './exchange.js';
-
-export interface RuleOutcome {
-  /**
-   * The output ceiling Sluice set: because the client set none, or (`overMax: clamp`) in place of
-   * one above the model's max. Passthrough writes it into the client's body.
-   */
-  defaultOutputTokens?: number;
-  /** Server-side tools removed from the request. */
-  droppedTools: ServerTool[];
-  /** Client parameter paths removed from the request. */
-  droppedParams: string[];
-}
+import type { Exchange } from './exchange.js';
+import { StateKey } from './state-key.js';
 
 /** What the rules dropped, for the usage log (`dropped tools: web_search`); absent when nothing was. */
 export const modelRuleNotes = new StateKey<string>('model rule notes');

@@ -9,36 +9,19 @@ import type { Logger } from 'pino';
 import { conversationKey } from './channels/affinity.js';
 import { Failover, betweenCalls } from './channels/failover.js';
 import type { Channel, ChannelTable } from './channels/table.js';
-import type { ModelConfig } from './config.js';
+import type { ModelConfig } from './config/types.js';
 import type { Plugin, PhaseResult, Upstream, UpstreamCall, UpstreamDialect } from './contracts.js';
 import { GatewayError, asGatewayError, errorHeaders } from './errors.js';
-import type { Exchange, Outcome } from './exchange.js';
+import type { Exchange } from './exchange.js';
+import type { Outcome } from './contracts.js';
 import { applyModelRules } from './model-rules.js';
-import { Relay, activeRelay } from './relay.js';
+import type { ClientResponse } from './client-response.js';
+import { Relay, activeRelay, type RelayOwner } from './relay.js';
 import { echoed } from './request-caps.js';
 import { estimateTokens } from './tokens.js';
 import { costOf } from './cost.js';
 import { estimateUsage } from './usage-estimate.js';
 import { upstreamTraceparent } from './trace.js';
-
-/** What the pipeline needs from the client's side of the connection to answer one exchange. */
-export interface ClientResponse {
-  /** A complete response. */
-  reply(status: number, headers: Record<string, string>, body: string | Buffer): void;
-  /** Status and headers of a stream; the body follows with write(). */
-  startStream(status: number, headers: Record<string, string>): void;
-  /** Returns false when the client's buffer is full: wait for onWritable before writing more. */
-  write(bytes: string | Buffer): boolean;
-  onWritable(resume: () => void): void;
-  end(bytes?: string | Buffer): void;
-  /**
-   * Reads the request body, after the headers were accepted. Absent when the exchange arrives with
-   * its body (a WebSocket message).
-   */
-  readBody?(onBody: (body: Buffer) => void, onRefused: (err: GatewayError) => void): void;
-  /** Called once, after the done phase. */
-  finished?(ex: Exchange): void;
-}
 
 /** What the config says to serve: replaced whole by a reload, while exchanges keep the one they began with. */
 export interface Routing {
@@ -62,7 +45,7 @@ export interface PipelineOptions {
 
 type PhaseName = 'request' | 'catalog' | 'admit' | 'route';
 
-export class Pipeline {
+export class Pipeline implements RelayOwner {
   /** Exchanges accepted and not yet done, with the response each answers through. */
   readonly inFlight = new Map<Exchange, ClientResponse>();
   readonly log: Logger;

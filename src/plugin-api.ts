@@ -39,13 +39,13 @@ export type {
   UpstreamFactory,
   UpstreamRequest,
   UpstreamStats,
-  Usage,
 } from './contracts.js';
-export type { Config, ModelConfig, TracingConfig } from './config.js';
+export type { Usage } from './usage.js';
+export type { Config, ModelConfig, TracingConfig } from './config/types.js';
 
 // One exchange, its per-plugin state, and how it fails.
-export { StateKey } from './exchange.js';
-export type { ExchangeView as Exchange, UpstreamCallRecord } from './exchange.js';
+export { StateKey } from './state-key.js';
+export type { ExchangeView as Exchange, UpstreamCallRecord } from './contracts.js';
 export type { TraceContext } from './trace.js';
 export { GatewayError, codeForStatus } from './errors.js';
 export type { ErrorCode, ErrorKind } from './errors.js';

@@ -18,7 +18,7 @@ function pluginEntries(dir: string): string[] {
 }
 
 collectSchemas();
-for (const file of [join(here, 'config.js'), join(here, 'admin', 'service.js'), ...pluginEntries(join(here, '..', 'plugins'))]) {
+for (const file of [join(here, 'config', 'schema.js'), join(here, 'admin', 'service.js'), ...pluginEntries(join(here, '..', 'plugins'))]) {
   await import(pathToFileURL(file).href);
 }
 writeFileSync(join(here, PRECOMPILED_MODULE), await precompiledSource());

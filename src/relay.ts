@@ -4,16 +4,39 @@
  * the exchange in the family's terms; the pipeline owns the exchange's end.
  */
 import type { Event, Response } from './canonical.js';
+import type { ClientResponse } from './client-response.js';
 import { retryAfterMs, type Failover } from './channels/failover.js';
-import type { ClientStream, FamilyPassthrough, Plugin, ResponseSink, Upstream, UpstreamCall, UpstreamDialect, Usage } from './contracts.js';
+import type { ClientStream, FamilyPassthrough, Plugin, ResponseSink, Upstream, UpstreamCall, UpstreamDialect } from './contracts.js';
+import type { Usage } from './usage.js';
 import { errorHeaders, GatewayError, withRetryAfter } from './errors.js';
-import { StateKey, type Exchange, type Outcome } from './exchange.js';
+import { StateKey } from './state-key.js';
+import type { Exchange } from './exchange.js';
+import type { Outcome } from './contracts.js';
 import { replaceStringField } from './json-splice.js';
-import type { ClientResponse, Pipeline } from './pipeline.js';
 import { SseSplitter, frameData, sniffEventStream, type SparseScan } from './sse.js';
 import { SAMPLE_BYTES, answerText, deliveredOutput, deliveredScale, estimateUsage } from './usage-estimate.js';
 
 const NO_BODY = Buffer.alloc(0);
+
+/**
+ * What a relay needs of the exchange's owner, the pipeline (src/pipeline.ts): its size limits, and
+ * how an exchange goes on or ends. The relay is handed one, so the pipeline, which starts relays,
+ * depends on the relay and not the other way round.
+ */
+export interface RelayOwner {
+  /** Largest complete (non-stream) upstream answer that is read. */
+  readonly maxUpstreamBodyBytes: number;
+  /** Largest single upstream stream event. */
+  readonly maxEventBytes: number;
+  /** Runs `step` unless the exchange is over; an exception becomes the family's error. */
+  attempt(ex: Exchange, res: ClientResponse, step: () => void): void;
+  /** An exception anywhere in the exchange: the client gets the family's error and the exchange ends. */
+  crash(ex: Exchange, res: ClientResponse, thrown: unknown): void;
+  /** The done phase, exactly once. */
+  finish(ex: Exchange, res: ClientResponse): void;
+  /** Answers with the family's error body, unless the client is gone (the exchange is not finished yet). */
+  fail(ex: Exchange, res: ClientResponse, err: GatewayError): void;
+}
 
 /** The exchange's relay while an upstream call is under way. */
 export const activeRelay = new StateKey<Relay>('active relay');
@@ -51,7 +74,7 @@ export class Relay implements ResponseSink {
   private relayed = 0;
 
   constructor(
-    private readonly pipeline: Pipeline,
+    private readonly pipeline: RelayOwner,
     private readonly ex: Exchange,
     private readonly res: ClientResponse,
     private readonly upstream: Upstream,

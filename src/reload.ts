@@ -8,9 +8,9 @@
 import { isDeepStrictEqual } from 'node:util';
 import type { Logger } from 'pino';
 import { ChannelTable } from './channels/table.js';
-import type { Config, ModelConfig } from './config.js';
+import type { Config, ModelConfig } from './config/types.js';
 import type { Plugin, Upstream } from './contracts.js';
-import type { ExchangeView } from './exchange.js';
+import type { ExchangeView } from './contracts.js';
 import type { Pipeline } from './pipeline.js';
 
 /** Names added, removed and changed between two configs. */

@@ -10,11 +10,12 @@
  */
 import { STATUS_CODES } from 'node:http';
 import type { HttpRequest, HttpResponse, TemplatedApp, WebSocket } from './uws.js';
-import type { WebSocketLimits } from './config.js';
+import type { WebSocketLimits } from './config/types.js';
 import { socketTurn, type ClientFamily, type SocketProtocol } from './contracts.js';
 import { GatewayError, asGatewayError, type ErrorCode } from './errors.js';
 import { Exchange } from './exchange.js';
-import type { ClientResponse, Pipeline } from './pipeline.js';
+import type { ClientResponse } from './client-response.js';
+import type { Pipeline } from './pipeline.js';
 import { SseSplitter, frameData } from './sse.js';
 
 /** Sends stop asking the upstream for more while this much is queued for the client. */

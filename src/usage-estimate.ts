@@ -4,8 +4,9 @@
  * they delivered and how much more there was (relay.ts).
  */
 import type { Response } from './canonical.js';
-import type { Usage } from './contracts.js';
-import { StateKey, type ExchangeView } from './exchange.js';
+import type { Usage } from './usage.js';
+import { StateKey } from './state-key.js';
+import type { ExchangeView } from './contracts.js';
 import { estimateTokens } from './tokens.js';
 
 /** Delivered output kept per stream for a usage estimate; the rest is only counted. */

@@ -9,7 +9,7 @@ import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import t from 'tap';
 import { GuessThrottle, addressKey } from '../src/admin/throttle.js';
-import { loadConfig } from '../src/config.js';
+import { loadConfig } from '../src/config/load.js';
 import { canonicalAddress } from '../src/trusted-proxies.js';
 import { startTestGateway, type TestGateway } from './helpers.js';
 

@@ -5,7 +5,7 @@
  */
 import t from 'tap';
 import { unpricedBudgetWarnings } from '../src/budget.js';
-import { loadConfig } from '../src/config.js';
+import { loadConfig } from '../src/config/load.js';
 import type { ApiKey, Group } from '../src/store/store.js';
 import { startTestGateway } from './helpers.js';
 

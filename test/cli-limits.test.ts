@@ -6,7 +6,7 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import t from 'tap';
-import { loadConfig } from '../src/config.js';
+import { loadConfig } from '../src/config/load.js';
 import { startGateway } from '../src/gateway.js';
 import { createLogger } from '../src/log.js';
 import { childEnv, distRoot, runCommand } from './helpers.js';

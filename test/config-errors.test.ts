@@ -3,7 +3,7 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import t from 'tap';
-import { loadConfig } from '../src/config.js';
+import { loadConfig } from '../src/config/load.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'sluice-config-errors-'));
 t.teardown(() => rmSync(dir, { recursive: true, force: true }));

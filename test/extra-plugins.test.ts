@@ -1,13 +1,14 @@
 /**
  * `extraPlugins` adds plugins after the list (the default one, or `plugins`) instead of replacing
- * it, so a plugin of one's own does not mean copying the default list out of src/config.ts; a
- * plugin listed twice is refused with where it was listed.
+ * it, so a plugin of one's own does not mean copying the default list out of
+ * src/config/defaults.ts; a plugin listed twice is refused with where it was listed.
  */
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import t from 'tap';
-import { defaultPlugins, loadConfig } from '../src/config.js';
+import { loadConfig } from '../src/config/load.js';
+import { defaultPlugins } from '../src/config/defaults.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'sluice-extra-plugins-'));
 t.teardown(() => rmSync(dir, { recursive: true, force: true }));

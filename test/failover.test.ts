@@ -9,7 +9,7 @@ import OpenAI from 'openai';
 import t from 'tap';
 import { Breaker } from '../src/channels/breaker.js';
 import { ChannelTable } from '../src/channels/table.js';
-import { loadConfig } from '../src/config.js';
+import { loadConfig } from '../src/config/load.js';
 import { simulatorUpstream } from '../plugins/upstreams/simulator/index.js';
 import { childEnv, eventually, startSimulatorProcess, startTestGateway, watchProcess } from './helpers.js';
 

@@ -7,10 +7,12 @@ import { Writable } from 'node:stream';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import t from 'tap';
-import { loadConfig, type Config } from '../src/config.js';
+import { loadConfig } from '../src/config/load.js';
+import type { Config } from '../src/config/types.js';
 import type { ResponseSink } from '../src/contracts.js';
 import type { GatewayError } from '../src/errors.js';
-import { startGateway, type Gateway } from '../src/gateway.js';
+import type { Gateway } from '../src/boot.js';
+import { startGateway } from '../src/gateway.js';
 import { createLogger } from '../src/log.js';
 
 export const distRoot = fileURLToPath(new URL('..', import.meta.url));

@@ -8,7 +8,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import OpenAI from 'openai';
 import t from 'tap';
-import { loadConfig } from '../src/config.js';
+import { loadConfig } from '../src/config/load.js';
 import { childEnv, distRoot, runCommand, watchProcess } from './helpers.js';
 
 // Four gateway starts and a dozen CLI processes: close to a minute of CPU, so far more than tap's

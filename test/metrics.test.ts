@@ -11,7 +11,7 @@ import { createServer, type IncomingHttpHeaders } from 'node:http';
 import { join } from 'node:path';
 import t from 'tap';
 import { Agent } from 'undici';
-import { defaultPlugins } from '../src/config.js';
+import { defaultPlugins } from '../src/config/defaults.js';
 import { parseTraceparent } from '../src/trace.js';
 import { distRoot, eventually, startStack, startTestGateway } from './helpers.js';
 import { call, keyIn } from './scale.js';

@@ -5,7 +5,8 @@ import type { ClientFamily, Plugin } from '../src/contracts.js';
 import { GatewayError } from '../src/errors.js';
 import { Exchange } from '../src/exchange.js';
 import { createLogger } from '../src/log.js';
-import { Pipeline, type ClientResponse } from '../src/pipeline.js';
+import type { ClientResponse } from '../src/client-response.js';
+import { Pipeline } from '../src/pipeline.js';
 
 const family = { name: 'test', errorBody: (e: GatewayError) => JSON.stringify({ code: e.code }) } as unknown as ClientFamily;
 

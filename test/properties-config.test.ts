@@ -9,7 +9,7 @@ import { join } from 'node:path';
 import fc from 'fast-check';
 import t from 'tap';
 import { stringify } from 'yaml';
-import { ConfigError, loadConfig } from '../src/config.js';
+import { ConfigError, loadConfig } from '../src/config/load.js';
 import { pathsIn } from './helpers.js';
 
 // Property runs by the thousand, CPU-bound: near tap's default 60 s on two busy cores.

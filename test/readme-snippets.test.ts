@@ -14,7 +14,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import t from 'tap';
-import { loadConfig } from '../src/config.js';
+import { loadConfig } from '../src/config/load.js';
 import { startGateway } from '../src/gateway.js';
 import { createLogger } from '../src/log.js';
 import { distRoot } from './helpers.js';

@@ -6,7 +6,7 @@
 import { Ajv } from 'ajv';
 import t from 'tap';
 import { schemasCompiledHere, schemaCompiler } from '../src/schema-compiler.js';
-import { loadConfig } from '../src/config.js';
+import { loadConfig } from '../src/config/load.js';
 import { AdminService } from '../src/admin/service.js';
 import { chatRequestSchema } from '../plugins/codecs/chat/schema.js';
 

@@ -21,7 +21,7 @@ t.test('the tokenizer is not loaded by the start, then loads on its own once the
   writeFileSync(config, `dataDir: ${JSON.stringify(dir)}\nserver: { workers: 1, port: 0 }\n`);
   const script = `
     import { createRequire } from 'node:module';
-    const { loadConfig } = await import(${JSON.stringify(moduleUrl('src/config.js'))});
+    const { loadConfig } = await import(${JSON.stringify(moduleUrl('src/config/load.js'))});
     const { startGateway } = await import(${JSON.stringify(moduleUrl('src/gateway.js'))});
     const { createLogger } = await import(${JSON.stringify(moduleUrl('src/log.js'))});
     const { estimateTokens } = await import(${JSON.stringify(moduleUrl('src/tokens.js'))});

@@ -6,7 +6,8 @@
  */
 import { join } from 'node:path';
 import t from 'tap';
-import { defaultPlugins, loadConfig } from '../src/config.js';
+import { defaultPlugins } from '../src/config/defaults.js';
+import { loadConfig } from '../src/config/load.js';
 import type { BootContext } from '../src/contracts.js';
 import { createLogger } from '../src/log.js';
 import { eventually, startTestGateway, type TestGateway } from './helpers.js';

@@ -7,7 +7,7 @@ import type { ValidateFunction } from 'ajv';
 import { schemaCompiler } from '../schema-compiler.js';
 import type { UpstreamReport } from '../channels/table.js';
 import { budgetPeriod } from '../budget.js';
-import type { ModelConfig } from '../config.js';
+import type { ModelConfig } from '../config/types.js';
 import { limitsSchema } from '../limits/limiter.js';
 import type { ApiKey, AuditQuery, Budget, KeyPatch, Limits, Store, UsageQuery, UsageRecord } from '../store/store.js';
 

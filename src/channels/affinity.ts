@@ -17,7 +17,7 @@
  */
 import { createHash, type Hash } from 'node:crypto';
 import type * as canonical from '../canonical.js';
-import type { AffinityConfig } from '../config.js';
+import type { AffinityConfig } from '../config/types.js';
 
 /**
  * Session headers coding agents send on every request of a session, found by capturing their

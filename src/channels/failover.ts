@@ -7,7 +7,8 @@
 import type { Logger } from 'pino';
 import type { UpstreamCall } from '../contracts.js';
 import { GatewayError } from '../errors.js';
-import { StateKey, type Exchange } from '../exchange.js';
+import { StateKey } from '../state-key.js';
+import type { Exchange } from '../exchange.js';
 import { rendezvous, type AffinityPins, type ConversationKey } from './affinity.js';
 import type { Channel } from './table.js';
 

@@ -1,9 +1,9 @@
 /**
  * What each upstream's config says about retrying and circuit breaking (`upstreams.X.retry`,
  * `upstreams.X.breaker`), with the defaults. The keys are validated with the rest of the config
- * (src/config.ts); here they only get their defaults.
+ * (src/config/schema.ts); here they only get their defaults. The config's types name these
+ * policies, so this module takes an upstream's settings as they are and imports nothing of the config.
  */
-import type { UpstreamConfig } from '../config.js';
 
 export interface RetryPolicy {
   /** Upstream calls per request, the first one included, when this upstream's call failed. */
@@ -33,10 +33,10 @@ export interface BreakerPolicy {
 export const defaultRetry: RetryPolicy = { attempts: 3, backoffMs: 100, maxRetryAfterSeconds: 5, maxCoolDownSeconds: 300 };
 export const defaultBreaker: BreakerPolicy = { failures: 5, errorRate: 0.5, windowSeconds: 60, minRequests: 20, coolDownSeconds: 30 };
 
-export function retryPolicy(config: UpstreamConfig): RetryPolicy {
+export function retryPolicy(config: { retry?: Partial<RetryPolicy> }): RetryPolicy {
   return { ...defaultRetry, ...config.retry };
 }
 
-export function breakerPolicy(config: UpstreamConfig): BreakerPolicy {
+export function breakerPolicy(config: { breaker?: Partial<BreakerPolicy> }): BreakerPolicy {
   return { ...defaultBreaker, ...config.breaker };
 }

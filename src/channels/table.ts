@@ -4,7 +4,7 @@
  * reload builds a new one from the running one, and channels that did not change keep their
  * breaker (and so their state and counts).
  */
-import type { AffinityConfig, ChannelConfig, ModelConfig, UpstreamConfig } from '../config.js';
+import type { AffinityConfig, ChannelConfig, ModelConfig, UpstreamConfig } from '../config/types.js';
 import type { Upstream } from '../contracts.js';
 import { AffinityPins, channelSeed } from './affinity.js';
 import { Breaker, type BreakerSnapshot } from './breaker.js';

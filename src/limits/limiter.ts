@@ -12,7 +12,7 @@
  * reservations with what was actually used and frees the slot.
  */
 import type { BudgetPeriod } from '../budget.js';
-import { StateKey } from '../exchange.js';
+import { StateKey } from '../state-key.js';
 import type { Limits, Store } from '../store/store.js';
 
 /** A key's, group's or model's limits as the config and the admin API accept them. */

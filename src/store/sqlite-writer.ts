@@ -5,11 +5,7 @@
  * `usageWriter: 'thread'` starts it, sends it each batch, and ends it (the connection goes with it).
  */
 import { parentPort, workerData } from 'node:worker_threads';
-import { SqliteStore } from './sqlite.js';
-import type { UsageRecord } from './store.js';
-
-export type WriterRequest = { id: number; records: readonly UsageRecord[] };
-export type WriterReply = { id: number; error?: string };
+import { SqliteStore, type WriterReply, type WriterRequest } from './sqlite.js';
 
 const store = new SqliteStore(workerData.file as string, workerData.options);
 parentPort!.on('message', async ({ id, records }: WriterRequest) => {

@@ -14,7 +14,6 @@ import { resolve } from 'node:path';
 import { BroadcastChannel, Worker } from 'node:worker_threads';
 import { jsonText, toGroup, toKey, toUsage, type GroupRow, type KeyRow, type UsageRow } from './rows.js';
 import { hashSecret, mintKey } from './secrets.js';
-import type { WriterReply, WriterRequest } from './sqlite-writer.js';
 import { openSqlite, type SqliteConnection } from './sqlite-driver.js';
 import type { ApiKey, AuditEntry, AuditQuery, Budget, Group, GroupInput, KeyPatch, Limits, StoreBackend, UpstreamActivity, UsagePoint, UsageQuery, UsageRecord, UsageTotals } from './store.js';
 
@@ -151,6 +150,10 @@ export interface SqliteOptions {
    */
   usageWriter?: 'inline' | 'thread';
 }
+
+/** A batch for the writer thread (sqlite-writer.ts), and its answer; defined here, the side that starts it. */
+export type WriterRequest = { id: number; records: readonly UsageRecord[] };
+export type WriterReply = { id: number; error?: string };
 
 /** The usage-writing thread of a store, and the batches sent to it awaiting their answer. */
 class UsageWriter {

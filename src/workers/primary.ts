@@ -19,22 +19,14 @@ import { createServer } from 'node:net';
 import { MessageChannel, Worker } from 'node:worker_threads';
 import type { Logger } from 'pino';
 import { resolveAdminToken } from '../admin/token.js';
-import type { Config, LoadOptions } from '../config.js';
-import { adoptJournals, createDemoKey, openStore, warnUnpricedBudgets, type Gateway } from '../gateway.js';
+import type { LoadOptions } from '../config/load.js';
+import type { Config } from '../config/types.js';
+import { adoptJournals, createDemoKey, openStore, warnUnpricedBudgets, type Gateway } from '../boot.js';
 import { MemoryLimiter } from '../limits/memory.js';
 import { spendInUsage } from '../limits/limiter.js';
 import type { ReloadOutcome } from '../reload.js';
 import { LimiterHost } from './limiter.js';
-import type { PrimaryMessage, ThreadData, ThreadMessage } from './thread.js';
-
-export interface WorkerPool {
-  /** How many threads serve. */
-  readonly size: number;
-  /** Threads started to replace ones that died. */
-  readonly replacements: number;
-  /** Throws an uncaught error in a thread, the way a bug would; it stops and is replaced. For drills and tests. */
-  crash(index: number): void;
-}
+import type { PrimaryMessage, ThreadData, ThreadMessage, WorkerPool } from './protocol.js';
 
 /** The replacement of a thread that keeps dying waits longer each time, up to this. */
 const MAX_RESTART_DELAY_MS = 10_000;

@@ -3,45 +3,11 @@
  * own store connection and usage journal) that takes the admin credential and, with the memory
  * limiter, the limits from the primary thread (primary.ts).
  */
-import { parentPort, workerData, type MessagePort } from 'node:worker_threads';
-import type { AdminCredential } from '../admin/token.js';
-import type { Config, LoadOptions } from '../config.js';
+import { parentPort, workerData } from 'node:worker_threads';
 import { startGateway } from '../gateway.js';
 import { createLogger } from '../log.js';
 import { RemoteLimiter } from './limiter.js';
-
-export interface ThreadData {
-  config: Config;
-  source: LoadOptions;
-  index: number;
-  port: number;
-  admin: AdminCredential;
-  /** Started in place of a thread that ended: the others may have reloaded since `config` was read. */
-  replacement: boolean;
-  limiterPort?: MessagePort;
-}
-
-/**
- * What a thread tells the primary. `gather` asks for every thread's answer to a topic (a plugin's
- * report of the whole instance, `GatewayView.gather`); `answer` is this thread's part of one.
- */
-export type ThreadMessage =
-  | { type: 'listening'; port: number; families: string[] }
-  | { type: 'reloaded'; via: string }
-  | { type: 'reload-outcome'; id: number; outcome: unknown }
-  | { type: 'gather'; id: number; topic: string; timeoutMs?: number }
-  | { type: 'answer'; id: number; value: unknown };
-
-/**
- * What the primary tells a thread. `crash` throws an uncaught error in it: a drill of the real
- * failure path. `ask` wants the thread's answer to a topic; `gathered` ends the thread's `gather`.
- */
-export type PrimaryMessage =
-  | { type: 'reload'; id: number; via: string }
-  | { type: 'shutdown' }
-  | { type: 'crash' }
-  | { type: 'ask'; id: number; topic: string }
-  | { type: 'gathered'; id: number; values: unknown[] };
+import type { PrimaryMessage, ThreadData, ThreadMessage } from './protocol.js';
 
 const { config, source, index, port, admin, replacement, limiterPort } = workerData as ThreadData;
 const parent = parentPort!;

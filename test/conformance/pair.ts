@@ -7,7 +7,8 @@
  */
 import type { Test } from 'tap';
 import { collect, textOf, type Event, type Request, type Response, type StreamReader } from '../../src/canonical.js';
-import { loadConfig, type ModelConfig } from '../../src/config.js';
+import { loadConfig } from '../../src/config/load.js';
+import type { ModelConfig } from '../../src/config/types.js';
 import type { BootContext, ClientFamily, PluginFactory, UpstreamDialect, UpstreamRequest } from '../../src/contracts.js';
 import { GatewayError, codeForStatus } from '../../src/errors.js';
 import { Exchange } from '../../src/exchange.js';

@@ -1,0 +1,119 @@
+/**
+ * Plain HTTP routes beside the model families, by path prefix: the admin API, the console, metrics.
+ * Their caller is checked on the headers before any body byte is read (`JsonHandler.beforeBody`),
+ * their bodies are small and counted in the in-flight body budget, and their replies are JSON (or
+ * raw bytes) written at once: none of the family routes' streaming machinery.
+ */
+import type { Logger } from 'pino';
+import type { JsonHandler, JsonReply } from '../contracts.js';
+import type { GatewayError } from '../errors.js';
+import type { HttpRequest, HttpResponse, TemplatedApp } from '../uws.js';
+import { BodyReader, bodyFraming } from './body.js';
+import { atCapacity, bodiesOverloaded, copyHeaders, statusLine, takeBodyBudget, type ServerContext } from './context.js';
+
+/**
+ * Admin and console bodies are small JSON (a group, a key, a sign-in). They are read only after
+ * the route's `beforeBody` check (the admin token), within the in-flight body budget.
+ */
+const MAX_JSON_ROUTE_BODY_BYTES = 64 * 1024;
+
+/** Serves each handler under its prefix (a prefix without a trailing slash also matches itself). */
+export function addJsonRoutes(app: TemplatedApp, routes: Record<string, JsonHandler>, context: ServerContext, log: Logger): void {
+  for (const [prefix, handler] of Object.entries(routes)) {
+    const route = (res: HttpResponse, req: HttpRequest) => {
+      const method = req.getMethod().toUpperCase();
+      const path = req.getUrl();
+      const query = new URLSearchParams(req.getQuery() ?? '');
+      const { headers, repeated } = copyHeaders(req);
+      const remoteAddress = Buffer.from(res.getRemoteAddressAsText()).toString();
+      let reserved = 0;
+      context.jsonInFlight++;
+      // Once, on the reply or the client's leaving: the slot and the body budget come back.
+      const writer = new JsonWriter(res, () => {
+        context.jsonInFlight--;
+        context.bodyBytesInFlight -= reserved;
+        reserved = 0;
+      });
+      // Reads are still served at capacity: an operator can see what is going on.
+      if (context.overloaded() && method !== 'GET' && method !== 'HEAD') return writer.send(jsonError(atCapacity()), true);
+      const failed = (err: unknown) => {
+        log.error({ err }, 'json route failed');
+        return { status: 500, body: { error: { message: 'internal error', code: 'internal_error' } } };
+      };
+      const answer = (body: Buffer) => {
+        Promise.resolve()
+          .then(() => handler({ method, path, query, headers, body, remoteAddress }))
+          .catch(failed)
+          .then((reply) => writer.send(reply, false, method === 'HEAD'))
+          .catch((err) => {
+            log.error({ err }, 'json route reply failed');
+            writer.send({ status: 500, body: { error: { message: 'internal error', code: 'internal_error' } } });
+          });
+      };
+      if (method === 'GET' || method === 'DELETE' || method === 'HEAD') return answer(Buffer.alloc(0));
+      const framing = bodyFraming(headers, repeated, MAX_JSON_ROUTE_BODY_BYTES);
+      if (framing.error) return writer.send(jsonError(framing.error), true);
+      // Holds at most EARLY_BYTES, then pauses the upload, until the body is wanted.
+      const reader = new BodyReader(res, framing.length, MAX_JSON_ROUTE_BODY_BYTES);
+      const readBody = () => {
+        const reserve = reader.complete ? 0 : (framing.length ?? MAX_JSON_ROUTE_BODY_BYTES);
+        if (!takeBodyBudget(context, reserve)) return writer.send(jsonError(bodiesOverloaded()), true);
+        reserved = reserve;
+        reader.read(answer, (err) => writer.send(jsonError(err), true));
+      };
+      // The caller is checked on its headers first: a refused caller's body is never read.
+      const early = handler.beforeBody?.({ method, path, query, headers, remoteAddress });
+      if (!early) return readBody();
+      Promise.resolve(early)
+        .catch(failed)
+        .then((reply) => (reply ? writer.send(reply, true) : readBody()));
+    };
+    app.any(prefix.endsWith('/') ? `${prefix}*` : prefix, route);
+    if (!prefix.endsWith('/')) app.any(`${prefix}/*`, route);
+  }
+
+}
+
+/** A gateway error as an admin, console or metrics reply. */
+function jsonError(err: GatewayError): JsonReply {
+  const reply: JsonReply = { status: err.status, body: { error: { message: err.message, code: err.code } } };
+  if (err.retryAfterSeconds !== undefined) reply.headers = { 'retry-after': String(err.retryAfterSeconds) };
+  return reply;
+}
+
+/** Answers one admin or console call. */
+class JsonWriter {
+  private closed = false;
+
+  /** `ended` runs once: when the reply is written, or when the client leaves first. */
+  constructor(
+    private readonly res: HttpResponse,
+    private readonly ended: () => void,
+  ) {
+    res.onAborted(() => this.end());
+  }
+
+  private end(): void {
+    if (this.closed) return;
+    this.closed = true;
+    this.ended();
+  }
+
+  send(reply: JsonReply, closeConnection = false, headOnly = false): void {
+    if (this.closed) return;
+    const [contentType, data] = reply.raw
+      ? [reply.raw.contentType, reply.raw.data]
+      : ['application/json', reply.body === undefined ? '' : JSON.stringify(reply.body)];
+    this.res.cork(() => {
+      this.res.writeStatus(statusLine(reply.status)).writeHeader('content-type', contentType);
+      for (const name in reply.headers) {
+        const value = reply.headers[name]!;
+        for (const one of Array.isArray(value) ? value : [value]) this.res.writeHeader(name, one);
+      }
+      if (headOnly) this.res.endWithoutBody(Buffer.byteLength(data), closeConnection);
+      else this.res.end(data, closeConnection);
+    });
+    // Only once written: a reply that failed to serialise can still be answered with a 500.
+    this.end();
+  }
+}

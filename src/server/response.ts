@@ -1,0 +1,308 @@
+/**
+ * The write side of one HTTP exchange (UwsResponse): corked writes in slices, backpressure, the
+ * probes and heartbeats that find a slow or vanished client, and the body read once the headers
+ * were accepted. The most delicate state machine of the server, so it has a module to itself; the
+ * class comment says how it works.
+ */
+import type { ClientResponse } from '../client-response.js';
+import { GatewayError } from '../errors.js';
+import type { Exchange } from '../exchange.js';
+import type { HttpResponse } from '../uws.js';
+import { BodyReader, type BodyFraming } from './body.js';
+import { bodiesOverloaded, statusLine, takeBodyBudget, type ServerContext } from './context.js';
+
+/**
+ * Writes are handed to uWS in slices of this size: one slice and its chunk framing fit uWS's 16 KB
+ * cork buffer (one syscall each), and what uWS holds when the client is slow stays small.
+ */
+const SLICE_BYTES = 16 * 1024 - 64;
+/** A stream that has written nothing for this long gets a filler (see UwsResponse). */
+const HEARTBEAT_MS = 5000;
+/** Replies larger than this are sent in slices (chunked) like a stream, so a slow reader is not cut. */
+const LARGE_REPLY_BYTES = 64 * 1024;
+
+function emptyBody(ex: Exchange): GatewayError {
+  return new GatewayError('invalid_request', `The request body is empty: ${ex.method} ${ex.path} needs a JSON object. Send one, with Content-Type: application/json.`);
+}
+
+/**
+ * The pipeline's view of one uWS response: every write corked, nothing written after close, the
+ * body read only once the headers were accepted, and slow clients handled without the upstream
+ * racing ahead.
+ *
+ * Backpressure: uWS 20.30 closes a connection 10 s after a write it could not complete unless the
+ * socket reports writable in time, and a slowly reading client can take far longer than that to
+ * free enough room. So writes go to uWS in slices small enough for one corked syscall each; when
+ * one is refused, the socket is paused (which disarms that timeout; every refused write re-arms
+ * it, so every one is followed by a pause), the upstream waits, and a timer probes the client with
+ * one more byte of what waits or, in a stream, a filler (an SSE comment, or a space between JSON
+ * elements: every stream write ends at an event boundary). uWS first tries to pass on what it
+ * holds, so an accepted probe means the client took everything. No accepted probe for
+ * `writeStallMs`: the client is cut and the exchange ends as `client_stalled`. A stream that has
+ * written nothing for HEARTBEAT_MS gets a filler too, which also finds a refusal uWS did not
+ * report (a corked write can look accepted) and a client that left while the upstream was quiet.
+ */
+export class UwsResponse implements ClientResponse {
+  /** The response is complete or the connection is gone: nothing more is written. */
+  private closed = false;
+  private pendingHead: { status: number; headers: Record<string, string> } | undefined;
+  private readonly body: BodyReader | undefined;
+  private bodyReserved = 0;
+  /** Paused (see begin): resumed when the response ends. */
+  private paused = false;
+  /** Bytes uWS has not been given yet because the client is behind. */
+  private readonly held: Buffer[] = [];
+  /** What a refused write could not hand over, for the caller to hold. */
+  private unsent: Buffer | undefined;
+  private blocked = false;
+  private lastProgress = 0;
+  /** A harmless write between events, for probes and heartbeats; undefined for a plain body. */
+  private filler: string | undefined;
+  /** Writes so far, and what the heartbeat saw last time, so a write costs no clock read. */
+  private writes = 0;
+  private seenWrites = -1;
+  private quietSince = 0;
+  private ending = false;
+  private resumeUpstream: (() => void) | undefined;
+
+  constructor(
+    private readonly res: HttpResponse,
+    private readonly context: ServerContext,
+    private readonly ex: Exchange,
+    private readonly framing: BodyFraming,
+  ) {
+    res.onAborted(() => {
+      this.closed = true;
+      this.forget();
+      context.pipeline.interrupt(ex, this, 'aborted');
+    });
+    if (ex.endpoint.method === 'post' && !framing.error) this.body = new BodyReader(res, framing.length, context.maxBodyBytes);
+  }
+
+  readBody(onBody: (body: Buffer) => void, onRefused: (err: GatewayError) => void): void {
+    const reserve = this.body?.complete ? 0 : Number(this.ex.headers['content-length'] ?? this.context.maxBodyBytes);
+    if (!takeBodyBudget(this.context, reserve)) return onRefused(bodiesOverloaded());
+    this.bodyReserved = reserve;
+    this.body!.read((body) => {
+      this.releaseBody();
+      // Every family endpoint that takes a POST wants a JSON object: an empty body gets a
+      // message that says so, instead of a JSON parse error about nothing.
+      if (body.length === 0) return onRefused(emptyBody(this.ex));
+      onBody(body);
+    }, onRefused);
+  }
+
+  finished(): void {
+    this.releaseBody();
+  }
+
+  reply(status: number, headers: Record<string, string>, body: string | Buffer): void {
+    if (this.closed) return;
+    if (body.length > LARGE_REPLY_BYTES) {
+      const bytes = typeof body === 'string' ? Buffer.from(body) : body;
+      this.begin(status, headers, undefined);
+      // The last byte is kept for end(), so a reply held back by a slow client always has a byte to probe with.
+      this.write(bytes.subarray(0, bytes.length - 1));
+      this.end(bytes.subarray(bytes.length - 1));
+      return;
+    }
+    this.closed = true;
+    // A reply sent before the body was read leaves unread bytes on the connection: close it.
+    const closeConnection = this.framing.error !== undefined || (this.body !== undefined && !this.body.complete);
+    this.res.cork(() => {
+      this.head(status, headers);
+      this.res.end(body, closeConnection);
+    });
+  }
+
+  startStream(status: number, headers: Record<string, string>): void {
+    const type = headers['content-type'] ?? '';
+    this.begin(status, headers, type.startsWith('text/event-stream') ? ':\n\n' : type.startsWith('application/json') ? ' ' : undefined);
+  }
+
+  write(bytes: string | Buffer): boolean {
+    if (this.closed) return true;
+    this.writes++;
+    if (this.blocked) {
+      this.held.push(typeof bytes === 'string' ? Buffer.from(bytes) : bytes);
+      return false;
+    }
+    if (this.send(bytes)) return true;
+    if (this.unsent) this.held.push(this.unsent);
+    this.block();
+    return false;
+  }
+
+  onWritable(resume: () => void): void {
+    if (this.closed) return;
+    if (this.blocked) this.resumeUpstream = resume;
+    else resume();
+  }
+
+  end(bytes?: string | Buffer): void {
+    if (this.closed) return;
+    if (bytes && bytes.length > SLICE_BYTES && !this.blocked) {
+      this.write(bytes);
+      bytes = undefined;
+    }
+    if (this.blocked) {
+      if (bytes?.length) this.held.push(typeof bytes === 'string' ? Buffer.from(bytes) : bytes);
+      this.ending = true;
+      return;
+    }
+    this.closed = true;
+    this.forget();
+    this.res.cork(() => {
+      this.flushHead();
+      // Reading again, for the next request on this connection (end(…, true) would write its
+      // Connection header into the chunked body).
+      if (this.paused) this.res.resume();
+      this.res.end(bytes);
+    });
+  }
+
+  /** Called by the server's timer: probes a client that is behind, or sends a heartbeat on a quiet stream. */
+  tick(now: number): void {
+    if (this.closed) return this.forget();
+    if (this.blocked) return this.probe(now);
+    if (this.writes !== this.seenWrites) {
+      this.seenWrites = this.writes;
+      this.quietSince = now;
+    } else if (this.filler && now - this.quietSince >= HEARTBEAT_MS) {
+      this.quietSince = now;
+      this.write(this.filler);
+    }
+  }
+
+  /** Status and headers now (sent with the first bytes); from here on writes may be held back. */
+  private begin(status: number, headers: Record<string, string>, filler: string | undefined): void {
+    if (this.closed) return;
+    this.pendingHead = { status, headers };
+    this.filler = filler;
+    this.context.writers.add(this);
+    // Paused for the whole response: no request body is left to read, uWS's fixed write timeout
+    // stays disarmed, and pausing now, while uWS holds nothing, is what lets resume() restore
+    // reading for the next request at the end (uWS keeps the events a pause saw per buffer state).
+    this.res.pause();
+    this.paused = true;
+    // With a handler of ours, a writable event disarms uWS's timeout instead of re-arming it.
+    this.res.onWritable(() => {
+      if (this.blocked) this.progress();
+      else if (this.filler && !this.closed) this.write(this.filler); // uWS leaves draining to the handler
+      return true;
+    });
+  }
+
+  /** One probe of a client that is behind (see the class comment). */
+  private probe(now: number): void {
+    if (now - this.lastProgress >= this.context.writeStallMs) return this.stalled();
+    let probe: Buffer | string;
+    const first = this.held[0];
+    if (first) {
+      probe = first.subarray(0, 1);
+      if (first.length > 1) this.held[0] = first.subarray(1);
+      else this.held.shift();
+    } else if (this.filler) {
+      probe = this.filler;
+    } else {
+      return;
+    }
+    if (this.corkedWrite(probe)) return this.progress();
+    // Refused: left reading until the client catches up. Paused, uWS never reads, so a client
+    // that closed its connection goes unseen (uWS holds our bytes, so no write reaches the kernel
+    // to fail) until writeStallMs; reading, its EOF closes the socket within a probe. The refused
+    // write re-armed uWS's fixed timeout, and each next probe, due long before it, does again.
+    this.res.resume();
+  }
+
+  /** Hands bytes to uWS slice by slice; false when it could not pass them all on, with the rest in `unsent`. */
+  private send(bytes: string | Buffer): boolean {
+    this.unsent = undefined;
+    if (bytes.length <= SLICE_BYTES) return this.corkedWrite(bytes);
+    const buf = typeof bytes === 'string' ? Buffer.from(bytes) : bytes;
+    for (let at = 0; at < buf.length; at += SLICE_BYTES) {
+      if (!this.corkedWrite(buf.subarray(at, at + SLICE_BYTES))) {
+        if (at + SLICE_BYTES < buf.length) this.unsent = buf.subarray(at + SLICE_BYTES);
+        return false;
+      }
+    }
+    return true;
+  }
+
+  /** One corked write: it and its chunk framing fit uWS's cork buffer, so it leaves in one syscall. */
+  private corkedWrite(bytes: string | Buffer): boolean {
+    if (this.pendingHead && bytes.length > SLICE_BYTES / 2) this.res.cork(this.flushHead);
+    this.corking = bytes;
+    this.res.cork(this.writeCorking);
+    this.corking = '';
+    return this.corkedOk;
+  }
+
+  /** What corkedWrite hands to uWS inside its cork, and whether uWS took it all (no closure per write). */
+  private corking: string | Buffer = '';
+  private corkedOk = true;
+  private readonly writeCorking = () => {
+    this.flushHead();
+    this.corkedOk = this.res.write(this.corking);
+  };
+
+  private block(): void {
+    // Every refused write re-arms uWS's fixed timeout; pausing disarms it again.
+    this.res.pause();
+    this.paused = true;
+    if (this.blocked) return;
+    this.blocked = true;
+    this.lastProgress = Date.now();
+  }
+
+  /** The client took everything uWS held: pass on what waits, then let the upstream go on. */
+  private progress(): void {
+    if (this.closed || !this.blocked) return;
+    this.lastProgress = Date.now();
+    while (this.held.length > 0) {
+      const next = this.held.shift()!;
+      if (!this.send(next)) {
+        if (this.unsent) this.held.unshift(this.unsent);
+        this.res.pause();
+        return;
+      }
+    }
+    this.blocked = false;
+    // Paused again, as for the rest of a response (a probe may have left it reading).
+    this.res.pause();
+    if (this.ending) return this.end();
+    const resume = this.resumeUpstream;
+    this.resumeUpstream = undefined;
+    resume?.();
+  }
+
+  private stalled(): void {
+    this.closed = true;
+    this.forget();
+    this.context.pipeline.interrupt(this.ex, this, 'client_stalled');
+    this.res.close();
+  }
+
+  private forget(): void {
+    this.context.writers.delete(this);
+  }
+
+  private releaseBody(): void {
+    this.context.bodyBytesInFlight -= this.bodyReserved;
+    this.bodyReserved = 0;
+  }
+
+  private readonly flushHead = (): void => {
+    if (!this.pendingHead) return;
+    this.head(this.pendingHead.status, this.pendingHead.headers);
+    this.pendingHead = undefined;
+  };
+
+  private head(status: number, headers: Record<string, string>): void {
+    this.res.writeStatus(statusLine(status));
+    this.res.writeHeader('x-request-id', this.ex.id);
+    for (const name in headers) this.res.writeHeader(name, headers[name]!);
+    const extra = this.ex.responseHeaders;
+    if (extra) for (const name in extra) this.res.writeHeader(name, extra[name]!);
+  }
+}
