@@ -29,8 +29,6 @@ import {
   type UpstreamResponsesUsage,
 } from './wire.js';
 
-export type { UpstreamResponsesUsage } from './wire.js';
-
 /** Tools the client declared in a shape the upstream does not have, to map calls back. */
 export interface ToolMapping {
   /** Custom (free-text) tools, sent upstream as functions taking one string `input`. */
