@@ -7,7 +7,7 @@ import { parseUpstreamJson, StateKey, type UpstreamDialect } from '../../../src/
 import { canonicalToMessages, jsonToolFor, type JsonTool } from './request.js';
 import { messagesResponseToCanonical } from './response.js';
 import { messagesStreamReader } from './stream.js';
-import { readMessagesError } from './wire.js';
+import { readMessagesError, type UpstreamMessagesAnswer } from './wire.js';
 
 /** Anthropic requires max_tokens; this is sent when neither the request nor the model sets a ceiling. */
 const FALLBACK_MAX_TOKENS = 4096;
@@ -26,7 +26,7 @@ export const messagesDialect: UpstreamDialect = {
     return { method: 'POST', path: '/messages', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) };
   },
 
-  readResponse: (body, ex) => messagesResponseToCanonical(parseUpstreamJson(body), ex.get(jsonToolKey)),
+  readResponse: (body, ex) => messagesResponseToCanonical(parseUpstreamJson(body) as UpstreamMessagesAnswer, ex.get(jsonToolKey)),
 
   streamReader: (ex) => messagesStreamReader(ex.get(jsonToolKey)),
 

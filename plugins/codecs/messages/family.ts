@@ -24,11 +24,22 @@ import {
 import { bearerCredential } from '../openai-common.js';
 import { messagesToCanonical } from './request.js';
 import { canonicalToMessagesResponse } from './response.js';
-import { validateCountTokens, validateMessagesRequest } from './schema.js';
+import { type MessagesRequest, validateCountTokens, validateMessagesRequest } from './schema.js';
 import { messagesPassthrough, messagesStreamWriter } from './stream.js';
-import { messagesErrorBody, messagesErrorStatus, readMessagesUsage } from './wire.js';
+import { type MessagesBlock, type MessagesMessage, messagesErrorBody, messagesErrorStatus, readMessagesUsage, type UpstreamMessagesEvent } from './wire.js';
 
-type Json = Record<string, any>; // any: not yet typed; the messages wire types (as chat's and gemini's wire.ts) are still to be written (issue 24)
+/** The request decode checked against the schema the type is derived from (a count_tokens request has no max_tokens). */
+const requestOf = (ex: Exchange) => ex.request as MessagesRequest;
+
+/** A model as Anthropic's model list shows it. */
+interface MessagesModel {
+  type: 'model';
+  id: string;
+  display_name: string;
+  created_at: string;
+  max_input_tokens: number;
+  max_tokens?: number;
+}
 
 const shape: RequestShape = {
   messagesField: 'messages',
@@ -62,7 +73,7 @@ function textOf(content: unknown): string {
   return texts.join('\n');
 }
 
-function modelEntry(m: ModelConfig): Json {
+function modelEntry(m: ModelConfig): MessagesModel {
   return {
     type: 'model',
     id: m.id,
@@ -74,7 +85,7 @@ function modelEntry(m: ModelConfig): Json {
 }
 
 /** One page of the model list, by Anthropic's `limit` (default 20), `after_id` and `before_id`. */
-function modelPage(models: ModelConfig[], ex: Exchange): Json {
+function modelPage(models: ModelConfig[], ex: Exchange): { data: MessagesModel[]; has_more: boolean; first_id: string | null; last_id: string | null } {
   const limit = Math.min(1000, Math.max(1, Number(ex.queryParam('limit')) || 20));
   const after = ex.queryParam('after_id');
   const before = ex.queryParam('before_id');
@@ -129,9 +140,9 @@ const passthrough: FamilyPassthrough = {
   isAnswer: looksLikeJsonObject,
 
   prepare(ex, _upstream, rules) {
-    const req = ex.request;
+    const req = requestOf(ex);
     const model = ex.model!;
-    const fields: Json = {};
+    const fields: Partial<Record<keyof MessagesRequest, unknown>> = {};
     if (model.upstreamModel !== req.model) fields.model = model.upstreamModel;
     const ceiling = rules.defaultOutputTokens;
     if (ceiling !== undefined) {
@@ -141,14 +152,15 @@ const passthrough: FamilyPassthrough = {
       if (budget !== undefined && budget >= ceiling) fields.thinking = ceiling > 1024 ? { ...req.thinking, budget_tokens: ceiling - 1 } : undefined;
     }
     // Thinking this gateway answered unsigned (from a translated model) would be refused here.
-    const unsigned = (b: Json) => b?.type === 'thinking' && !b.signature;
-    const hasUnsigned = (m: Json) => Array.isArray(m.content) && m.content.some(unsigned);
-    if ((req.messages as Json[]).some(hasUnsigned)) {
-      fields.messages = (req.messages as Json[]).map((m) => (hasUnsigned(m) ? { ...m, content: m.content.filter((b: Json) => !unsigned(b)) } : m));
+    const unsigned = (b: MessagesBlock) => b?.type === 'thinking' && !b.signature;
+    const hasUnsigned = (m: MessagesMessage) => Array.isArray(m.content) && m.content.some(unsigned);
+    if (req.messages.some(hasUnsigned)) {
+      fields.messages = req.messages.map((m) => (hasUnsigned(m) ? { ...m, content: (m.content as MessagesBlock[]).filter((b) => !unsigned(b)) } : m));
     }
     if (rules.droppedTools.length) {
       const dropped = new Set(rules.droppedTools.map((t) => t.param));
-      fields.tools = (req.tools as Json[]).filter((_, i) => !dropped.has(`tools[${i}]`));
+      // Tools are dropped only from a request that has them.
+      fields.tools = req.tools!.filter((_, i) => !dropped.has(`tools[${i}]`));
     }
     const headers: Record<string, string> = { 'content-type': 'application/json' };
     for (const name of FORWARDED_HEADERS) if (ex.headers[name] !== undefined) headers[name] = ex.headers[name]!;
@@ -161,7 +173,7 @@ const passthrough: FamilyPassthrough = {
 
   deliveredText(frames) {
     let text = '';
-    for (const e of frameJson(frames)) {
+    for (const e of frameJson(frames) as Iterable<UpstreamMessagesEvent>) {
       if (e.type === 'content_block_start' && e.content_block?.type === 'tool_use') text += e.content_block.name ?? '';
       const d = e.type === 'content_block_delta' ? e.delta : undefined;
       if (!d) continue;
@@ -200,16 +212,16 @@ export function messagesFamily(caps: RequestCaps): ClientFamily {
     rateLimitHeaders: anthropicRateLimitHeaders,
 
     promptText(ex) {
-      const req = ex.request;
+      const req = requestOf(ex);
       const parts: string[] = [textOf(req.system)];
       for (const m of req.messages ?? []) parts.push(textOf(m.content));
       if (req.tools) parts.push(JSON.stringify(req.tools));
       return parts.join('\n');
     },
 
-    requestedOutputTokens: (ex) => positiveNumber(ex.request.max_tokens),
+    requestedOutputTokens: (ex) => positiveNumber(requestOf(ex).max_tokens),
 
-    toCanonical: (ex, upstreamFamily) => messagesToCanonical(ex.request, ex.model!, upstreamFamily === 'messages'),
+    toCanonical: (ex, upstreamFamily) => messagesToCanonical(requestOf(ex), ex.model!, upstreamFamily === 'messages'),
 
     writeResponse: (res, ex) => JSON.stringify(canonicalToMessagesResponse(res, ex)),
 

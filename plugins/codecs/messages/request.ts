@@ -1,8 +1,22 @@
 /** Messages requests to and from the canonical pivot. */
 import { canonical as C, GatewayError, type ModelConfig } from '../../../src/plugin-api.js';
-import { parsedInput, readClientToolId, safeToolId, thinkingFromSignature } from './wire.js';
-
-type Json = Record<string, any>; // any: not yet typed; the messages wire types (as chat's and gemini's wire.ts) are still to be written (issue 24)
+import type { MessagesRequest } from './schema.js';
+import {
+  type AnyBlock,
+  isCustomTool,
+  type MessagesBlock,
+  type MessagesToolChoice,
+  type MessagesUpstreamBody,
+  parsedInput,
+  readClientToolId,
+  type ResultBlock,
+  safeToolId,
+  type TextBlock,
+  thinkingFromSignature,
+  type ToolResultBlock,
+  type UpstreamBoundBlock,
+  type UpstreamBoundMessage,
+} from './wire.js';
 
 /** Claude Code's first system block: it changes every conversation, so it would spoil a translated upstream's prompt cache. */
 const BILLING_LINE = 'x-anthropic-billing-header:';
@@ -24,7 +38,7 @@ const dataUrl = (mediaType: string, data: string) => `data:${mediaType};base64,$
  * blocks, cache breakpoints, betas such as context management) is left out, and a block that would
  * change the meaning if dropped is refused.
  */
-export function messagesToCanonical(req: Json, model: ModelConfig, native: boolean): C.Request {
+export function messagesToCanonical(req: MessagesRequest, model: ModelConfig, native: boolean): C.Request {
   const refuse = (param: string, what: string) => {
     if (!native) throw new GatewayError('unsupported_parameter', `Unsupported parameter: '${param}': ${what} is not available for model \`${model.id}\`, whose upstream speaks another API.`, param);
   };
@@ -33,9 +47,9 @@ export function messagesToCanonical(req: Json, model: ModelConfig, native: boole
   if (system.length) messages.push({ role: 'system', content: system });
   const toolNames = new Map<string, string>();
 
-  (req.messages as Json[]).forEach((m, i) => {
+  req.messages.forEach((m, i) => {
     const where = `messages[${i}].content`;
-    const blocks: Json[] = typeof m.content === 'string' ? [{ type: 'text', text: m.content }] : m.content;
+    const blocks: MessagesBlock[] = typeof m.content === 'string' ? [{ type: 'text', text: m.content }] : m.content;
     if (m.role === 'assistant') {
       const content: C.Part[] = [];
       const toolCalls: C.ToolCall[] = [];
@@ -68,8 +82,8 @@ export function messagesToCanonical(req: Json, model: ModelConfig, native: boole
 
   const tools: C.Tool[] = [];
   const serverTools: C.ServerTool[] = [];
-  (req.tools ?? []).forEach((t: Json, i: number) => {
-    if (t.type === undefined || t.type === 'custom') tools.push({ name: t.name, description: t.description, parameters: t.input_schema, ...(t.strict !== undefined && { strict: t.strict }) });
+  (req.tools ?? []).forEach((t, i) => {
+    if (isCustomTool(t)) tools.push({ name: t.name, description: t.description, parameters: t.input_schema, ...(t.strict !== undefined && { strict: t.strict }) });
     else serverTools.push({ type: serverToolName(t.type), param: `tools[${i}]` });
   });
 
@@ -106,18 +120,18 @@ export function messagesToCanonical(req: Json, model: ModelConfig, native: boole
  * unless `output_config.effort` says how hard to think. Thinking is shown (a summary of the
  * reasoning, where the upstream gives one) unless its display is `omitted`.
  */
-function reasoningOf(req: Json): C.Request['reasoning'] {
+function reasoningOf(req: MessagesRequest): C.Request['reasoning'] {
   const thinking = req.thinking;
   const effort = effortOf(req.output_config?.effort) ?? (thinking?.type === 'enabled' ? effortOfBudget(thinking.budget_tokens) : undefined);
   if (!effort || thinking?.type === 'disabled') return undefined;
   return { effort, ...(thinking && thinking.display !== 'omitted' && { summary: 'auto' }) };
 }
 
-function systemParts(system: unknown, native: boolean): C.Part[] {
+function systemParts(system: MessagesRequest['system'], native: boolean): C.Part[] {
   if (typeof system === 'string') return system ? [{ type: 'text', text: system }] : [];
   if (!Array.isArray(system)) return [];
   const parts: C.Part[] = [];
-  for (const b of system as Json[]) {
+  for (const b of system) {
     if (!b.text || (!native && b.text.startsWith(BILLING_LINE))) continue;
     parts.push({ type: 'text', text: b.text });
   }
@@ -126,7 +140,7 @@ function systemParts(system: unknown, native: boolean): C.Part[] {
 
 type Refuse = (param: string, what: string) => void;
 
-function userPart(b: Json, where: string, refuse: Refuse): C.Part | undefined {
+function userPart(b: MessagesBlock, where: string, refuse: Refuse): C.Part | undefined {
   switch (b.type) {
     case 'text':
       return b.text ? { type: 'text', text: b.text } : undefined;
@@ -152,16 +166,17 @@ function userPart(b: Json, where: string, refuse: Refuse): C.Part | undefined {
     case 'redacted_thinking':
       return undefined;
     default:
-      refuse(`${where}.type`, `a content block of type '${b.type}'`);
+      // A type the schema lets through unchecked: only its `type` is read.
+      refuse(`${where}.type`, `a content block of type '${(b as AnyBlock).type}'`);
       return undefined;
   }
 }
 
-function resultParts(b: Json, where: string, refuse: Refuse): C.Part[] {
+function resultParts(b: ToolResultBlock, where: string, refuse: Refuse): C.Part[] {
   const parts: C.Part[] = [];
   if (b.is_error === true) parts.push({ type: 'text', text: 'Error: ' });
   if (typeof b.content === 'string') parts.push({ type: 'text', text: b.content });
-  else (b.content ?? []).forEach((c: Json, k: number) => {
+  else (b.content ?? []).forEach((c: ResultBlock, k) => {
     const part = userPart(c, `${where}.content[${k}]`, refuse);
     if (part) parts.push(part);
   });
@@ -202,21 +217,21 @@ export function jsonToolFor(req: C.Request): JsonTool | undefined {
 }
 
 /** A canonical request as a Messages body for an upstream. */
-export function canonicalToMessages(req: C.Request, options: MessagesRequestOptions): Json {
-  const system: Json[] = [];
-  const messages: Json[] = [];
-  const add = (role: 'user' | 'assistant', blocks: Json[]) => {
+export function canonicalToMessages(req: C.Request, options: MessagesRequestOptions): MessagesUpstreamBody {
+  const system: TextBlock[] = [];
+  const messages: UpstreamBoundMessage[] = [];
+  const add = (role: 'user' | 'assistant', blocks: UpstreamBoundBlock[]) => {
     if (!blocks.length) return;
     const last = messages.at(-1);
     // Anthropic wants turns to alternate: consecutive turns of one role become one.
     if (last?.role === role) last.content.push(...blocks);
     else messages.push({ role, content: blocks });
   };
-  const addResult = (block: Json) => {
+  const addResult = (block: UpstreamBoundBlock) => {
     const last = messages.at(-1);
     if (last?.role !== 'user') return void messages.push({ role: 'user', content: [block] });
     // Results come first in their user turn.
-    const at = last.content.findIndex((b: Json) => b.type !== 'tool_result');
+    const at = last.content.findIndex((b) => b.type !== 'tool_result');
     last.content.splice(at < 0 ? last.content.length : at, 0, block);
   };
   for (const m of req.messages) {
@@ -231,7 +246,7 @@ export function canonicalToMessages(req: C.Request, options: MessagesRequestOpti
         break;
       case 'assistant': {
         const thinking = thinkingFromSignature(m.toolCalls[0]?.signature) ?? [];
-        const calls = m.toolCalls.map((c) => ({ type: 'tool_use', id: safeToolId(c.id), name: c.name, input: parsedInput(c.arguments) }));
+        const calls = m.toolCalls.map((c): UpstreamBoundBlock => ({ type: 'tool_use', id: safeToolId(c.id), name: c.name, input: parsedInput(c.arguments) }));
         add('assistant', [...thinking, ...textBlocks(m.content), ...calls]);
         break;
       }
@@ -243,11 +258,11 @@ export function canonicalToMessages(req: C.Request, options: MessagesRequestOpti
     }
   }
 
-  const body: Json = { model: req.model, max_tokens: req.maxOutputTokens ?? options.defaultMaxTokens, messages };
+  const body: MessagesUpstreamBody = { model: req.model, max_tokens: req.maxOutputTokens ?? options.defaultMaxTokens, messages };
   if (system.length) body.system = system;
   const json = options.jsonTool;
   let tools = req.tools;
-  let choice: Json | undefined;
+  let choice: MessagesToolChoice | undefined;
   const toolChoice = req.toolChoice;
   if (typeof toolChoice === 'object' && 'allowed' in toolChoice) {
     tools = tools.filter((t) => toolChoice.allowed.includes(t.name));
@@ -256,7 +271,7 @@ export function canonicalToMessages(req: C.Request, options: MessagesRequestOpti
   else if (toolChoice === 'none') choice = { type: 'none' };
   else if (toolChoice === 'auto') choice = { type: 'auto' };
   else if (toolChoice) choice = { type: 'tool', name: toolChoice.name };
-  const declared: Json[] = tools.map((t) => ({ name: t.name, ...(t.description && { description: t.description }), input_schema: { type: 'object', ...t.parameters } }));
+  const declared: NonNullable<MessagesUpstreamBody['tools']> = tools.map((t) => ({ name: t.name, ...(t.description && { description: t.description }), input_schema: { type: 'object', ...t.parameters } }));
   if (json) {
     const schema = req.format?.type === 'json_schema' ? req.format.schema : undefined;
     declared.push({
@@ -286,26 +301,26 @@ export function canonicalToMessages(req: C.Request, options: MessagesRequestOpti
  * a budget that leaves no room under max_tokens, and not when the turn continues a tool use whose
  * thinking blocks the client did not send back (Anthropic refuses that request).
  */
-function thinkingFor(req: C.Request, maxTokens: number, choice: Json | undefined, messages: Json[]): Json | undefined {
+function thinkingFor(req: C.Request, maxTokens: number, choice: MessagesToolChoice | undefined, messages: UpstreamBoundMessage[]): MessagesUpstreamBody['thinking'] {
   const effort = req.reasoning?.effort;
   if (!effort || effort === 'none' || effort === 'minimal') return undefined;
   if (choice?.type === 'any' || choice?.type === 'tool') return undefined;
   const lastAssistant = messages.findLast((m) => m.role === 'assistant');
-  const content: Json[] = lastAssistant?.content ?? [];
+  const content = lastAssistant?.content ?? [];
   if (content.some((b) => b.type === 'tool_use') && !content.some((b) => b.type === 'thinking' || b.type === 'redacted_thinking')) return undefined;
   const budget = Math.min(budgets[effort] ?? budgets.medium!, maxTokens - 1);
   return budget >= 1024 ? { type: 'enabled', budget_tokens: budget } : undefined;
 }
 
 /** Anthropic refuses empty and whitespace-only text blocks. */
-function textBlocks(parts: C.Part[]): Json[] {
-  const out: Json[] = [];
+function textBlocks(parts: C.Part[]): TextBlock[] {
+  const out: TextBlock[] = [];
   for (const p of parts) if (p.type === 'text' && p.text.trim()) out.push({ type: 'text', text: p.text });
   return out;
 }
 
-function userBlocks(parts: C.Part[]): Json[] {
-  const out: Json[] = [];
+function userBlocks(parts: C.Part[]): UpstreamBoundBlock[] {
+  const out: UpstreamBoundBlock[] = [];
   for (const p of parts) {
     switch (p.type) {
       case 'text':

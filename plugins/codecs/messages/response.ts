@@ -1,19 +1,31 @@
 /** Complete Messages answers to and from the canonical pivot. */
 import { canonical as C, type Exchange, newId } from '../../../src/plugin-api.js';
 import type { JsonTool } from './request.js';
-import { clientToolId, parsedInput, readMessagesUsage, readStopReason, thinkingSignature, writeMessagesUsage, writeStopReason } from './wire.js';
-
-type Json = Record<string, any>; // any: not yet typed; the messages wire types (as chat's and gemini's wire.ts) are still to be written (issue 24)
+import {
+  type AnswerBlock,
+  clientToolId,
+  type MessagesAnswer,
+  parsedInput,
+  type RedactedThinkingBlock,
+  readMessagesUsage,
+  readStopReason,
+  type ThinkingBlock,
+  type ThinkingBlocks,
+  thinkingSignature,
+  type UpstreamMessagesAnswer,
+  writeMessagesUsage,
+  writeStopReason,
+} from './wire.js';
 
 /** The JSON answer a forced tool's input carries. */
-export const jsonToolText = (input: unknown, tool: JsonTool) => JSON.stringify(tool.wrapped ? (input as Json)?.value : (input ?? {}));
+export const jsonToolText = (input: unknown, tool: JsonTool) => JSON.stringify(tool.wrapped ? (input as { value?: unknown } | null | undefined)?.value : (input ?? {}));
 
 /** A Messages body from an upstream, canonically; the input of the forced JSON tool becomes the answer's text. */
-export function messagesResponseToCanonical(body: Json, jsonTool: JsonTool | undefined): C.Response {
+export function messagesResponseToCanonical(body: UpstreamMessagesAnswer, jsonTool: JsonTool | undefined): C.Response {
   let text = '';
   let reasoning = '';
   let answeredByJsonTool = false;
-  const thinking: Json[] = [];
+  const thinking: ThinkingBlocks = [];
   const toolCalls: C.ToolCall[] = [];
   for (const b of Array.isArray(body.content) ? body.content : []) {
     switch (b?.type) {
@@ -22,16 +34,18 @@ export function messagesResponseToCanonical(body: Json, jsonTool: JsonTool | und
         break;
       case 'thinking':
         reasoning += b.thinking ?? '';
-        thinking.push(b);
+        // Kept as the upstream wrote it: it goes back to one like it, which checks it.
+        thinking.push(b as ThinkingBlock);
         break;
       case 'redacted_thinking':
-        thinking.push(b);
+        thinking.push(b as RedactedThinkingBlock);
         break;
       case 'tool_use':
+        // A call's id and name are read as sent: an upstream that leaves them out gives the client what it gave.
         if (jsonTool && b.name === jsonTool.name) {
           text += jsonToolText(b.input, jsonTool);
           answeredByJsonTool = true;
-        } else toolCalls.push({ id: b.id, name: b.name, arguments: JSON.stringify(b.input ?? {}) });
+        } else toolCalls.push({ id: b.id!, name: b.name!, arguments: JSON.stringify(b.input ?? {}) });
         break;
     }
   }
@@ -48,8 +62,8 @@ export function messagesResponseToCanonical(body: Json, jsonTool: JsonTool | und
 }
 
 /** A canonical answer as a Messages body for the client. */
-export function canonicalToMessagesResponse(res: C.Response, ex: Exchange): Json {
-  const content: Json[] = [];
+export function canonicalToMessagesResponse(res: C.Response, ex: Exchange): MessagesAnswer {
+  const content: AnswerBlock[] = [];
   // Unsigned: thinking from another family's upstream can only go back to one like it.
   if (res.reasoning) content.push({ type: 'thinking', thinking: res.reasoning, signature: '' });
   if (res.text) content.push({ type: 'text', text: res.text });

@@ -5,6 +5,7 @@
  */
 import { compileValidator } from '../../../src/plugin-api.js';
 import type { RequestOf } from '../schema-types.js';
+import type { MessagesMessage, MessagesOutputConfig, MessagesThinking, MessagesTool, MessagesToolChoice } from './wire.js';
 
 /** The block of `type` must match `schema`; blocks of other types are not checked by it. */
 const when = <const T extends string, const S extends object>(type: T, schema: S) => ({ if: { properties: { type: { const: type } }, required: ['type'] }, then: schema }) as const;
@@ -155,8 +156,14 @@ export const validateMessagesRequest = compileValidator(messagesRequestSchema);
 export const validateCountTokens = compileValidator(countTokensSchema);
 
 /**
- * A Messages request as the codec reads it (fields the schema does not name are in the bytes only).
- * Blocks are typed by what every block has (`type`): the schema checks each known type with
- * if/then so that unknown types pass, and json-schema-to-ts derives nothing useful from that.
+ * A Messages request as the codec reads it (fields the schema does not name are in the bytes only):
+ * derived from the schema, with the parts it checks by `type` with if/then (blocks, tools, choices),
+ * from which json-schema-to-ts derives nothing useful, as wire.ts writes them by hand.
  */
-export type MessagesRequest = RequestOf<typeof messagesRequestSchema>;
+export type MessagesRequest = Omit<RequestOf<typeof messagesRequestSchema>, 'messages' | 'tools' | 'tool_choice' | 'thinking' | 'output_config'> & {
+  messages: MessagesMessage[];
+  tools?: MessagesTool[];
+  tool_choice?: MessagesToolChoice;
+  thinking?: MessagesThinking;
+  output_config?: MessagesOutputConfig;
+};

@@ -19,18 +19,24 @@ import {
 import type { JsonTool } from './request.js';
 import { jsonToolText } from './response.js';
 import {
+  type AnswerBlock,
   clientToolId,
+  type MessagesDelta,
+  type MessagesEvents,
   mergeUsage,
   messagesErrorEvent,
   readMessagesError,
   readMessagesUsage,
   readStopReason,
+  type ThinkingBlock,
+  type ThinkingBlocks,
   thinkingSignature,
+  type UpstreamMessagesBlock,
+  type UpstreamMessagesEvent,
+  type UpstreamMessagesUsage,
   writeMessagesUsage,
   writeStopReason,
 } from './wire.js';
-
-type Json = Record<string, any>; // any: not yet typed; the messages wire types (as chat's and gemini's wire.ts) are still to be written (issue 24)
 
 const USAGE_KEY = Buffer.from('"usage"');
 /** Usage frames, and each chunk's last frame: whether the stream ended properly is read from it. */
@@ -45,7 +51,7 @@ const LAST_EVENTS = ['event: message_stop', 'event: error'].map((s) => Buffer.fr
  * take the cut answer for a whole one.
  */
 export function messagesPassthrough(ex: Exchange): ClientStream {
-  let raw: Json | undefined;
+  let raw: UpstreamMessagesUsage | undefined;
   let complete = false;
   /** message_delta carries the output count; message_start's is only the first token or two. */
   let finalUsage = false;
@@ -54,7 +60,7 @@ export function messagesPassthrough(ex: Exchange): ClientStream {
     frame(frame) {
       complete = LAST_EVENTS.some((start) => frame.subarray(0, start.length).equals(start));
       if (!hasObjectField(frame, USAGE_KEY)) return true;
-      const event = jsonOrUndefined(frameData(frame));
+      const event: UpstreamMessagesEvent | undefined = jsonOrUndefined(frameData(frame));
       if (event?.type === 'message_delta') finalUsage = true;
       raw = mergeUsage(raw, event?.type === 'message_start' ? event.message?.usage : event?.usage);
       return true;
@@ -73,7 +79,7 @@ export function messagesPassthrough(ex: Exchange): ClientStream {
 /** One content block of an upstream message, as the reader follows it. */
 type Block =
   | { kind: 'text' | 'other' }
-  | { kind: 'thinking'; block: Json }
+  | { kind: 'thinking'; block: ThinkingBlock }
   | { kind: 'tool'; call: number; arguments: boolean }
   | { kind: 'json'; buffered: string };
 
@@ -83,26 +89,28 @@ type Block =
  * text. A stream that ends before its message_delta ended early: that is an error, not an answer.
  */
 export function messagesStreamReader(jsonTool: JsonTool | undefined): C.StreamReader {
-  const blocks = new Map<number, Block>();
-  const thinking: Json[] = [];
+  /** By the upstream's block index (read as sent: an event without one finds the block started without one). */
+  const blocks = new Map<number | undefined, Block>();
+  const thinking: ThinkingBlocks = [];
   let calls = 0;
-  let usage: Json | undefined;
+  let usage: UpstreamMessagesUsage | undefined;
   let finished = false;
   let answeredByJsonTool = false;
 
-  const blockStart = (index: number, b: Json): C.Event[] => {
+  const blockStart = (index: number | undefined, b: UpstreamMessagesBlock): C.Event[] => {
     switch (b.type) {
       case 'text':
         blocks.set(index, { kind: 'text' });
         return b.text ? [{ type: 'text', delta: b.text }] : [];
       case 'thinking': {
-        const block = { type: 'thinking', thinking: b.thinking ?? '', signature: b.signature ?? '' };
+        const block: ThinkingBlock = { type: 'thinking', thinking: b.thinking ?? '', signature: b.signature ?? '' };
         thinking.push(block);
         blocks.set(index, { kind: 'thinking', block });
         return b.thinking ? [{ type: 'reasoning', delta: b.thinking }] : [];
       }
       case 'redacted_thinking':
-        thinking.push({ type: 'redacted_thinking', data: b.data });
+        // Kept as the upstream wrote it: it goes back to one like it, which checks it.
+        thinking.push({ type: 'redacted_thinking', data: b.data! });
         blocks.set(index, { kind: 'other' });
         return [];
       case 'tool_use': {
@@ -114,7 +122,8 @@ export function messagesStreamReader(jsonTool: JsonTool | undefined): C.StreamRe
         const call = calls++;
         blocks.set(index, { kind: 'tool', call, arguments: false });
         const signature = call === 0 && thinking.length ? thinkingSignature(thinking) : undefined;
-        return [{ type: 'tool_call', index: call, id: b.id, name: b.name, ...(signature && { signature }) }];
+        // A call's id and name are read as sent: an upstream that leaves them out gives the client what it gave.
+        return [{ type: 'tool_call', index: call, id: b.id!, name: b.name!, ...(signature && { signature }) }];
       }
       default:
         // Server-tool blocks: their upstream ran them; other families have nothing to show for them.
@@ -123,7 +132,7 @@ export function messagesStreamReader(jsonTool: JsonTool | undefined): C.StreamRe
     }
   };
 
-  const blockDelta = (block: Block | undefined, d: Json): C.Event[] => {
+  const blockDelta = (block: Block | undefined, d: NonNullable<UpstreamMessagesEvent['delta']>): C.Event[] => {
     switch (d.type) {
       case 'text_delta':
         return block?.kind === 'text' && d.text ? [{ type: 'text', delta: d.text }] : [];
@@ -132,7 +141,7 @@ export function messagesStreamReader(jsonTool: JsonTool | undefined): C.StreamRe
         block.block.thinking += d.thinking;
         return [{ type: 'reasoning', delta: d.thinking }];
       case 'signature_delta':
-        if (block?.kind === 'thinking') block.block.signature = d.signature;
+        if (block?.kind === 'thinking') block.block.signature = d.signature!;
         return [];
       case 'input_json_delta':
         if (!d.partial_json) return [];
@@ -158,7 +167,7 @@ export function messagesStreamReader(jsonTool: JsonTool | undefined): C.StreamRe
 
   return {
     frame(data) {
-      const e = jsonOrUndefined(data);
+      const e: UpstreamMessagesEvent | undefined = jsonOrUndefined(data);
       if (!e || typeof e !== 'object') return [unreadableEvent()];
       switch (e.type) {
         case 'message_start':
@@ -206,12 +215,12 @@ export function messagesStreamWriter(ex: Exchange): C.StreamWriter {
   let finish: C.FinishReason = 'stop';
   let usage: Usage | undefined;
 
-  const event = (type: string, payload: Json) => eventFrame(type, JSON.stringify({ type, ...payload }));
+  const event = <T extends keyof MessagesEvents>(type: T, payload: MessagesEvents[T]) => eventFrame(type, JSON.stringify({ type, ...payload }));
   const opening = () => {
     if (started) return '';
     started = true;
     const usage = { input_tokens: estimateTokens(ex.clientFamily.promptText(ex)), output_tokens: 0, cache_creation_input_tokens: 0, cache_read_input_tokens: 0 };
-    const message = { id, type: 'message', role: 'assistant', model: ex.modelId, content: [], stop_reason: null, stop_sequence: null, usage };
+    const message: MessagesEvents['message_start']['message'] = { id, type: 'message', role: 'assistant', model: ex.modelId, content: [], stop_reason: null, stop_sequence: null, usage };
     return event('message_start', { message }) + event('ping', {});
   };
   const close = () => {
@@ -219,13 +228,13 @@ export function messagesStreamWriter(ex: Exchange): C.StreamWriter {
     open = undefined;
     return event('content_block_stop', { index });
   };
-  const begin = (kind: NonNullable<typeof open>, block: Json) => {
+  const begin = (kind: NonNullable<typeof open>, block: AnswerBlock) => {
     const out = opening() + close();
     open = kind;
     index++;
     return out + event('content_block_start', { index, content_block: block });
   };
-  const delta = (delta: Json) => event('content_block_delta', { index, delta });
+  const delta = (delta: MessagesDelta) => event('content_block_delta', { index, delta });
 
   return {
     event(e) {

@@ -4,9 +4,30 @@
  * (custom tools, namespaced tools) is mapped there and back.
  */
 import { canonical as C, type Exchange, GatewayError, type ModelConfig, newId, StateKey, unixNow, type Usage } from '../../../src/plugin-api.js';
-import { itemType } from './schema.js';
-
-type Json = Record<string, any>; // any: not yet typed; the responses wire types (as chat's and gemini's wire.ts) are still to be written (issue 24)
+import { itemType, type ResponsesRequest } from './schema.js';
+import {
+  type CallOutputItem,
+  type CustomToolCallItem,
+  type FunctionCallItem,
+  type InputItem,
+  type InputPart,
+  isOfType,
+  type MessageItem,
+  type OutputCustomToolCall,
+  type OutputFunctionCall,
+  type OutputItem,
+  type OutputMessage,
+  type OutputPart,
+  type OutputReasoning,
+  type ResponseObject,
+  type ResponsesTool,
+  type ResponsesUpstreamBody,
+  type ResponsesUsage,
+  type UpstreamBoundItem,
+  type UpstreamBoundPart,
+  type UpstreamResponse,
+  type UpstreamResponsesUsage,
+} from './wire.js';
 
 /** Tools the client declared in a shape the upstream does not have, to map calls back. */
 export interface ToolMapping {
@@ -20,14 +41,6 @@ export const toolMapping = new StateKey<ToolMapping>('responses tool mapping');
 
 const NAMESPACE_SEPARATOR = '__';
 
-/** Usage as an upstream sends it: not validated. */
-export type UpstreamResponsesUsage = Partial<{
-  input_tokens: number;
-  output_tokens: number;
-  input_tokens_details: { cached_tokens?: number } | null;
-  output_tokens_details: { reasoning_tokens?: number } | null;
-}>;
-
 export function readResponsesUsage(u: UpstreamResponsesUsage | null | undefined): Usage | undefined {
   if (!u || typeof u !== 'object' || typeof u.input_tokens !== 'number') return undefined;
   return {
@@ -38,7 +51,7 @@ export function readResponsesUsage(u: UpstreamResponsesUsage | null | undefined)
   };
 }
 
-export function writeResponsesUsage(u: Usage): Json {
+export function writeResponsesUsage(u: Usage): ResponsesUsage {
   return {
     input_tokens: u.inputTokens,
     input_tokens_details: { cached_tokens: u.cachedTokens ?? 0 },
@@ -53,17 +66,17 @@ const familyNames: Record<string, string> = { chat: 'chat completions', gemini: 
 /** Refuses what the upstream cannot take when translating; a native upstream takes it as sent. */
 type Refuse = (param: string, what: string) => undefined;
 
-function partsOf(content: unknown, where: string, refuse: Refuse): C.Part[] {
+function partsOf(content: string | (InputPart | OutputPart)[], where: string, refuse: Refuse): C.Part[] {
   if (typeof content === 'string') return content ? [{ type: 'text', text: content }] : [];
   const parts: C.Part[] = [];
-  (content as Json[]).forEach((p, i) => {
+  content.forEach((p, i) => {
     const part = partOf(p, `${where}[${i}]`, refuse);
     if (part) parts.push(part);
   });
   return parts;
 }
 
-function partOf(p: Json, where: string, refuse: Refuse): C.Part | undefined {
+function partOf(p: InputPart | OutputPart, where: string, refuse: Refuse): C.Part | undefined {
   switch (p.type) {
     case 'input_text':
     case 'output_text':
@@ -87,7 +100,7 @@ function partOf(p: Json, where: string, refuse: Refuse): C.Part | undefined {
  * client's own bytes); for another family, what it cannot take is refused here, except server-side
  * tools, which the model rules drop or refuse.
  */
-export function responsesToCanonical(req: Json, model: ModelConfig, upstreamFamily: string): { request: C.Request; mapping: ToolMapping } {
+export function responsesToCanonical(req: ResponsesRequest, model: ModelConfig, upstreamFamily: string): { request: C.Request; mapping: ToolMapping } {
   const upstreamName = familyNames[upstreamFamily] ?? upstreamFamily;
   const native = upstreamFamily === 'responses';
   const refuse: Refuse = (param, what) => {
@@ -100,29 +113,31 @@ export function responsesToCanonical(req: Json, model: ModelConfig, upstreamFami
   const mapping: ToolMapping = { custom: new Set(), namespaced: new Map() };
   const tools: C.Tool[] = [];
   const seen = new Map<string, string>();
-  const addTool = (t: Json, where: string, namespace?: string) => {
-    const name = namespace ? `${namespace}${NAMESPACE_SEPARATOR}${t.name}` : t.name;
+  const addTool = (t: ResponsesTool, where: string, namespace?: string) => {
+    // Function, custom and namespaced tools have a name (the schema checks it); a hosted tool's reads as undefined.
+    const named = t as { name: string };
+    const name = namespace ? `${namespace}${NAMESPACE_SEPARATOR}${named.name}` : named.name;
     if (seen.has(name)) {
       throw new GatewayError('invalid_request', `Tools ${seen.get(name)} and ${where} both become '${name}' for the upstream; rename one.`, where);
     }
     if (namespace && !/^[A-Za-z0-9_-]{1,64}$/.test(name)) refuse(where, `the tool name '${name}' (namespace and name flattened)`);
     seen.set(name, where);
-    if (namespace) mapping.namespaced.set(name, { namespace, name: t.name });
-    if (t.type === 'custom') {
+    if (namespace) mapping.namespaced.set(name, { namespace, name: named.name });
+    if (isOfType(t, 'custom')) {
       mapping.custom.add(name);
       tools.push({
         name,
         description: t.description ?? (t.format?.type === 'grammar' ? `Input must match this ${t.format.syntax} grammar:\n${t.format.definition}` : undefined),
         parameters: { type: 'object', properties: { input: { type: 'string' } }, required: ['input'], additionalProperties: false },
       });
-    } else if (t.type === 'function') {
+    } else if (isOfType(t, 'function')) {
       tools.push({ name, description: t.description ?? undefined, parameters: t.parameters ?? undefined, strict: t.strict ?? undefined });
     } else {
       serverTools.push({ type: t.type, param: where });
     }
   };
-  (req.tools ?? []).forEach((t: Json, i: number) => {
-    if (t.type === 'namespace') t.tools.forEach((inner: Json, j: number) => addTool(inner, `tools[${i}].tools[${j}]`, t.name));
+  (req.tools ?? []).forEach((t, i) => {
+    if (isOfType(t, 'namespace')) t.tools.forEach((inner, j) => addTool(inner, `tools[${i}].tools[${j}]`, t.name));
     else addTool(t, `tools[${i}]`);
   });
   const flatName = (name: string, namespace?: string) => (namespace ? `${namespace}${NAMESPACE_SEPARATOR}${name}` : name);
@@ -138,11 +153,13 @@ export function responsesToCanonical(req: Json, model: ModelConfig, upstreamFami
     messages.push(turn);
     return turn;
   };
-  const input: Json[] = typeof req.input === 'string' ? [{ role: 'user', content: req.input }] : req.input;
-  input.forEach((item, i) => {
+  const input: InputItem[] = typeof req.input === 'string' ? [{ role: 'user', content: req.input }] : req.input;
+  // Each case reads the item as the type decode checked it against (itemType chose the schema).
+  input.forEach((raw, i) => {
     const where = `input[${i}]`;
-    switch (itemType(item)) {
+    switch (itemType(raw)) {
       case 'message': {
+        const item = raw as MessageItem;
         const content = partsOf(item.content ?? [], `${where}.content`, refuse);
         if (item.role === 'assistant') {
           // A loop, not push(...content): spreading a huge array overflows the call stack.
@@ -152,19 +169,24 @@ export function responsesToCanonical(req: Json, model: ModelConfig, upstreamFami
         break;
       }
       case 'function_call': {
+        const item = raw as FunctionCallItem;
         const name = flatName(item.name, item.namespace);
         toolNames.set(item.call_id, name);
         assistantTurn().toolCalls.push({ id: item.call_id, name, arguments: item.arguments });
         break;
       }
-      case 'custom_tool_call':
+      case 'custom_tool_call': {
+        const item = raw as CustomToolCallItem;
         toolNames.set(item.call_id, item.name);
         assistantTurn().toolCalls.push({ id: item.call_id, name: item.name, arguments: JSON.stringify({ input: item.input }) });
         break;
+      }
       case 'function_call_output':
-      case 'custom_tool_call_output':
+      case 'custom_tool_call_output': {
+        const item = raw as CallOutputItem;
         messages.push({ role: 'tool', toolCallId: item.call_id, name: toolNames.get(item.call_id), content: partsOf(item.output, `${where}.output`, refuse) });
         break;
+      }
       case 'reasoning':
         // Reasoning items only mean something to the model that wrote them.
         break;
@@ -172,18 +194,18 @@ export function responsesToCanonical(req: Json, model: ModelConfig, upstreamFami
         refuse(`${where}.id`, 'item references (send the items themselves)');
         break;
       default:
-        refuse(`${where}.type`, `'${item.type}' items`);
+        refuse(`${where}.type`, `'${raw.type}' items`);
     }
   });
 
   let toolChoice: C.ToolChoice | undefined;
   const choice = req.tool_choice;
-  if (typeof choice === 'string') toolChoice = choice as C.ToolChoice;
-  else if (choice?.type === 'function' || choice?.type === 'custom') toolChoice = { name: flatName(choice.name, choice.namespace) };
-  else if (choice?.type === 'allowed_tools') {
+  if (typeof choice === 'string') toolChoice = choice;
+  else if (choice && isOfType(choice, 'function', 'custom')) toolChoice = { name: flatName(choice.name, choice.namespace) };
+  else if (choice && isOfType(choice, 'allowed_tools')) {
     const allowed: string[] = [];
-    (choice.tools as Json[]).forEach((t, j) => {
-      if (t.type === 'function' || t.type === 'custom') allowed.push(flatName(t.name, t.namespace));
+    choice.tools.forEach((t, j) => {
+      if (isOfType(t, 'function', 'custom')) allowed.push(flatName(t.name, t.namespace));
       else refuse(`tool_choice.tools[${j}]`, `the server-side tool '${t.type}' in allowed_tools`);
     });
     toolChoice = { mode: choice.mode, allowed };
@@ -211,7 +233,7 @@ export function responsesToCanonical(req: Json, model: ModelConfig, upstreamFami
       topP: req.top_p ?? undefined,
       reasoning: req.reasoning ? { effort: req.reasoning.effort ?? undefined, summary: req.reasoning.summary ?? undefined } : undefined,
       metadata: req.metadata ?? undefined,
-      user: req.user,
+      user: req.user as string | undefined,
       stream: req.stream === true,
       serverTools,
       extra: req.top_logprobs ? { logprobs: 'top_logprobs' } : undefined,
@@ -220,8 +242,8 @@ export function responsesToCanonical(req: Json, model: ModelConfig, upstreamFami
   };
 }
 
-function writeParts(parts: C.Part[], role: 'user' | 'assistant'): Json[] {
-  return parts.map((p) => {
+function writeParts(parts: C.Part[], role: 'user' | 'assistant'): UpstreamBoundPart[] {
+  return parts.map((p): UpstreamBoundPart => {
     switch (p.type) {
       case 'text':
         return role === 'assistant' ? { type: 'output_text', text: p.text, annotations: [] } : { type: 'input_text', text: p.text };
@@ -236,12 +258,12 @@ function writeParts(parts: C.Part[], role: 'user' | 'assistant'): Json[] {
 }
 
 /** A canonical request as a Responses body for an upstream (7.2). */
-export function canonicalToResponses(req: C.Request): Json {
+export function canonicalToResponses(req: C.Request): ResponsesUpstreamBody {
   const instructions = req.messages
     .filter((m) => m.role === 'system')
     .map((m) => m.content.map((p) => (p.type === 'text' ? p.text : '')).join(''))
     .join('\n\n');
-  const input: Json[] = [];
+  const input: UpstreamBoundItem[] = [];
   for (const m of req.messages) {
     if (m.role === 'user') input.push({ role: 'user', content: writeParts(m.content, 'user') });
     else if (m.role === 'assistant') {
@@ -252,7 +274,7 @@ export function canonicalToResponses(req: C.Request): Json {
       input.push({ type: 'function_call_output', call_id: m.toolCallId, output: text });
     }
   }
-  const body: Json = { model: req.model, input, store: false };
+  const body: ResponsesUpstreamBody = { model: req.model, input, store: false };
   if (instructions) body.instructions = instructions;
   if (req.tools.length) {
     body.tools = req.tools.map((t) => ({ type: 'function', name: t.name, description: t.description ?? null, parameters: t.parameters ?? null, strict: t.strict ?? false }));
@@ -277,7 +299,7 @@ export function canonicalToResponses(req: C.Request): Json {
 }
 
 /** A Responses body from an upstream, canonically (7.3). */
-export function responsesBodyToCanonical(body: Json): C.Response {
+export function responsesBodyToCanonical(body: UpstreamResponse): C.Response {
   let text = '';
   let reasoning: string | undefined;
   const toolCalls: C.ToolCall[] = [];
@@ -285,12 +307,13 @@ export function responsesBodyToCanonical(body: Json): C.Response {
     if (item.type === 'message') {
       for (const part of item.content ?? []) if (part.type === 'output_text') text += part.text;
     } else if (item.type === 'reasoning') {
-      const summary = (item.summary ?? []).map((s: Json) => s.text).join('\n\n');
+      const summary = (item.summary ?? []).map((s) => s.text).join('\n\n');
       if (summary) reasoning = (reasoning ? reasoning + '\n\n' : '') + summary;
     } else if (item.type === 'function_call') {
-      toolCalls.push({ id: item.call_id ?? item.id, name: item.name, arguments: item.arguments || '{}' });
+      // A call's id and name are read as sent: an upstream that leaves them out gives the client what it gave.
+      toolCalls.push({ id: (item.call_id ?? item.id)!, name: item.name!, arguments: item.arguments || '{}' });
     } else if (item.type === 'custom_tool_call') {
-      toolCalls.push({ id: item.call_id ?? item.id, name: item.name, arguments: JSON.stringify({ input: item.input }) });
+      toolCalls.push({ id: (item.call_id ?? item.id)!, name: item.name!, arguments: JSON.stringify({ input: item.input }) });
     }
   }
   return {
@@ -305,21 +328,21 @@ export function responsesBodyToCanonical(body: Json): C.Response {
   };
 }
 
-export function finishFromStatus(status: string, incompleteReason: string | undefined, toolCalls: number): C.FinishReason {
+export function finishFromStatus(status: string | undefined, incompleteReason: string | undefined, toolCalls: number): C.FinishReason {
   if (status === 'incomplete') return incompleteReason === 'content_filter' ? 'content_filter' : 'length';
   return toolCalls > 0 ? 'tool_calls' : 'stop';
 }
 
 /** Status and incomplete_details for a canonical finish reason. */
-export function statusOf(reason: C.FinishReason): { status: string; incomplete_details: Json | null } {
+export function statusOf(reason: C.FinishReason): { status: string; incomplete_details: ResponseObject['incomplete_details'] } {
   if (reason === 'length') return { status: 'incomplete', incomplete_details: { reason: 'max_output_tokens' } };
   if (reason === 'content_filter') return { status: 'incomplete', incomplete_details: { reason: 'content_filter' } };
   return { status: 'completed', incomplete_details: null };
 }
 
 /** The Response object around some output, echoing the request as OpenAI does. */
-export function responseObject(ex: Exchange, { id, created_at, status, ...rest }: { id: string; created_at: number; status: string } & Json): Json {
-  const r = ex.request;
+export function responseObject(ex: Exchange, { id, created_at, status, ...rest }: Pick<ResponseObject, 'id' | 'created_at' | 'status'> & Partial<ResponseObject>): ResponseObject {
+  const r = ex.request as ResponsesRequest;
   return {
     id,
     object: 'response',
@@ -348,7 +371,7 @@ export function responseObject(ex: Exchange, { id, created_at, status, ...rest }
 }
 
 /** A canonical tool call as the output item the client declared it as. */
-export function callItem(call: C.ToolCall, mapping: ToolMapping | undefined, status: string, itemId?: string): Json {
+export function callItem(call: C.ToolCall, mapping: ToolMapping | undefined, status: string, itemId?: string): OutputFunctionCall | OutputCustomToolCall {
   if (mapping?.custom.has(call.name)) {
     let input = call.arguments;
     try {
@@ -371,7 +394,7 @@ export function callItem(call: C.ToolCall, mapping: ToolMapping | undefined, sta
   };
 }
 
-export const messageItem = (id: string, text: string, status: string) => ({
+export const messageItem = (id: string, text: string, status: string): OutputMessage => ({
   type: 'message',
   id,
   status,
@@ -379,12 +402,12 @@ export const messageItem = (id: string, text: string, status: string) => ({
   content: [{ type: 'output_text', text, annotations: [] }],
 });
 
-export const reasoningItem = (id: string, text: string) => ({ type: 'reasoning', id, summary: [{ type: 'summary_text', text }] });
+export const reasoningItem = (id: string, text: string): OutputReasoning => ({ type: 'reasoning', id, summary: [{ type: 'summary_text', text }] });
 
 /** A canonical answer as a complete Response for the client. */
-export function canonicalToResponsesBody(res: C.Response, ex: Exchange): Json {
+export function canonicalToResponsesBody(res: C.Response, ex: Exchange): ResponseObject {
   const mapping = ex.get(toolMapping);
-  const output: Json[] = [];
+  const output: OutputItem[] = [];
   if (res.reasoning) output.push(reasoningItem(newId('rs_'), res.reasoning));
   if (res.text) output.push(messageItem(newId('msg_'), res.text, 'completed'));
   for (const call of res.toolCalls) output.push(callItem(call, mapping, 'completed'));

@@ -6,6 +6,7 @@ import { parseUpstreamJson, type UpstreamDialect } from '../../../src/plugin-api
 import { readOpenAiError } from '../openai-common.js';
 import { canonicalToResponses, responsesBodyToCanonical } from './canonical.js';
 import { responsesStreamReader } from './stream.js';
+import type { UpstreamResponse } from './wire.js';
 
 /** What a native Responses upstream speaks. */
 export const responsesDialect: UpstreamDialect = {
@@ -22,7 +23,7 @@ export const responsesDialect: UpstreamDialect = {
     };
   },
 
-  readResponse: (body) => responsesBodyToCanonical(parseUpstreamJson(body)),
+  readResponse: (body) => responsesBodyToCanonical(parseUpstreamJson(body) as UpstreamResponse),
 
   streamReader: () => responsesStreamReader(),
 

@@ -21,10 +21,12 @@ import {
 } from '../../../src/plugin-api.js';
 import { bearerCredential, openAiErrorBody } from '../openai-common.js';
 import { canonicalToResponsesBody, readResponsesUsage, responsesToCanonical, toolMapping } from './canonical.js';
-import { itemType, validateResponsesRequest } from './schema.js';
+import { itemType, type ResponsesRequest, validateResponsesRequest } from './schema.js';
 import { responsesPassthrough, responsesStreamWriter } from './stream.js';
+import type { CallOutputItem, CustomToolCallItem, FunctionCallItem, InputItem, MessageItem, UpstreamResponsesEvent } from './wire.js';
 
-type Json = Record<string, any>; // any: not yet typed; the responses wire types (as chat's and gemini's wire.ts) are still to be written (issue 24)
+/** The request decode checked against the schema the type is derived from. */
+const requestOf = (ex: Exchange) => ex.request as ResponsesRequest;
 
 const shape: RequestShape = {
   messagesField: 'input',
@@ -52,14 +54,15 @@ const passthrough: FamilyPassthrough = {
   isAnswer: looksLikeJsonObject,
 
   prepare(ex, _upstream, rules) {
-    const req = ex.request;
+    const req = requestOf(ex);
     const model = ex.model!;
-    const fields: Json = {};
+    const fields: Partial<Record<keyof ResponsesRequest, unknown>> = {};
     if (rules.defaultOutputTokens !== undefined) fields.max_output_tokens = rules.defaultOutputTokens;
     if (model.upstreamModel !== req.model) fields.model = model.upstreamModel;
     if (rules.droppedTools.length) {
       const dropped = new Set(rules.droppedTools.map((t) => t.param));
-      fields.tools = (req.tools as Json[]).filter((_, i) => !dropped.has(`tools[${i}]`));
+      // Tools are dropped only from a request that has them.
+      fields.tools = req.tools!.filter((_, i) => !dropped.has(`tools[${i}]`));
     }
     return {
       method: 'POST',
@@ -75,7 +78,7 @@ const passthrough: FamilyPassthrough = {
 
   deliveredText(frames) {
     let text = '';
-    for (const e of frameJson(frames)) if (typeof e.delta === 'string') text += e.delta;
+    for (const e of frameJson(frames) as Iterable<UpstreamResponsesEvent>) if (typeof e.delta === 'string') text += e.delta;
     return text;
   },
 };
@@ -94,25 +97,26 @@ export const family: Omit<ClientFamily, 'decode' | 'socket'> = {
 
   errorBody: openAiErrorBody,
 
-  requestedOutputTokens: (ex) => positiveNumber(ex.request.max_output_tokens),
+  requestedOutputTokens: (ex) => positiveNumber(requestOf(ex).max_output_tokens),
 
   promptText(ex) {
-    const req = ex.request;
+    const req = requestOf(ex);
     const parts: string[] = [req.instructions ?? ''];
-    const input: Json[] = typeof req.input === 'string' ? [{ content: req.input }] : req.input;
+    const input: InputItem[] = typeof req.input === 'string' ? [{ role: 'user', content: req.input }] : req.input;
+    // Each item read as the type decode checked it against (itemType chose the schema).
     for (const item of input) {
       const type = itemType(item);
-      if (type === 'message') parts.push(textOf(item.content));
-      else if (type === 'function_call') parts.push(item.name, item.arguments);
-      else if (type === 'function_call_output' || type === 'custom_tool_call_output') parts.push(textOf(item.output));
-      else if (type === 'custom_tool_call') parts.push(item.name, item.input);
+      if (type === 'message') parts.push(textOf((item as MessageItem).content));
+      else if (type === 'function_call') parts.push((item as FunctionCallItem).name, (item as FunctionCallItem).arguments);
+      else if (type === 'function_call_output' || type === 'custom_tool_call_output') parts.push(textOf((item as CallOutputItem).output));
+      else if (type === 'custom_tool_call') parts.push((item as CustomToolCallItem).name, (item as CustomToolCallItem).input);
     }
     if (req.tools) parts.push(JSON.stringify(req.tools));
     return parts.join('\n');
   },
 
   toCanonical(ex, upstreamFamily) {
-    const { request, mapping } = responsesToCanonical(ex.request, ex.model!, upstreamFamily);
+    const { request, mapping } = responsesToCanonical(requestOf(ex), ex.model!, upstreamFamily);
     ex.set(toolMapping, mapping);
     return request;
   },

@@ -4,6 +4,7 @@
  */
 import { compileValidator, GatewayError, type RequestValidator } from '../../../src/plugin-api.js';
 import type { RequestOf } from '../schema-types.js';
+import type { InputItem, ResponsesTool, ResponsesToolChoice, TextFormat } from './wire.js';
 
 const text = { type: 'string' } as const;
 const callId = { type: 'string', minLength: 1 } as const;
@@ -183,13 +184,22 @@ const validateItem: Record<string, RequestValidator> = Object.fromEntries(
 );
 
 /** The item's type; a bare `{role, content}` is a message. */
-export const itemType = (item: Record<string, unknown>) => (typeof item.type === 'string' ? item.type : 'message');
+export const itemType = (item: { type?: unknown }) => (typeof item.type === 'string' ? item.type : 'message');
 
 /**
- * A Responses request as the codec reads it (fields the schema does not name are in the bytes only).
- * Input items are checked one by one (`itemSchemas`), so `input` is typed here only as objects.
+ * A Responses request as the codec reads it (fields the schema does not name are in the bytes only):
+ * derived from the schema, with what it checks item by item or with if/then (input items, tools,
+ * tool choices, the JSON schema format), from which json-schema-to-ts derives nothing useful, as
+ * wire.ts writes them by hand. `user` and `top_logprobs` are not checked: they are read as sent.
  */
-export type ResponsesRequest = RequestOf<typeof requestSchema>;
+export type ResponsesRequest = Omit<RequestOf<typeof requestSchema>, 'input' | 'tools' | 'tool_choice' | 'text'> & {
+  input: string | InputItem[];
+  tools?: ResponsesTool[];
+  tool_choice?: ResponsesToolChoice;
+  text?: { format?: TextFormat };
+  user?: unknown;
+  top_logprobs?: unknown;
+};
 
 export function validateResponsesRequest(body: Record<string, unknown>): GatewayError | undefined {
   const invalid = validateRequest(body);

@@ -6,23 +6,37 @@
  * answered here with no model output and no upstream call, that the next turn can chain from.
  */
 import { randomBytes } from 'node:crypto';
-import { checkDepth, GatewayError, type RequestCaps, type SocketProtocol } from '../../../src/plugin-api.js';
+import { checkDepth, GatewayError, type JsonObject, type JsonValue, type RequestCaps, type SocketProtocol } from '../../../src/plugin-api.js';
 import { openAiErrorBody } from '../openai-common.js';
 
-type Json = Record<string, any>; // any: not yet typed; the responses wire types (as chat's and gemini's wire.ts) are still to be written (issue 24)
+/**
+ * A `response.create` message: a Responses request (checked when it is decoded) with the socket's
+ * own fields. Items are kept as sent, unread: they go back to the upstream in the next turn.
+ */
+interface ResponseCreate {
+  type: 'response.create';
+  /** The lane: a string of 1 to MAX_LANE_CHARS characters once read. */
+  stream_id?: JsonValue;
+  generate?: JsonValue;
+  previous_response_id?: JsonValue;
+  stream?: JsonValue;
+  model?: JsonValue;
+  input?: JsonValue;
+  [field: string]: JsonValue | undefined;
+}
 
 interface Lane {
   lane?: string;
   /** The input items of the response in flight, history included. */
-  pendingInput?: Json[];
+  pendingInput?: JsonValue[];
   /** The most recent completed response: its id and the whole conversation up to it. */
-  last?: { id: string; items: Json[] };
+  last?: { id: string; items: JsonValue[] };
 }
 
 /** A lane name longer than this is refused: it is echoed on every event. */
 const MAX_LANE_CHARS = 128;
 
-const asItems = (input: unknown): Json[] => (typeof input === 'string' ? [{ role: 'user', content: input }] : Array.isArray(input) ? input : []);
+const asItems = (input: JsonValue | undefined): JsonValue[] => (typeof input === 'string' ? [{ role: 'user', content: input }] : Array.isArray(input) ? input : []);
 
 /** Terminal events name themselves near the start; only those are parsed. */
 const TERMINAL = /"type":"(response\.completed|response\.incomplete|response\.failed|error)"/;
@@ -35,7 +49,7 @@ const onLane = (event: string, lane: string | undefined): string => {
 };
 
 /** A warm-up's events: created, then completed with no output and zero usage. */
-function warmUp(body: Json): string[] {
+function warmUp(body: Omit<ResponseCreate, 'type'>): string[] {
   const response = {
     id: `resp_${randomBytes(12).toString('hex')}`,
     object: 'response',
@@ -57,15 +71,17 @@ export const responsesSocket = (caps: RequestCaps): SocketProtocol<Lane> => ({
 
   read(message) {
     checkDepth(Buffer.from(message), caps);
-    let event: Json;
+    let parsed: JsonValue;
     try {
-      event = JSON.parse(message);
+      parsed = JSON.parse(message);
     } catch {
       throw new GatewayError('invalid_json', 'The message is not valid JSON.');
     }
-    if (!event || typeof event !== 'object' || event.type !== 'response.create') {
-      throw new GatewayError('invalid_request', `Unsupported event type '${event?.type}': send 'response.create'.`, 'type');
+    const type = parsed && typeof parsed === 'object' && !Array.isArray(parsed) ? parsed.type : undefined;
+    if (type !== 'response.create') {
+      throw new GatewayError('invalid_request', `Unsupported event type '${type}': send 'response.create'.`, 'type');
     }
+    const event = parsed as ResponseCreate;
     const lane = event.stream_id;
     if (lane !== undefined && (typeof lane !== 'string' || lane.length === 0 || lane.length > MAX_LANE_CHARS)) {
       throw new GatewayError('invalid_value', `'stream_id' must be a string of 1 to ${MAX_LANE_CHARS} characters.`, 'stream_id');
@@ -74,8 +90,8 @@ export const responsesSocket = (caps: RequestCaps): SocketProtocol<Lane> => ({
   },
 
   request(message, chain) {
-    const { type: _type, stream: _stream, stream_id: _lane, generate, previous_response_id: previous, ...body } = message as Json;
-    let history: Json[] = [];
+    const { type: _type, stream: _stream, stream_id: _lane, generate, previous_response_id: previous, ...body } = message as ResponseCreate;
+    let history: JsonValue[] = [];
     if (previous != null) {
       const last = chain.last;
       if (!last || last.id !== previous) {
@@ -92,7 +108,7 @@ export const responsesSocket = (caps: RequestCaps): SocketProtocol<Lane> => ({
     if (TERMINAL.test(event.slice(0, 160))) {
       // A completed (or cut-short) response can be chained from; a failure ends the chain.
       try {
-        const { type, response } = JSON.parse(event);
+        const { type, response }: { type: string; response: { id: string; output?: JsonValue[] } } = JSON.parse(event);
         chain.last =
           type === 'response.completed' || type === 'response.incomplete'
             ? { id: response.id, items: [...(chain.pendingInput ?? []), ...(response.output ?? [])] }
@@ -105,7 +121,7 @@ export const responsesSocket = (caps: RequestCaps): SocketProtocol<Lane> => ({
   },
 
   error(err, lane) {
-    const { error } = JSON.parse(openAiErrorBody(err));
+    const { error }: { error: JsonObject } = JSON.parse(openAiErrorBody(err));
     // An HTTP answer's headers that matter to a retry travel in the error event (`error.headers`).
     if (err.retryAfterSeconds !== undefined) error.headers = { 'retry-after': String(err.retryAfterSeconds) };
     return onLane(JSON.stringify({ type: 'error', status: err.status, error }), lane);

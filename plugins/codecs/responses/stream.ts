@@ -24,15 +24,14 @@ import {
   toolMapping,
   writeResponsesUsage,
 } from './canonical.js';
-
-type Json = Record<string, any>; // any: not yet typed; the responses wire types (as chat's and gemini's wire.ts) are still to be written (issue 24)
+import type { OutputItem, ResponseObject, ResponsesEvents, UpstreamResponsesEvent } from './wire.js';
 
 const USAGE_KEY = Buffer.from('"usage"');
 
 const errorOf = (err: GatewayError) => ({ code: err.upstreamCode ?? err.code, message: err.message });
 
 /** The terminal failure event, so a stream never just stops (2.6, pitfall 9). */
-function failedFrame(ex: Exchange, sequence: number, id: string, createdAt: number, err: GatewayError, output: Json[]): string {
+function failedFrame(ex: Exchange, sequence: number, id: string, createdAt: number, err: GatewayError, output: OutputItem[]): string {
   const response = responseObject(ex, { id, created_at: createdAt, status: 'failed', error: errorOf(err), output });
   return eventFrame('response.failed', JSON.stringify({ type: 'response.failed', sequence_number: sequence, response }));
 }
@@ -46,7 +45,7 @@ export function responsesPassthrough(ex: Exchange): ClientStream {
   let id: string | undefined;
   let createdAt = unixNow();
   let usage: Usage | undefined;
-  const parse = (frame: Buffer): Json | undefined => jsonOrUndefined(frameData(frame));
+  const parse = (frame: Buffer): UpstreamResponsesEvent | undefined => jsonOrUndefined(frameData(frame));
   return {
     frame(frame) {
       frames++;
@@ -66,12 +65,13 @@ export function responsesPassthrough(ex: Exchange): ClientStream {
 
 /** Upstream Responses events → canonical events, for a client of another family. */
 export function responsesStreamReader(): C.StreamReader {
-  const calls = new Map<string, { index: number; streamed: boolean }>();
-  const byOutputIndex = new Map<number, string>();
-  const call = (e: Json) => calls.get(e.item_id ?? byOutputIndex.get(e.output_index));
+  // Keyed as sent: an upstream that leaves ids or indexes out finds its calls by `undefined`.
+  const calls = new Map<string | undefined, { index: number; streamed: boolean }>();
+  const byOutputIndex = new Map<number | undefined, string | undefined>();
+  const call = (e: UpstreamResponsesEvent) => calls.get(e.item_id ?? byOutputIndex.get(e.output_index));
   return {
     frame(data) {
-      const e: Json | undefined = jsonOrUndefined(data);
+      const e: UpstreamResponsesEvent | undefined = jsonOrUndefined(data);
       if (!e) return [unreadableEvent()];
       switch (e.type) {
         case 'response.created':
@@ -87,7 +87,8 @@ export function responsesStreamReader(): C.StreamReader {
           const index = calls.size;
           calls.set(item.id ?? item.call_id, { index, streamed: false });
           byOutputIndex.set(e.output_index, item.id ?? item.call_id);
-          return [{ type: 'tool_call', index, id: item.call_id ?? item.id, name: item.name }];
+          // A call's id and name are read as sent: an upstream that leaves them out gives the client what it gave.
+          return [{ type: 'tool_call', index, id: (item.call_id ?? item.id)!, name: item.name! }];
         }
         case 'response.function_call_arguments.delta': {
           const c = call(e);
@@ -151,7 +152,7 @@ export function responsesStreamWriter(ex: Exchange): C.StreamWriter {
   const mapping = ex.get(toolMapping);
   const id = newId('resp_');
   const createdAt = unixNow();
-  const output: (Json | undefined)[] = [];
+  const output: (OutputItem | undefined)[] = [];
   const calls: CallState[] = [];
   let sequence = 0;
   let started = false;
@@ -159,9 +160,9 @@ export function responsesStreamWriter(ex: Exchange): C.StreamWriter {
   let finish: C.FinishReason = 'stop';
   let usage: Usage | undefined;
 
-  const frame = (type: string, payload: Json) => eventFrame(type, JSON.stringify({ type, sequence_number: sequence++, ...payload }));
-  const snapshot = (status: string, extra: Json = {}) =>
-    responseObject(ex, { id, created_at: createdAt, status, output: output.filter(Boolean), ...extra });
+  const frame = <T extends keyof ResponsesEvents>(type: T, payload: ResponsesEvents[T]) => eventFrame(type, JSON.stringify({ type, sequence_number: sequence++, ...payload }));
+  const snapshot = (status: string, extra: Partial<ResponseObject> = {}) =>
+    responseObject(ex, { id, created_at: createdAt, status, output: output.filter((x): x is OutputItem => !!x), ...extra });
   const opening = () => {
     if (started) return '';
     started = true;
@@ -172,15 +173,15 @@ export function responsesStreamWriter(ex: Exchange): C.StreamWriter {
     const { kind, index, id: itemId, text } = open;
     open = undefined;
     let out: string;
-    let item: Json;
+    let item: OutputItem;
     if (kind === 'message') {
-      const part = { type: 'output_text', text, annotations: [] };
+      const part = { type: 'output_text' as const, text, annotations: [] as [] };
       item = messageItem(itemId, text, status);
       out =
         frame('response.output_text.done', { item_id: itemId, output_index: index, content_index: 0, text, logprobs: [] }) +
         frame('response.content_part.done', { item_id: itemId, output_index: index, content_index: 0, part });
     } else {
-      const part = { type: 'summary_text', text };
+      const part = { type: 'summary_text' as const, text };
       item = reasoningItem(itemId, text);
       out =
         frame('response.reasoning_summary_text.done', { item_id: itemId, output_index: index, summary_index: 0, text }) +
@@ -210,7 +211,7 @@ export function responsesStreamWriter(ex: Exchange): C.StreamWriter {
     let out = '';
     for (const c of calls) {
       const item = callItem(c.call, mapping, status, c.itemId);
-      if (c.custom) {
+      if (item.type === 'custom_tool_call') {
         out +=
           frame('response.custom_tool_call_input.delta', { item_id: c.itemId, output_index: c.index, delta: item.input }) +
           frame('response.custom_tool_call_input.done', { item_id: c.itemId, output_index: c.index, input: item.input });
@@ -247,7 +248,7 @@ export function responsesStreamWriter(ex: Exchange): C.StreamWriter {
           const state: CallState = { index, call: { id: e.id, name: e.name, arguments: '' }, itemId: newId(custom ? 'ctc_' : 'fc_'), custom };
           calls[e.index] = state;
           const item = callItem(state.call, mapping, 'in_progress', state.itemId);
-          return out + frame('response.output_item.added', { output_index: index, item: custom ? { ...item, input: '' } : item });
+          return out + frame('response.output_item.added', { output_index: index, item: item.type === 'custom_tool_call' ? { ...item, input: '' } : item });
         }
         case 'tool_arguments': {
           const c = calls[e.index];
@@ -275,7 +276,7 @@ export function responsesStreamWriter(ex: Exchange): C.StreamWriter {
     fail(err) {
       // Items cut short are closed as incomplete, so the failed response still accounts for them.
       const out = opening() + closeOpen('incomplete') + closeCalls('incomplete');
-      return out + failedFrame(ex, sequence++, id, createdAt, err, output.filter((x): x is Json => !!x));
+      return out + failedFrame(ex, sequence++, id, createdAt, err, output.filter((x): x is OutputItem => !!x));
     },
   };
 }
