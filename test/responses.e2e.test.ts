@@ -18,6 +18,7 @@ upstreams:
 models:
   - { id: sim-chat, upstream: chat-only }
   - { id: sim-responses, upstream: native, features: { serverTools: [web_search] } }
+  - { id: sim-responses-hosted, upstream: native, upstreamModel: sim-responses, features: { serverTools: [web_search, file_search] } }
   - { id: sim-plain, upstream: chat-only, upstreamModel: sim-chat, features: { reasoning: false, temperature: false } }
 `,
 );
@@ -237,6 +238,9 @@ t.test('bridged streams ask the chat upstream for usage', async (t) => {
 t.test('native: server-side web_search passes through; the bridge marks itself in /v1/models', async (t) => {
   const res = await openai.responses.create({ model: 'sim-responses', input: 'Please search for news', tools: [{ type: 'web_search' }] });
   t.ok(res.output.some((i) => i.type === 'web_search_call'));
+  // Hosted tools have no name: two of them are not a name collision.
+  const two = await openai.responses.create({ model: 'sim-responses-hosted', input: 'Please search for news', tools: [{ type: 'web_search' }, { type: 'file_search', vector_store_ids: ['vs_1'] }] });
+  t.equal(two.status, 'completed', 'two hosted tools in one request');
   const models = (await openai.models.list()).data as any[];
   t.same(models.find((m) => m.id === 'sim-chat').families, { chat: 'native', responses: 'bridge', gemini: 'translated', messages: 'translated' });
   t.same(models.find((m) => m.id === 'sim-responses').families, { chat: 'translated', responses: 'native', gemini: 'translated', messages: 'translated' });

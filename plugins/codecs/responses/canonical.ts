@@ -114,7 +114,13 @@ export function responsesToCanonical(req: ResponsesRequest, model: ModelConfig, 
   const tools: C.Tool[] = [];
   const seen = new Map<string, string>();
   const addTool = (t: ResponsesTool, where: string, namespace?: string) => {
-    // Function, custom and namespaced tools have a name (the schema checks it); a hosted tool's reads as undefined.
+    // A hosted tool (web_search, file_search, …) has no name: it is the upstream's to run, not a
+    // function the model calls by name, so two of them never collide.
+    if (!isOfType(t, 'custom') && !isOfType(t, 'function')) {
+      serverTools.push({ type: t.type, param: where });
+      return;
+    }
+    // Function and custom tools have a name (the schema checks it).
     const named = t as { name: string };
     const name = namespace ? `${namespace}${NAMESPACE_SEPARATOR}${named.name}` : named.name;
     if (seen.has(name)) {
@@ -132,8 +138,6 @@ export function responsesToCanonical(req: ResponsesRequest, model: ModelConfig, 
       });
     } else if (isOfType(t, 'function')) {
       tools.push({ name, description: t.description ?? undefined, parameters: t.parameters ?? undefined, strict: t.strict ?? undefined });
-    } else {
-      serverTools.push({ type: t.type, param: where });
     }
   };
   (req.tools ?? []).forEach((t, i) => {
