@@ -111,8 +111,22 @@ export class Exchange implements ExchangeView {
   cancel(): void {
     for (const cancel of this.cancelers.splice(0)) cancel();
   }
+
+  // How an exchange ended is written here and nowhere else: `outcome`, `error` and `aborted`.
+
+  /** It failed with `err`. An exchange already cut short (aborted, stalled, shutdown) keeps that outcome. */
+  failedWith(err: GatewayError): void {
+    this.error = err;
+    if (this.outcome === 'finished') this.outcome = 'error';
+  }
+
+  /** It was cut short: the client went away or stopped reading, or the gateway is stopping. */
+  cutShort(outcome: Exclude<Outcome, 'finished' | 'error'>): void {
+    if (outcome !== 'shutdown') this.aborted = true;
+    this.outcome = outcome;
+  }
 }
 
-/** Plugins see every public member of the exchange but `cancel` (a member left out of ExchangeView fails here). */
+/** Plugins see every public member of the exchange but the pipeline's own: `cancel` and how it ended (a member left out of ExchangeView fails here). */
 type Shown<Unseen extends never> = Unseen;
-type AllShown = Shown<Exclude<keyof Exchange, keyof ExchangeView | 'cancel'>>;
+type AllShown = Shown<Exclude<keyof Exchange, keyof ExchangeView | 'cancel' | 'failedWith' | 'cutShort'>>;

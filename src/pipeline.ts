@@ -124,8 +124,7 @@ export class Pipeline implements RelayOwner {
    */
   interrupt(ex: Exchange, res: ClientResponse, outcome: Exclude<Outcome, 'finished' | 'error'>): void {
     if (ex.over) return;
-    if (outcome !== 'shutdown') ex.aborted = true;
-    ex.outcome = outcome;
+    ex.cutShort(outcome);
     try {
       ex.cancel();
       const relay = ex.get(activeRelay);
@@ -342,8 +341,7 @@ export class Pipeline implements RelayOwner {
 
   /** Answers with the family's error body, unless the client is gone. */
   fail(ex: Exchange, res: ClientResponse, err: GatewayError): void {
-    ex.error = err;
-    if (ex.outcome === 'finished') ex.outcome = 'error';
+    ex.failedWith(err);
     if (ex.aborted) return;
     ex.status = ex.clientFamily.errorStatus?.(err) ?? err.status;
     res.reply(ex.status, errorHeaders(err), ex.clientFamily.errorBody(err));

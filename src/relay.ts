@@ -263,8 +263,7 @@ export class Relay implements ResponseSink {
   /** The exchange failed midway: a stream ends with its family's failure event, anything else with an error reply. */
   failed(err: GatewayError): void {
     const { ex, res, stream } = this;
-    ex.error = err;
-    if (ex.outcome === 'finished') ex.outcome = 'error';
+    ex.failedWith(err);
     ex.usage ??= stream?.usage();
     if (!stream) return this.pipeline.fail(ex, res, err);
     if (!ex.aborted) res.end(stream.fail(err));
@@ -326,8 +325,7 @@ export class Relay implements ResponseSink {
       this.pipeline.fail(ex, res, new GatewayError('upstream_error', `Upstream \`${upstream.name}\` rejected the gateway's credentials (${status}).`));
     } else if (status >= 400 && status < 500) {
       // The client's own mistake as the upstream saw it: same status; the same body when the family matches.
-      ex.error = err;
-      ex.outcome = 'error';
+      ex.failedWith(err);
       ex.status = status;
       res.reply(status, errorHeaders(err), passthrough ? body : ex.clientFamily.errorBody(err));
     } else {
@@ -373,8 +371,7 @@ function translating(ex: Exchange, dialect: UpstreamDialect): ClientStream {
         if (sample.length < SAMPLE_BYTES) sample += e.delta;
       } else if (e.type === 'error') {
         failed = true;
-        ex.error = e.error;
-        ex.outcome = 'error';
+        ex.failedWith(e.error);
         out += writer.fail(e.error);
         break;
       }
