@@ -4,7 +4,7 @@
  */
 import { compileValidator, GatewayError, type RequestValidator } from '../../../src/plugin-api.js';
 import type { RequestOf } from '../schema-types.js';
-import type { InputItem, ResponsesTool, ResponsesToolChoice, TextFormat } from './wire.js';
+import type { InputItem, ReasoningEffort, ResponsesTool, ResponsesToolChoice, TextFormat } from './wire.js';
 
 const text = { type: 'string' } as const;
 const callId = { type: 'string', minLength: 1 } as const;
@@ -200,6 +200,10 @@ export type ResponsesRequest = Omit<RequestOf<typeof requestSchema>, 'input' | '
   user?: unknown;
   top_logprobs?: unknown;
 };
+
+/** A response echoes the request's `reasoning`: wire.ts's ReasoningEffort must cover every effort this schema allows. */
+type Covered<Effort extends ReasoningEffort | null | undefined> = Effort;
+export type EchoedEffort = Covered<NonNullable<ResponsesRequest['reasoning']>['effort']>;
 
 export function validateResponsesRequest(body: Record<string, unknown>): GatewayError | undefined {
   const invalid = validateRequest(body);

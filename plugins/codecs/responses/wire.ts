@@ -5,7 +5,6 @@
  * are not validated, so what is read from them has every field optional.
  */
 import type { JsonObject, JsonValue } from '../../../src/plugin-api.js';
-import type { ResponsesRequest } from './schema.js';
 
 // Input items, tools and tool choices are hand-written: the schema checks each item against the
 // schema of its type (itemSchemas) and tools and choices with if/then, so that types it does not
@@ -116,6 +115,9 @@ export const isOfType = <U extends { type?: string }, T extends string>(value: U
 /** The format of `text`, as the schema checks it, with what it passes on unchecked. */
 export type TextFormat = { type: 'text' } | { type: 'json_object' } | { type: 'json_schema'; name: string; schema: JsonObject; strict?: boolean | null; description?: string };
 
+/** `reasoning.effort`, as the request schema (schema.ts) allows it. */
+export type ReasoningEffort = 'none' | 'minimal' | 'low' | 'medium' | 'high' | 'xhigh' | 'max';
+
 export interface ResponsesUsage {
   input_tokens: number;
   input_tokens_details: { cached_tokens: number };
@@ -185,10 +187,11 @@ export interface ResponseObject {
   output: OutputItem[];
   parallel_tool_calls: boolean;
   previous_response_id: null;
-  reasoning: NonNullable<ResponsesRequest['reasoning']> | { effort: null; summary: null };
+  /** The request's `reasoning` echoed (the values the request schema allows), or nulls. */
+  reasoning: { effort?: ReasoningEffort | null; summary?: 'auto' | 'concise' | 'detailed' | null };
   store: false;
   temperature: number;
-  text: NonNullable<ResponsesRequest['text']> | { format: { type: 'text' } };
+  text: { format?: TextFormat };
   tool_choice: ResponsesToolChoice;
   tools: ResponsesTool[];
   top_p: number;
