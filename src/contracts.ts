@@ -66,8 +66,8 @@ export interface ExchangeView {
   readonly trace: TraceContext;
 
   body: Buffer;
-  /** The parsed client request (family-native shape). */
-  request: Record<string, any>;
+  /** The parsed client request, in the family's own shape: the family that decoded it reads it with its own type. */
+  request: unknown;
   modelId: string;
   model: ModelConfig | undefined;
   stream: boolean;

@@ -20,8 +20,8 @@ export class Exchange implements ExchangeView {
   readonly createdAt = Date.now();
 
   body: Buffer = Buffer.alloc(0);
-  /** The parsed client request (family-native shape). */
-  request: Record<string, any> = {};
+  /** The parsed client request, in the family's own shape: the family that decoded it reads it with its own type. */
+  request: unknown = {};
   modelId = '';
   model: ModelConfig | undefined;
   stream = false;

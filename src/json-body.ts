@@ -1,5 +1,6 @@
 /** Reading JSON bodies, and editing a request body while keeping the client's bytes wherever possible. */
 import { GatewayError } from './errors.js';
+import type { JsonObject, JsonValue } from './json-value.js';
 import { checkCounts, checkDepth, type RequestCaps, type RequestShape } from './request-caps.js';
 
 /**
@@ -20,7 +21,7 @@ export function withFields(raw: Buffer, parsed: Record<string, unknown>, fields:
  * A client's request body, which must be a JSON object within the request caps. Depth is checked
  * on the bytes, before parsing, so no recursive routine ever sees a body nested too deep.
  */
-export function parseRequestJson(body: Buffer, shape: RequestShape, caps: RequestCaps): Record<string, any> {
+export function parseRequestJson(body: Buffer, shape: RequestShape, caps: RequestCaps): JsonObject {
   checkDepth(body, caps);
   let parsed: unknown;
   try {
@@ -32,14 +33,18 @@ export function parseRequestJson(body: Buffer, shape: RequestShape, caps: Reques
     throw new GatewayError('invalid_request', 'The request body must be a JSON object.');
   }
   checkCounts(parsed as Record<string, any>, shape, caps);
-  return parsed as Record<string, any>;
+  return parsed as JsonObject;
 }
 
-/** JSON text parsed, or undefined when it is not JSON (for bodies and frames that may be anything). */
-export function jsonOrUndefined(text: string | Buffer | null | undefined): any {
+/**
+ * JSON text parsed, or undefined when it is not JSON (for bodies and frames that may be anything).
+ * `T` is what the caller reads it as (an upstream's answer, an event): nothing checks it, so its
+ * fields are optional where the wire does not promise them.
+ */
+export function jsonOrUndefined<T = JsonValue>(text: string | Buffer | null | undefined): T | undefined {
   if (text === null || text === undefined) return undefined;
   try {
-    return JSON.parse(text.toString());
+    return JSON.parse(text.toString()) as T;
   } catch {
     return undefined;
   }
@@ -61,7 +66,7 @@ export function looksLikeJsonObject(body: Buffer): boolean {
 }
 
 /** An upstream's complete answer body. */
-export function parseUpstreamJson(body: Buffer): Record<string, any> {
+export function parseUpstreamJson(body: Buffer): JsonObject {
   try {
     return JSON.parse(body.toString('utf8'));
   } catch {

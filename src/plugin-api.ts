@@ -7,14 +7,7 @@
  * change in any release.
  */
 
-/**
- * Any JSON value, as `JSON.parse` gives it: for what a family passes on without reading (a tool's
- * JSON Schema, fields it does not know). What a family reads has a type of its own.
- */
-export type JsonValue = string | number | boolean | null | JsonValue[] | JsonObject;
-export interface JsonObject {
-  [key: string]: JsonValue;
-}
+export type { JsonObject, JsonValue } from './json-value.js';
 
 // The plugin contract: phases, families, dialects, upstreams, and what the gateway shows plugins.
 export { definePlugin, socketTurn } from './contracts.js';

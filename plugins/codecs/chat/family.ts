@@ -25,7 +25,7 @@ import { bearerCredential, openAiErrorBody } from '../openai-common.js';
 import { canonicalToChatResponse, chatToCanonical, readChatUsage } from './canonical.js';
 import { chatPassthrough, chatStreamWriter } from './stream.js';
 import { type ChatRequest, chatRequestSchema } from './schema.js';
-import type { UpstreamChatChunk } from './wire.js';
+import type { UpstreamChatChunk, UpstreamChatUsage } from './wire.js';
 
 const validate = compileValidator(chatRequestSchema);
 
@@ -87,7 +87,7 @@ const passthrough: FamilyPassthrough = {
     return chatPassthrough(ex, { dropUsageChunk: ex.get(usageInjected) === true, wantsUsage: requestOf(ex).stream_options?.include_usage === true }, openAiErrorBody);
   },
 
-  bodyUsage: (body) => readChatUsage(jsonOrUndefined(body)?.usage),
+  bodyUsage: (body) => readChatUsage(jsonOrUndefined<{ usage?: UpstreamChatUsage }>(body)?.usage),
 
   isAnswer: looksLikeJsonObject,
 

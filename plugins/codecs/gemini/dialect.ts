@@ -40,7 +40,7 @@ export const geminiDialect: UpstreamDialect = {
   streamReader: () => geminiStreamReader(),
 
   readError(status, body) {
-    const error: UpstreamGeminiError | undefined = jsonOrUndefined(body)?.error;
+    const error: UpstreamGeminiError | undefined = jsonOrUndefined<{ error?: UpstreamGeminiError }>(body)?.error;
     const message: string = error?.message ?? (body.toString().slice(0, 300) || `Upstream answered ${status}.`);
     // Gemini says 400 for a bad API key: that is the gateway's credential, not the client's request (7.11 item 8).
     const badKey = /API key not valid/i.test(message) || JSON.stringify(error?.details ?? []).includes('API_KEY_INVALID');

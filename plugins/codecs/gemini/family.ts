@@ -25,7 +25,7 @@ import { canonicalToGeminiBody, geminiToCanonical, readGeminiUsage } from './can
 import { RETRY_INFO, upstreamPath } from './dialect.js';
 import { type GeminiRequest, validateGenerateContent } from './schema.js';
 import { geminiPassthrough, geminiStreamWriter, sseMode } from './stream.js';
-import type { UpstreamGeminiAnswer } from './wire.js';
+import type { UpstreamGeminiAnswer, UpstreamGeminiUsage } from './wire.js';
 
 /** The request decode checked against the schema the type is derived from. */
 const requestOf = (ex: Exchange) => ex.request as GeminiRequest;
@@ -130,7 +130,7 @@ const passthrough: FamilyPassthrough = {
 
   stream: (ex) => geminiPassthrough(ex, errorBody),
 
-  bodyUsage: (body) => readGeminiUsage(jsonOrUndefined(body)?.usageMetadata),
+  bodyUsage: (body) => readGeminiUsage(jsonOrUndefined<{ usageMetadata?: UpstreamGeminiUsage }>(body)?.usageMetadata),
 
   deliveredText(frames) {
     let text = '';

@@ -20,7 +20,7 @@ import {
   type Usage,
 } from '../../../src/plugin-api.js';
 import { blockedPrompt, readFinishReason, readGeminiUsage, readParts, writeAnswerParts, writeFinishReason, writeGeminiUsage } from './canonical.js';
-import type { GeminiAnswer, GeminiPart, GeminiUsage, UpstreamGeminiAnswer } from './wire.js';
+import type { GeminiAnswer, GeminiPart, GeminiUsage, UpstreamGeminiAnswer, UpstreamGeminiUsage } from './wire.js';
 
 
 /** Set when the client asked for SSE; otherwise it gets a JSON array. */
@@ -79,7 +79,7 @@ export function geminiPassthrough(ex: Exchange, errorBody: (err: GatewayError) =
       return framing.event(JSON.stringify({ usageMetadata: writeGeminiUsage(estimate), modelVersion: ex.modelId })) + framing.close();
     },
     fail: (err) => framing.event(errorBody(err)) + framing.close(),
-    usage: () => estimate ?? (lastUsageFrame && readGeminiUsage(jsonOrUndefined(frameData(lastUsageFrame))?.usageMetadata)),
+    usage: () => estimate ?? (lastUsageFrame && readGeminiUsage(jsonOrUndefined<{ usageMetadata?: UpstreamGeminiUsage }>(frameData(lastUsageFrame))?.usageMetadata)),
   };
 }
 

@@ -26,7 +26,7 @@ import { messagesToCanonical } from './request.js';
 import { canonicalToMessagesResponse } from './response.js';
 import { type MessagesRequest, validateCountTokens, validateMessagesRequest } from './schema.js';
 import { messagesPassthrough, messagesStreamWriter } from './stream.js';
-import { type MessagesBlock, type MessagesMessage, messagesErrorBody, messagesErrorStatus, readMessagesUsage, type UpstreamMessagesEvent } from './wire.js';
+import { type MessagesBlock, type MessagesMessage, messagesErrorBody, messagesErrorStatus, readMessagesUsage, type UpstreamMessagesEvent, type UpstreamMessagesUsage } from './wire.js';
 
 /** The request decode checked against the schema the type is derived from (a count_tokens request has no max_tokens). */
 const requestOf = (ex: Exchange) => ex.request as MessagesRequest;
@@ -111,7 +111,8 @@ function decode(ex: Exchange, caps: RequestCaps): void {
   const invalid = counting ? validateCountTokens(parsed) : validateMessagesRequest(parsed);
   if (invalid) throw invalid;
   ex.request = parsed;
-  ex.modelId = parsed.model;
+  // The schema made sure it is a string.
+  ex.modelId = parsed.model as string;
   ex.stream = !counting && parsed.stream === true;
 }
 
@@ -169,7 +170,7 @@ const passthrough: FamilyPassthrough = {
 
   stream: (ex) => messagesPassthrough(ex),
 
-  bodyUsage: (body) => readMessagesUsage(jsonOrUndefined(body)?.usage),
+  bodyUsage: (body) => readMessagesUsage(jsonOrUndefined<{ usage?: UpstreamMessagesUsage }>(body)?.usage),
 
   deliveredText(frames) {
     let text = '';

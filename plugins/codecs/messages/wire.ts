@@ -374,7 +374,7 @@ export function thinkingSignature(blocks: ThinkingBlocks): string {
  */
 export function thinkingFromSignature(signature: string | undefined): ThinkingBlocks | undefined {
   if (!signature) return undefined;
-  const blocks = jsonOrUndefined(Buffer.from(signature, 'base64').toString())?.[THINKING_KEY];
+  const blocks = jsonOrUndefined<Record<string, unknown>>(Buffer.from(signature, 'base64').toString())?.[THINKING_KEY];
   return Array.isArray(blocks) ? blocks : undefined;
 }
 

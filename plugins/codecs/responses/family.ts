@@ -23,7 +23,7 @@ import { bearerCredential, openAiErrorBody } from '../openai-common.js';
 import { canonicalToResponsesBody, readResponsesUsage, responsesToCanonical, toolMapping } from './canonical.js';
 import { itemType, type ResponsesRequest, validateResponsesRequest } from './schema.js';
 import { responsesPassthrough, responsesStreamWriter } from './stream.js';
-import type { CallOutputItem, CustomToolCallItem, FunctionCallItem, InputItem, MessageItem, UpstreamResponsesEvent } from './wire.js';
+import type { CallOutputItem, CustomToolCallItem, FunctionCallItem, InputItem, MessageItem, UpstreamResponsesEvent, UpstreamResponsesUsage } from './wire.js';
 
 /** The request decode checked against the schema the type is derived from. */
 const requestOf = (ex: Exchange) => ex.request as ResponsesRequest;
@@ -74,7 +74,7 @@ const passthrough: FamilyPassthrough = {
 
   stream: (ex) => responsesPassthrough(ex),
 
-  bodyUsage: (body) => readResponsesUsage(jsonOrUndefined(body)?.usage),
+  bodyUsage: (body) => readResponsesUsage(jsonOrUndefined<{ usage?: UpstreamResponsesUsage }>(body)?.usage),
 
   deliveredText(frames) {
     let text = '';
@@ -147,6 +147,7 @@ export function decode(ex: Exchange, caps: RequestCaps): void {
     throw new GatewayError('unsupported_parameter', "'background' responses are not supported.", 'background');
   }
   ex.request = parsed;
-  ex.modelId = parsed.model;
+  // The schema made sure it is a string.
+  ex.modelId = parsed.model as string;
   ex.stream = parsed.stream === true;
 }
