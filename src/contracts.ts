@@ -120,6 +120,13 @@ export interface UpstreamCallRecord {
   endedAt: number | undefined;
   /** Why it failed; undefined when it answered. */
   error: string | undefined;
+  /** `performance.now()` when it was sent. */
+  sentMark: number;
+  /**
+   * How long the exchange waited on it: from sending to its answer (a stream's start, a whole
+   * body) or its failure; undefined while that is still under way.
+   */
+  waitMs: number | undefined;
 }
 
 /** What the model rules (src/model-rules.ts) did to a request, as a family's `prepare` gets it. */

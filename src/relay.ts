@@ -154,6 +154,8 @@ export class Relay implements ResponseSink {
 
   start(status: number, headers: Record<string, string | string[] | undefined>): void {
     const { ex, res } = this;
+    // A stream's wait on the upstream ends here; a whole body's at its end.
+    if (ex.stream) answered(ex);
     this.pipeline.attempt(ex, res, () => {
       this.status = status;
       if (status === 429 || status >= 500) this.retryAfter = headers['retry-after'];
@@ -220,6 +222,7 @@ export class Relay implements ResponseSink {
 
   end(): void {
     const { ex, res } = this;
+    answered(ex);
     this.pipeline.attempt(ex, res, () => {
       const stream = this.stream;
       if (stream) {
@@ -401,3 +404,8 @@ function translating(ex: Exchange, dialect: UpstreamDialect): ClientStream {
   };
 }
 
+/** The upstream call under way has answered: what the exchange waited on it stops counting. */
+function answered(ex: Exchange): void {
+  const call = ex.calls.at(-1);
+  if (call && call.waitMs === undefined) call.waitMs = performance.now() - call.sentMark;
+}

@@ -44,6 +44,7 @@ export function startServer(options: ServerOptions): Promise<RunningServer> {
     maxInFlightBodyBytes: limits.maxInFlightBodyBytes,
     bodyBytesInFlight: 0,
     writeStallMs: limits.writeStallMs,
+    overheadHeader: limits.overheadHeader,
     writers: new Set(),
     draining: false,
     jsonInFlight: 0,

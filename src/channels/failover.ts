@@ -167,7 +167,7 @@ export class Failover {
     this.ex.set(betweenCalls, false);
     this.current = attempt;
     const { upstream, upstreamModel } = attempt.channel.config;
-    this.ex.calls.push({ upstream, upstreamModel, startedAt: Date.now(), endedAt: undefined, error: undefined });
+    this.ex.calls.push({ upstream, upstreamModel, startedAt: Date.now(), endedAt: undefined, error: undefined, sentMark: performance.now(), waitMs: undefined });
     this.call = this.launch(attempt.channel);
   }
 
@@ -183,6 +183,7 @@ export class Failover {
     if (attempt && record && record.endedAt === undefined) {
       record.endedAt = Date.now();
       record.error = error;
+      record.waitMs ??= performance.now() - record.sentMark;
     }
     return attempt;
   }

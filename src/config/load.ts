@@ -105,6 +105,7 @@ function resolve(raw: RawConfig, env: NodeJS.ProcessEnv, source: string, path?: 
       maxUpstreamBodyBytes: raw.server?.maxUpstreamBodyBytes ?? 64 * 1024 * 1024,
       maxEventBytes: raw.server?.maxEventBytes ?? 16 * 1024 * 1024,
       writeStallMs: raw.server?.writeStallMs ?? 60_000,
+      overheadHeader: raw.server?.overheadHeader ?? false,
       websocket: {
         enabled: raw.server?.websocket?.enabled ?? true,
         maxSockets: raw.server?.websocket?.maxSockets ?? Math.floor(maxConnections / 2),

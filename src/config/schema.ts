@@ -38,6 +38,7 @@ export const configSchema = {
         maxUpstreamBodyBytes: { type: 'integer', minimum: 1024 },
         maxEventBytes: { type: 'integer', minimum: 1024 },
         writeStallMs: { type: 'integer', minimum: 100 },
+        overheadHeader: { type: 'boolean' },
         websocket: {
           type: 'object',
           additionalProperties: false,

@@ -159,6 +159,8 @@ export interface Config {
     maxEventBytes: number;
     /** A client that takes no bytes for this long is cut (`client_stalled`). */
     writeStallMs: number;
+    /** Every answer carries `x-sluice-overhead-ms`: the time spent in the gateway, the upstream's left out. */
+    overheadHeader: boolean;
     websocket: WebSocketLimits;
     requestCaps: RequestCaps;
   };

@@ -18,6 +18,8 @@ export interface ServerContext {
   maxInFlightBodyBytes: number;
   bodyBytesInFlight: number;
   writeStallMs: number;
+  /** Answers carry `x-sluice-overhead-ms` (`server.overheadHeader`). */
+  overheadHeader: boolean;
   /** Streams and large replies under way: one timer probes those whose client is behind and heartbeats the quiet ones. */
   writers: Set<{ tick(now: number): void }>;
   /** Set when the drain begins: new exchanges are refused. */

@@ -301,8 +301,21 @@ export class UwsResponse implements ClientResponse {
   private head(status: number, headers: Record<string, string>): void {
     this.res.writeStatus(statusLine(status));
     this.res.writeHeader('x-request-id', this.ex.id);
+    if (this.context.overheadHeader) this.res.writeHeader('x-sluice-overhead-ms', gatewayMs(this.ex).toFixed(2));
     for (const name in headers) this.res.writeHeader(name, headers[name]!);
     const extra = this.ex.responseHeaders;
     if (extra) for (const name in extra) this.res.writeHeader(name, extra[name]!);
   }
+}
+
+/**
+ * The time an exchange has spent in the gateway so far: since it arrived, less what it waited on
+ * upstream calls (each from sending to its answer or failure). A backoff between calls is the
+ * gateway's.
+ */
+export function gatewayMs(ex: Exchange): number {
+  const now = performance.now();
+  let upstream = 0;
+  for (const call of ex.calls) upstream += call.waitMs ?? now - call.sentMark;
+  return Math.max(0, ex.elapsedMs() - upstream);
 }
