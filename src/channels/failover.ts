@@ -5,6 +5,7 @@
  * another channel is tried. Each call's result goes to its channel's breaker, exactly once.
  */
 import type { Logger } from 'pino';
+import type { ModelConfig } from '../config/types.js';
 import type { UpstreamCall } from '../contracts.js';
 import { GatewayError } from '../errors.js';
 import { StateKey } from '../state-key.js';
@@ -53,12 +54,16 @@ export class Failover {
     private readonly log: Logger,
     private readonly affinity?: Affinity,
   ) {
+    const strategy = channels[0]?.model.strategy ?? 'weighted';
     if (!affinity || channels.length < 2) {
-      this.order = inOrder(channels);
+      this.order = inOrder(channels, strategy);
       return;
     }
-    this.order = inOrder(channels, affinity.key.seed);
-    this.firstRanked = this.order[0];
+    this.order = inOrder(channels, strategy, affinity.key.seed);
+    // Weighted: every turn ranks the channels alike, and only a conversation served elsewhere needs
+    // a pin. By latency or load the ranking changes from turn to turn: every conversation is pinned
+    // where it was first served.
+    this.firstRanked = strategy === 'weighted' ? this.order[0] : undefined;
     // A conversation pinned to another channel after its own failed goes there first, within the
     // best priority: when a better-priority channel is back, the conversation goes back to it.
     const pinned = affinity.pins.channel(affinity.key.id, Date.now());
@@ -167,6 +172,7 @@ export class Failover {
     this.ex.set(betweenCalls, false);
     this.current = attempt;
     const { upstream, upstreamModel } = attempt.channel.config;
+    attempt.channel.inFlight++;
     this.ex.calls.push({ upstream, upstreamModel, startedAt: Date.now(), endedAt: undefined, error: undefined, sentMark: performance.now(), waitMs: undefined });
     this.call = this.launch(attempt.channel);
   }
@@ -184,6 +190,8 @@ export class Failover {
       record.endedAt = Date.now();
       record.error = error;
       record.waitMs ??= performance.now() - record.sentMark;
+      attempt.channel.inFlight--;
+      if (error === undefined) attempt.channel.observeLatency(record.waitMs);
     }
     return attempt;
   }
@@ -216,14 +224,18 @@ export class Failover {
  * i with probability wᵢ / Σw, and so on down the list). With a conversation's seed the draw is
  * fixed by the conversation and the channel (weighted rendezvous hashing): the same order for
  * every turn, in every thread and instance, and still each channel's weight share over many
- * conversations.
+ * conversations. `least-latency` and `least-busy` put the channel with the lowest latency average
+ * or the fewest calls under way first, the weighted draw breaking ties.
  */
-function inOrder(channels: Channel[], conversation?: number): Channel[] {
+function inOrder(channels: Channel[], strategy: ModelConfig['strategy'], conversation?: number): Channel[] {
   if (channels.length < 2) return channels;
   const uniform = conversation === undefined ? () => 1 - Math.random() : (c: Channel) => rendezvous(conversation, c.seed);
+  // By latency, a channel not yet measured goes first (0), so every channel gets measured; an idle one's average fades.
+  const now = Date.now();
+  const measure = strategy === 'least-latency' ? (c: Channel) => c.latencyFor(now) : strategy === 'least-busy' ? (c: Channel) => c.inFlight : () => 0;
   return channels
-    .map((c) => ({ c, key: -Math.log(uniform(c)) / c.config.weight }))
-    .sort((a, b) => a.c.config.priority - b.c.config.priority || a.key - b.key)
+    .map((c) => ({ c, by: measure(c), key: -Math.log(uniform(c)) / c.config.weight }))
+    .sort((a, b) => a.c.config.priority - b.c.config.priority || a.by - b.by || a.key - b.key)
     .map((k) => k.c);
 }
 

@@ -11,11 +11,21 @@ import { Breaker, type BreakerSnapshot } from './breaker.js';
 import { CoolDowns, coolDownKey } from './cooldown.js';
 import { breakerPolicy, retryPolicy, type RetryPolicy } from './policy.js';
 
+/** The weight of the newest call in a channel's latency average: about the last ten calls count. */
+const LATENCY_WEIGHT = 0.2;
+/** How fast an idle channel's latency average fades. */
+const LATENCY_HALF_LIFE_MS = 10_000;
+
 export class Channel {
   /** What this channel's cool-down is kept under: its upstream and upstream model. */
   readonly coolDownKey: string;
   /** Its rendezvous hash for prompt-cache affinity: from its upstream and upstream model, so a reload keeps it. */
   readonly seed: number;
+  /** Calls under way on it, in this thread (`strategy: least-busy`). */
+  inFlight = 0;
+  /** Moving average of its calls' wait for an answer, in ms; undefined before its first (`strategy: least-latency`). */
+  latencyMs: number | undefined;
+  private latencyAt = 0;
 
   constructor(
     readonly config: ChannelConfig,
@@ -30,6 +40,22 @@ export class Channel {
   ) {
     this.coolDownKey = coolDownKey(config.upstream, config.upstreamModel);
     this.seed = channelSeed(this.coolDownKey);
+  }
+
+  /** A call answered after `ms`: an exponentially weighted average, so a channel that slows down is seen within a few calls. */
+  observeLatency(ms: number, now = Date.now()): void {
+    this.latencyMs = this.latencyMs === undefined ? ms : this.latencyMs + LATENCY_WEIGHT * (ms - this.latencyMs);
+    this.latencyAt = now;
+  }
+
+  /**
+   * The average as a choice reads it: fading towards 0 while the channel serves nothing (halved
+   * every LATENCY_HALF_LIFE_MS), so a channel that was slow once, or measured on a cold
+   * connection, is tried again instead of never serving.
+   */
+  latencyFor(now: number): number {
+    if (this.latencyMs === undefined) return 0;
+    return this.latencyMs * 0.5 ** ((now - this.latencyAt) / LATENCY_HALF_LIFE_MS);
   }
 
   /** When the channel's cool-down ends (an upstream's 429 with Retry-After), 0 when it is not cooling down. */
@@ -48,7 +74,7 @@ export interface UpstreamReport {
   name: string;
   kind: string;
   family: string;
-  channels: ({ model: string; channel: string; priority: number; weight: number; coolingUntil: string | null } & BreakerSnapshot)[];
+  channels: ({ model: string; channel: string; priority: number; weight: number; coolingUntil: string | null; latencyMs: number | null; inFlight: number } & BreakerSnapshot)[];
 }
 
 export class ChannelTable {
@@ -106,7 +132,16 @@ export class ChannelTable {
           .filter((c) => c.config.upstream === u.name)
           .map((c) => {
             const cooling = c.coolingUntil(now);
-            return { model: c.model.id, channel: c.config.name, priority: c.config.priority, weight: c.config.weight, coolingUntil: cooling ? new Date(cooling).toISOString() : null, ...c.breaker.snapshot(now) };
+            return {
+              model: c.model.id,
+              channel: c.config.name,
+              priority: c.config.priority,
+              weight: c.config.weight,
+              coolingUntil: cooling ? new Date(cooling).toISOString() : null,
+              latencyMs: c.latencyMs === undefined ? null : Math.round(c.latencyMs * 10) / 10,
+              inFlight: c.inFlight,
+              ...c.breaker.snapshot(now),
+            };
           }),
       ),
     }));

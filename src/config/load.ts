@@ -62,6 +62,7 @@ function resolve(raw: RawConfig, env: NodeJS.ProcessEnv, source: string, path?: 
       upstream: channels[0]!.upstream,
       upstreamModel: channels[0]!.upstreamModel,
       channels,
+      strategy: m.strategy ?? 'weighted',
       ...(m.prices && { prices: { cachedInput: m.prices.input!, cacheWrite: m.prices.input!, reasoning: m.prices.output!, ...m.prices } as Prices }),
       ...(m.limits && Object.keys(m.limits).length > 0 && { limits: m.limits }),
       maxOutputTokens: ceiling,

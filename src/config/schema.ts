@@ -182,6 +182,7 @@ export const configSchema = {
           id: { type: 'string', minLength: 1, pattern: '^[A-Za-z0-9._:/-]+$' },
           upstream: { type: 'string', minLength: 1 },
           upstreamModel: { type: 'string', minLength: 1 },
+          strategy: { enum: ['weighted', 'least-latency', 'least-busy'] },
           channels: {
             type: 'array',
             minItems: 1,

@@ -66,6 +66,11 @@ export interface ModelConfig {
   upstreamModel: string;
   /** At least one; the single `upstream` form is one channel. Ordered by priority. */
   channels: ChannelConfig[];
+  /**
+   * How a request picks among the channels of one priority: by `weight` (the default), the
+   * lowest moving average of time to the upstream's answer, or the fewest calls under way.
+   */
+  strategy: 'weighted' | 'least-latency' | 'least-busy';
   /** What the model's tokens cost; without prices usage has no cost and budgets do not apply. */
   prices?: Prices;
   /** Limits across every key, to protect the upstream's own quota. */
