@@ -81,7 +81,8 @@ export default definePlugin(async ({ config, log }) => {
   const tracer = provider.getTracer('sluice');
   log.info({ endpoint: settings.endpoint, protocol: settings.protocol }, 'exporting traces over OTLP');
 
-  const spanOf = (ex: Exchange) => {
+  /** The exchange's server span; `operation` and `provider` are its GenAI names, shared with the client spans. */
+  const spanOf = (ex: Exchange, operation: string, provider: string | undefined) => {
     const { traceId, spanId, parentId, sampled } = ex.trace;
     // The client's span is the parent when it sent one; else this exchange is the trace's root.
     const parent = parentId
@@ -89,8 +90,6 @@ export default definePlugin(async ({ config, log }) => {
       : api.ROOT_CONTEXT;
     presetTraceId = traceId;
     presetSpanId = spanId;
-    const operation = ex.family === 'gemini' ? 'generate_content' : 'chat';
-    const upstreamFamily = ex.upstream?.family;
     const server = tracer.startSpan(
       `${operation} ${ex.modelId}`,
       {
@@ -98,7 +97,7 @@ export default definePlugin(async ({ config, log }) => {
         startTime: ex.createdAt,
         attributes: {
           'gen_ai.operation.name': operation,
-          ...(upstreamFamily && { 'gen_ai.provider.name': PROVIDER[upstreamFamily] ?? upstreamFamily, 'gen_ai.system': PROVIDER[upstreamFamily] ?? upstreamFamily }),
+          ...(provider && { 'gen_ai.provider.name': provider, 'gen_ai.system': provider }),
           'gen_ai.request.model': ex.modelId,
           ...(ex.model?.upstreamModel && { 'gen_ai.response.model': ex.model.upstreamModel }),
           ...usageAttributes(ex),
@@ -124,18 +123,21 @@ export default definePlugin(async ({ config, log }) => {
     done(ex) {
       if (ex.endpoint.kind !== 'generate' && ex.endpoint.kind !== 'socket') return;
       if (ex.trace.parentId && !ex.trace.sampled) return;
-      const server = spanOf(ex);
+      const operation = ex.family === 'gemini' ? 'generate_content' : 'chat';
+      const family = ex.upstream?.family;
+      const provider = family && (PROVIDER[family] ?? family);
+      const server = spanOf(ex, operation, provider);
       const context = api.trace.setSpan(api.ROOT_CONTEXT, server);
       const now = Date.now();
       ex.calls.forEach((call, i) => {
         const client = tracer.startSpan(
-          `${ex.family === 'gemini' ? 'generate_content' : 'chat'} ${call.upstreamModel}`,
+          `${operation} ${call.upstreamModel}`,
           {
             kind: api.SpanKind.CLIENT,
             startTime: call.startedAt,
             attributes: {
               'gen_ai.request.model': call.upstreamModel,
-              ...(ex.upstream && { 'gen_ai.provider.name': PROVIDER[ex.upstream.family] ?? ex.upstream.family }),
+              ...(provider && { 'gen_ai.provider.name': provider }),
               'sluice.upstream': call.upstream,
               'sluice.attempt': i + 1,
               ...(call.error !== undefined && { 'error.type': 'upstream_call_failed' }),

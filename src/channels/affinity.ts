@@ -27,10 +27,7 @@ import type { AffinityConfig } from '../config/types.js';
  */
 export const AGENT_SESSION_HEADERS = ['x-claude-code-session-id', 'session-id'] as const;
 
-/** The config's `affinity`: whether, the header that names a conversation, and the pins' bounds. */
-export type AffinitySettings = AffinityConfig;
-
-/** What keys a conversation, and how (for the usage record and tests). */
+/** What keys a conversation, and which of the three kinds of key it is. */
 export interface ConversationKey {
   /** A 32-bit hash of the key, the rendezvous seed. */
   seed: number;
@@ -42,7 +39,7 @@ export interface ConversationKey {
 /** Headers longer than this are not keys (a client's mistake, or an attempt to make pins large). */
 const MAX_HEADER_KEY = 512;
 
-export function conversationKey(modelId: string, headers: Record<string, string>, request: canonical.Request, settings: AffinitySettings): ConversationKey | undefined {
+export function conversationKey(modelId: string, headers: Record<string, string>, request: canonical.Request, settings: AffinityConfig): ConversationKey | undefined {
   const named = settings.header ? headers[settings.header] : undefined;
   if (named && named.length <= MAX_HEADER_KEY) return keyOf(modelId, 'h', named, 'header');
   for (const name of AGENT_SESSION_HEADERS) {
@@ -119,14 +116,14 @@ export class AffinityPins {
   /** Least recently used first: a Map keeps insertion order, and a use re-inserts. */
   private readonly pins = new Map<string, { channel: string; until: number }>();
 
-  constructor(private settings: AffinitySettings) {}
+  constructor(private settings: AffinityConfig) {}
 
   /** A reload's settings; the pins stay. */
-  configure(settings: AffinitySettings): void {
+  configure(settings: AffinityConfig): void {
     this.settings = settings;
   }
 
-  get current(): AffinitySettings {
+  get current(): AffinityConfig {
     return this.settings;
   }
 

@@ -6,6 +6,7 @@
  */
 import type { AffinityConfig, ChannelConfig, ModelConfig, UpstreamConfig } from '../config/types.js';
 import type { Upstream } from '../contracts.js';
+import { defaultAffinity } from '../config/defaults.js';
 import { AffinityPins, channelSeed } from './affinity.js';
 import { Breaker, type BreakerSnapshot } from './breaker.js';
 import { CoolDowns, coolDownKey } from './cooldown.js';
@@ -96,7 +97,7 @@ export class ChannelTable {
     private readonly upstreams: Map<string, Upstream>,
     previous?: ChannelTable,
     coolDowns?: CoolDowns,
-    affinity: AffinityConfig = { enabled: true, pinTtlMs: 3_600_000, maxPins: 100_000 },
+    affinity: AffinityConfig = defaultAffinity,
   ) {
     this.coolDowns = coolDowns ?? previous?.coolDowns ?? new CoolDowns();
     this.affinity = previous?.affinity ?? new AffinityPins(affinity);

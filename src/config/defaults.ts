@@ -3,7 +3,7 @@
  * default, and the embedded default (the in-process simulator and its models) when there is no
  * config file at all. The scalar defaults (port, limits, timeouts) are filled in by load.ts.
  */
-import type { RawConfig, UpstreamConfig } from './types.js';
+import type { AffinityConfig, RawConfig, UpstreamConfig } from './types.js';
 
 /**
  * Dropped by default: sampling hints that change nothing essential (Gemini CLI always sends
@@ -12,6 +12,9 @@ import type { RawConfig, UpstreamConfig } from './types.js';
 export const defaultDroppedParameters = ['topK', 'seed', 'presencePenalty', 'frequencyPenalty'];
 
 /** The plugins a config without `plugins` runs, in this order (`extraPlugins` adds to them). */
+/** Prompt-cache affinity when the config says nothing: on, pins kept an hour after a conversation's last turn. */
+export const defaultAffinity: AffinityConfig = { enabled: true, pinTtlMs: 3_600_000, maxPins: 100_000 };
+
 export const defaultPlugins = [
   'auth',
   'grant',

@@ -11,7 +11,7 @@ import type { ErrorObject } from 'ajv';
 import { parse as parseYaml } from 'yaml';
 import { parseAddressRange } from '../trusted-proxies.js';
 import { defaultRequestCaps } from '../request-caps.js';
-import { defaultDroppedParameters, defaultPlugins, embeddedDefault } from './defaults.js';
+import { defaultAffinity, defaultDroppedParameters, defaultPlugins, embeddedDefault } from './defaults.js';
 import { configSchema, validateConfig } from './schema.js';
 import type { ChannelConfig, Config, ModelConfig, ParameterPolicy, PluginEntry, Prices, RawConfig, UpstreamConfig } from './types.js';
 
@@ -122,10 +122,10 @@ function resolve(raw: RawConfig, env: NodeJS.ProcessEnv, source: string, path?: 
       tracing: { endpoint: raw.tracing.endpoint, protocol: raw.tracing.protocol ?? 'http/protobuf', headers: raw.tracing.headers ?? {}, serviceName: raw.tracing.serviceName ?? 'sluice' },
     }),
     affinity: {
-      enabled: raw.affinity?.enabled ?? true,
+      enabled: raw.affinity?.enabled ?? defaultAffinity.enabled,
       ...(raw.affinity?.header && { header: raw.affinity.header.toLowerCase() }),
-      pinTtlMs: (raw.affinity?.pinTtlSeconds ?? 3600) * 1000,
-      maxPins: raw.affinity?.maxPins ?? 100_000,
+      pinTtlMs: raw.affinity?.pinTtlSeconds !== undefined ? raw.affinity.pinTtlSeconds * 1000 : defaultAffinity.pinTtlMs,
+      maxPins: raw.affinity?.maxPins ?? defaultAffinity.maxPins,
     },
     admin: { allowedOrigins: raw.admin?.allowedOrigins ?? [] },
     log: { level: env.SLUICE_LOG_LEVEL || raw.log?.level || 'info' },
