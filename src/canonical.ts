@@ -140,10 +140,16 @@ export function textOf(parts: Part[]): string {
   return out;
 }
 
-/** Collects a canonical event stream into a complete answer (used by tests and non-stream paths). */
-export function collect(events: Iterable<Event>): Response {
-  const res: Response = { text: '', toolCalls: [], finishReason: 'stop' };
-  for (const e of events) {
+/**
+ * Gathers a canonical event stream into a complete answer, one event at a time: what a stream
+ * said, kept as one answer (a non-stream client of a streamed upstream, the response cache).
+ */
+export class AnswerCollector {
+  private readonly res: Response = { text: '', toolCalls: [], finishReason: 'stop' };
+
+  /** Adds one event; an `error` event throws its error. */
+  add(e: Event): void {
+    const res = this.res;
     switch (e.type) {
       case 'start':
         Object.assign(res, { id: e.id, model: e.model, created: e.created });
@@ -170,5 +176,30 @@ export function collect(events: Iterable<Event>): Response {
         throw e.error;
     }
   }
-  return res;
+
+  /** The answer so far. */
+  answer(): Response {
+    return this.res;
+  }
+}
+
+/** Collects a canonical event stream into a complete answer. */
+export function collect(events: Iterable<Event>): Response {
+  const collector = new AnswerCollector();
+  for (const e of events) collector.add(e);
+  return collector.answer();
+}
+
+/** A complete answer as the events of a stream that says the same (a stored answer replayed as a stream). */
+export function eventsOf(res: Response): Event[] {
+  const events: Event[] = [{ type: 'start', id: res.id, model: res.model, created: res.created }];
+  if (res.reasoning) events.push({ type: 'reasoning', delta: res.reasoning });
+  if (res.text) events.push({ type: 'text', delta: res.text });
+  res.toolCalls.forEach((call, index) => {
+    events.push({ type: 'tool_call', index, id: call.id, name: call.name, ...(call.signature && { signature: call.signature }) });
+    if (call.arguments) events.push({ type: 'tool_arguments', index, delta: call.arguments });
+  });
+  events.push({ type: 'finish', reason: res.finishReason });
+  if (res.usage) events.push({ type: 'usage', usage: res.usage });
+  return events;
 }

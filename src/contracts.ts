@@ -14,8 +14,22 @@ import type * as canonical from './canonical.js';
 import type { TraceContext } from './trace.js';
 import type { Usage } from './usage.js';
 
-/** What a phase may return: nothing to continue, or an error that becomes a local reply. */
-export type PhaseResult = void | GatewayError | Promise<void | GatewayError>;
+/**
+ * A complete answer a plugin gives in place of an upstream's (a response cache hit), returned from
+ * the admit or route phase: the phase stops there, no later plugin of it runs, no upstream is
+ * called, and the client's family writes the answer as it would a translated one (a stream
+ * request gets it as a stream). The exchange records `answeredBy`, and it costs nothing.
+ */
+export class LocalAnswer {
+  constructor(
+    readonly answer: canonical.Response,
+    /** Who answered (the plugin's name), for the usage record and the logs. */
+    readonly by: string,
+  ) {}
+}
+
+/** What a phase may return: nothing to continue, an error that becomes a local reply, or (admit, route) an answer. */
+export type PhaseResult = void | GatewayError | LocalAnswer | Promise<void | GatewayError | LocalAnswer>;
 
 /**
  * How an exchange ended: `aborted` (the client went away), `client_stalled` (the client stopped
@@ -100,6 +114,13 @@ export interface ExchangeView {
   readonly aborted: boolean;
   /** Set when the done phase starts: nothing more may happen to this exchange. */
   readonly over: boolean;
+  /** The plugin that answered in place of an upstream (a LocalAnswer), if one did. */
+  readonly answeredBy: string | undefined;
+  /**
+   * The complete answer in canonical form, after a successful upstream answer, when `keepAnswer`
+   * was called before the upstream call; undefined otherwise, or when it could not be read.
+   */
+  readonly answer: canonical.Response | undefined;
 
   /** Milliseconds since arrival. */
   elapsedMs(): number;
@@ -108,6 +129,12 @@ export interface ExchangeView {
   set<T>(key: StateKey<T>, value: T): void;
   /** Registers what to stop if the exchange is cut short; runs at once if it already was. */
   onCancel(cancel: () => void): void;
+  /**
+   * Asks for `answer` (the response cache stores it): the relay reads the upstream's answer into
+   * canonical form as it goes, which a same-family passthrough otherwise never does. Costs a
+   * parse of every frame: call it only for exchanges that need it, before the route phase ends.
+   */
+  keepAnswer(): void;
 }
 
 /** One upstream call of an exchange. */
@@ -468,6 +495,21 @@ export interface GatewayView {
   gather(topic: string): Promise<unknown[]>;
   /** This thread's answer to `gather(topic)`, from any thread; it must survive structured cloning. */
   answer(topic: string, answer: () => unknown): void;
+  /** Reports a figure a plugin keeps (the response cache's hits), for the metrics plugin to export. */
+  addFigure(figure: Figure): void;
+  /** The figures plugins reported, in the order they were added. */
+  figures(): readonly Figure[];
+}
+
+/** A number a plugin keeps, exported as a Prometheus metric of this name by the metrics plugin. */
+export interface Figure {
+  /** A Prometheus name, `sluice_` first by convention; a counter's ends in `_total`. */
+  name: string;
+  help: string;
+  type: 'counter' | 'gauge';
+  /** With worker threads, how the threads' values add up: `sum` (the default) or, for a figure every thread reads from one shared place, `max`. */
+  aggregate?: 'sum' | 'max';
+  read(): number;
 }
 
 export interface UpstreamStatus {

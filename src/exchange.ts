@@ -3,6 +3,7 @@
  * Headers are copied when the request arrives because uWS frees its request object afterwards.
  */
 import { randomBytes } from 'node:crypto';
+import type * as canonical from './canonical.js';
 import type { ChannelConfig, ModelConfig } from './config/types.js';
 import type { ClientFamily, Endpoint, ExchangeView, Outcome, Principal, Stage, Upstream, UpstreamCallRecord } from './contracts.js';
 import type { GatewayError } from './errors.js';
@@ -53,6 +54,12 @@ export class Exchange implements ExchangeView {
   aborted = false;
   /** Extra headers for the client's response (the limits' `x-ratelimit-*`), set before it starts. */
   responseHeaders: Record<string, string> | undefined;
+  /** The plugin that answered in place of an upstream (a LocalAnswer), if one did. */
+  answeredBy: string | undefined;
+  /** The complete canonical answer, kept when a plugin asked for it (keepAnswer). */
+  answer: canonical.Response | undefined;
+  /** Whether the relay keeps `answer`. */
+  keepsAnswer = false;
 
   /** What to stop when the exchange is cut short: the body read, the upstream call. */
   private readonly cancelers: (() => void)[] = [];
@@ -107,6 +114,10 @@ export class Exchange implements ExchangeView {
     else this.cancelers.push(cancel);
   }
 
+  keepAnswer(): void {
+    this.keepsAnswer = true;
+  }
+
   /** Stops whatever the exchange has started (the pipeline calls this once, when cutting it short). */
   cancel(): void {
     for (const cancel of this.cancelers.splice(0)) cancel();
@@ -129,4 +140,4 @@ export class Exchange implements ExchangeView {
 
 /** Plugins see every public member of the exchange but the pipeline's own: `cancel` and how it ended (a member left out of ExchangeView fails here). */
 type Shown<Unseen extends never> = Unseen;
-type AllShown = Shown<Exclude<keyof Exchange, keyof ExchangeView | 'cancel' | 'failedWith' | 'cutShort'>>;
+type AllShown = Shown<Exclude<keyof Exchange, keyof ExchangeView | 'cancel' | 'failedWith' | 'cutShort' | 'keepsAnswer'>>;

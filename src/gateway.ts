@@ -15,7 +15,7 @@ import { adoptJournals, createDemoKey, openStore, warnUnpricedBudgets, type Gate
 import { startWorkers } from './workers/primary.js';
 import { ConfigError, loadConfig, type LoadOptions } from './config/load.js';
 import type { Config, ModelConfig } from './config/types.js';
-import type { BootContext, ClientFamily, GatewayView, JsonHandler, Plugin, PluginFactory, Upstream, UpstreamDialect, UpstreamFactory, UpstreamStatus } from './contracts.js';
+import type { BootContext, ClientFamily, Figure, GatewayView, JsonHandler, Plugin, PluginFactory, Upstream, UpstreamDialect, UpstreamFactory, UpstreamStatus } from './contracts.js';
 import { CoolDowns } from './channels/cooldown.js';
 import { ChannelTable } from './channels/table.js';
 import { Pipeline, type Routing } from './pipeline.js';
@@ -199,6 +199,7 @@ export async function startGateway(config: Config, log: Logger, source: LoadOpti
   let running: Pipeline | undefined;
   const answers = new Map<string, () => unknown>();
   const answer = async (topic: string) => answers.get(topic)?.();
+  const figures: Figure[] = [];
   try {
     admin = thread?.admin ?? (await resolveAdminToken(config.dataDir, config.adminToken, store, config.store.kind !== 'sqlite'));
     limiter = thread?.limiter ?? (await createLimiter(config, store, log));
@@ -210,6 +211,11 @@ export async function startGateway(config: Config, log: Logger, source: LoadOpti
       usageQueued: () => store.usageQueued(),
       gather: async (topic) => (thread ? thread.gather(topic) : [await answer(topic)].filter((a) => a !== undefined)),
       answer: (topic, answering) => void answers.set(topic, answering),
+      addFigure: (figure) => {
+        if (figures.some((f) => f.name === figure.name)) throw new Error(`the figure ${figure.name} is reported twice`);
+        figures.push(figure);
+      },
+      figures: () => figures,
     };
     loaded = await loadPlugins(config, store, log, limiter, view);
   } catch (err) {

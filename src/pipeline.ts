@@ -10,7 +10,8 @@ import { conversationKey } from './channels/affinity.js';
 import { Failover, betweenCalls } from './channels/failover.js';
 import type { Channel, ChannelTable } from './channels/table.js';
 import type { ModelConfig } from './config/types.js';
-import type { Plugin, PhaseResult, Upstream, UpstreamCall, UpstreamDialect } from './contracts.js';
+import { LocalAnswer, type Plugin, type PhaseResult, type Upstream, type UpstreamCall, type UpstreamDialect } from './contracts.js';
+import { eventsOf } from './canonical.js';
 import { GatewayError, asGatewayError, errorHeaders } from './errors.js';
 import type { Exchange } from './exchange.js';
 import type { Outcome } from './contracts.js';
@@ -188,7 +189,8 @@ export class Pipeline implements RelayOwner {
     }
     // Priced once here, for every done plugin (usage records, budgets).
     const prices = ex.model?.prices;
-    if (prices) ex.cost = ex.usage ? costOf(ex.usage, prices) : 0;
+    // An answer given here (a cache hit) cost nothing, whatever its usage says it once did.
+    if (prices) ex.cost = ex.usage && !ex.answeredBy ? costOf(ex.usage, prices) : 0;
     for (const plugin of this.donePlugins) {
       try {
         plugin.done!(ex);
@@ -322,15 +324,49 @@ export class Pipeline implements RelayOwner {
       if (result instanceof Promise) {
         return result.then((settled) => {
           if (ex.over) return true;
-          return settled instanceof GatewayError ? (this.stop(ex, res, settled), true) : this.phase(name, ex, res, i + 1);
+          if (settled instanceof GatewayError) return this.stop(ex, res, settled), true;
+          if (settled instanceof LocalAnswer) return this.answerLocally(name, ex, res, settled), true;
+          return this.phase(name, ex, res, i + 1);
         });
       }
       if (result instanceof GatewayError) {
         this.stop(ex, res, result);
         return true;
       }
+      if (result instanceof LocalAnswer) {
+        this.answerLocally(name, ex, res, result);
+        return true;
+      }
     }
     return false;
+  }
+
+  /**
+   * A plugin's answer in place of an upstream's (a response cache hit), written by the client's
+   * family as a translated answer is: a stream request gets it as a stream.
+   */
+  private answerLocally(phase: PhaseName, ex: Exchange, res: ClientResponse, local: LocalAnswer): void {
+    if ((phase !== 'admit' && phase !== 'route') || ex.endpoint.kind !== 'generate') {
+      throw new Error(`plugin ${local.by} answered in the ${phase} phase of a ${ex.endpoint.kind} request; an answer is taken in the admit and route phases of a generation`);
+    }
+    checkOffered(ex);
+    ex.answeredBy = local.by;
+    ex.upstream = undefined;
+    ex.usage = local.answer.usage;
+    ex.status = 200;
+    ex.ttfbMs = ex.elapsedMs();
+    const family = ex.clientFamily;
+    if (ex.stream) {
+      const writer = family.streamWriter(ex);
+      let frames = '';
+      for (const event of eventsOf(local.answer)) frames += writer.event(event);
+      ex.stage = 'streaming';
+      res.startStream(200, { 'content-type': family.streamContentType(ex), 'cache-control': 'no-cache', 'x-accel-buffering': 'no' });
+      res.end(frames + writer.end());
+    } else {
+      res.reply(200, { 'content-type': 'application/json' }, family.writeResponse(local.answer, ex));
+    }
+    this.finish(ex, res);
   }
 
   /** A local reply with an error, and the end of the exchange. */

@@ -10,12 +10,13 @@
 export type { JsonObject, JsonValue } from './json-value.js';
 
 // The plugin contract: phases, families, dialects, upstreams, and what the gateway shows plugins.
-export { definePlugin, socketTurn } from './contracts.js';
+export { LocalAnswer, definePlugin, socketTurn } from './contracts.js';
 export type {
   BootContext,
   ClientFamily,
   ClientStream,
   FamilyPassthrough,
+  Figure,
   Endpoint,
   GatewayView,
   JsonHandler,
@@ -34,7 +35,7 @@ export type {
   UpstreamStats,
 } from './contracts.js';
 export type { Usage } from './usage.js';
-export type { Config, ModelConfig, TracingConfig } from './config/types.js';
+export type { Config, ModelConfig, ResponseCacheConfig, TracingConfig } from './config/types.js';
 
 // One exchange, its per-plugin state, and how it fails.
 export { StateKey } from './state-key.js';

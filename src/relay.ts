@@ -3,7 +3,7 @@
  * family) or translated through canonical events. Every callback is guarded so an exception ends
  * the exchange in the family's terms; the pipeline owns the exchange's end.
  */
-import type { Event, Response } from './canonical.js';
+import { AnswerCollector, type Event, type Response, type StreamReader } from './canonical.js';
 import type { ClientResponse } from './client-response.js';
 import { retryAfterMs, type Failover } from './channels/failover.js';
 import type { ClientStream, FamilyPassthrough, Plugin, ResponseSink, Upstream, UpstreamCall, UpstreamDialect } from './contracts.js';
@@ -72,6 +72,10 @@ export class Relay implements ResponseSink {
   private readonly sample: Buffer[] = [];
   private sampled = 0;
   private relayed = 0;
+  /** The answer as it goes, in canonical form, when the exchange keeps it (ExchangeView.keepAnswer). */
+  private kept: AnswerCollector | undefined;
+  /** Passthrough stream kept: the dialect's reading of the frames the client gets as they are. */
+  private keptReader: StreamReader | undefined;
 
   constructor(
     private readonly pipeline: RelayOwner,
@@ -142,7 +146,20 @@ export class Relay implements ResponseSink {
 
   private readonly visit = (frame: Buffer): boolean => {
     for (const plugin of this.framePlugins) plugin.frame!(this.ex, frame);
+    if (this.keptReader) {
+      const data = frameData(frame);
+      if (data !== null) this.keep(this.keptReader.frame(data));
+    }
     return this.stream!.frame(frame);
+  };
+
+  /** Adds events to the kept answer; an answer with an error in it is not kept. */
+  private readonly keep = (events: Event[]): void => {
+    for (const e of events) {
+      if (!this.kept) return;
+      if (e.type === 'error') this.kept = undefined;
+      else this.kept.add(e);
+    }
   };
 
   /** Visits the renamed copy of a frame, kept to be written after the chunk (so frames stay in order). */
@@ -171,13 +188,15 @@ export class Relay implements ResponseSink {
     // a stream may last hours.
     ex.body = NO_BODY;
     const { passthrough } = this;
+    if (ex.keepsAnswer) this.kept = new AnswerCollector();
     if (passthrough) {
       this.stream = passthrough.stream(ex);
-      if (!this.rename && this.framePlugins.length === 0) this.sparse = this.stream.sparse;
+      if (this.kept) this.keptReader = this.dialect.streamReader(ex);
+      else if (!this.rename && this.framePlugins.length === 0) this.sparse = this.stream.sparse;
       ex.set(deliveredOutput, () => (this.sampled ? passthrough.deliveredText(framesOf(Buffer.concat(this.sample, this.sampled))) : ''));
       ex.set(deliveredScale, () => (this.sampled ? this.relayed / this.sampled : 1));
     } else {
-      this.stream = translating(ex, this.dialect);
+      this.stream = translating(ex, this.dialect, this.kept && this.keep);
     }
     ex.status = 200;
     ex.stage = 'streaming';
@@ -233,6 +252,8 @@ export class Relay implements ResponseSink {
         this.writeRenamed();
         res.end((stream.take?.() ?? '') + stream.end());
         ex.usage ??= stream.usage();
+        if (this.keptReader) this.keep(this.keptReader.end());
+        if (this.kept && !ex.error) ex.answer = this.kept.answer();
         // A failure event inside the stream is the channel's failure too.
         if (ex.error) this.failover.failed(ex.error, undefined, false);
         else this.failover.succeeded();
@@ -309,6 +330,7 @@ export class Relay implements ResponseSink {
       ex.ttfbMs ??= ex.elapsedMs();
       if (passthrough) {
         ex.usage = passthrough.bodyUsage(body);
+        if (ex.keepsAnswer) ex.answer = readKept(dialect, body, ex);
         res.reply(status, { 'content-type': 'application/json' }, this.rename ? this.rename(body) : body);
         return;
       }
@@ -316,6 +338,7 @@ export class Relay implements ResponseSink {
       const answer: Response = dialect.readResponse(body, ex);
       answer.usage ??= estimateUsage(ex, answerText(answer));
       ex.usage = answer.usage;
+      if (ex.keepsAnswer) ex.answer = answer;
       res.reply(status, { 'content-type': 'application/json' }, ex.clientFamily.writeResponse(answer, ex));
       return;
     }
@@ -353,8 +376,20 @@ function framesOf(sample: Buffer): Buffer[] {
   return frames;
 }
 
-/** Reads upstream frames into canonical events and writes them as client frames, one write per chunk. */
-function translating(ex: Exchange, dialect: UpstreamDialect): ClientStream {
+/** A relayed passthrough answer in canonical form, to keep; undefined when the dialect cannot read it as an answer. */
+function readKept(dialect: UpstreamDialect, body: Buffer, ex: Exchange): Response | undefined {
+  try {
+    return dialect.readResponse(body, ex);
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * Reads upstream frames into canonical events and writes them as client frames, one write per
+ * chunk; `keep`, when the exchange keeps its answer, hears every event.
+ */
+function translating(ex: Exchange, dialect: UpstreamDialect, keep: ((events: Event[]) => void) | undefined): ClientStream {
   const reader = dialect.streamReader(ex);
   const writer = ex.clientFamily.streamWriter(ex);
   let usage: Usage | undefined;
@@ -365,6 +400,7 @@ function translating(ex: Exchange, dialect: UpstreamDialect): ClientStream {
   ex.set(deliveredOutput, () => sample);
   ex.set(deliveredScale, () => (sample.length ? delivered / sample.length : 1));
   const emit = (events: Event[]): string => {
+    keep?.(events);
     let out = '';
     for (const e of events) {
       if (failed) break;

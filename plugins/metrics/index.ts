@@ -48,7 +48,7 @@ export default definePlugin(async ({ gateway, options, store, config, log, addRo
   const instruments = new Instruments(gateway);
   // Process-wide figures would be counted once per thread: only the first thread collects them.
   if (settings.processMetrics && !gateway.thread) collectDefaultMetrics({ register: instruments.registry });
-  gateway.answer(TOPIC, () => instruments.registry.getMetricsAsJSON());
+  gateway.answer(TOPIC, () => (instruments.addFigures(), instruments.registry.getMetricsAsJSON()));
   const exposition = scrape(gateway, instruments);
   const isAdmin = adminCheck(gateway.adminTokenDigest, store, new TrustedProxies(config.server.trustedProxies));
 
@@ -74,7 +74,10 @@ export default definePlugin(async ({ gateway, options, store, config, log, addRo
 /** This thread's registry, or with worker threads every thread's added up. */
 function scrape(gateway: GatewayView, instruments: Instruments): Exposition {
   if (gateway.thread === undefined) {
-    return async () => ({ contentType: instruments.registry.contentType, text: await instruments.registry.metrics() });
+    return async () => {
+      instruments.addFigures();
+      return { contentType: instruments.registry.contentType, text: await instruments.registry.metrics() };
+    };
   }
   return async () => {
     const parts = (await gateway.gather(TOPIC)) as MetricObjectWithValues<MetricValue<string>>[][];

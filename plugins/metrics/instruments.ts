@@ -173,7 +173,35 @@ export class Instruments {
     this.registry,
   );
 
-  constructor(view: GatewayView) {
+  /** Plugins' figures (GatewayView.addFigure) already in the registry. */
+  private figuresSeen = 0;
+
+  /** Adds the figures plugins reported since the last scrape (a plugin may load after this one). */
+  addFigures(): void {
+    const figures = this.view.figures();
+    for (; this.figuresSeen < figures.length; this.figuresSeen++) {
+      const figure = figures[this.figuresSeen]!;
+      const options = { name: figure.name, help: figure.help, registers: [this.registry], aggregator: figure.aggregate ?? ('sum' as const) };
+      if (figure.type === 'counter') {
+        new Counter({
+          ...options,
+          collect() {
+            this.reset();
+            this.inc(figure.read());
+          },
+        });
+      } else {
+        new Gauge({
+          ...options,
+          collect() {
+            this.set(figure.read());
+          },
+        });
+      }
+    }
+  }
+
+  constructor(private readonly view: GatewayView) {
     const registers = [this.registry];
     new Gauge({
       name: 'sluice_in_flight',

@@ -11,13 +11,18 @@ import type { AffinityConfig, RawConfig, UpstreamConfig } from './types.js';
  */
 export const defaultDroppedParameters = ['topK', 'seed', 'presencePenalty', 'frequencyPenalty'];
 
-/** The plugins a config without `plugins` runs, in this order (`extraPlugins` adds to them). */
 /** Prompt-cache affinity when the config says nothing: on, pins kept an hour after a conversation's last turn. */
 export const defaultAffinity: AffinityConfig = { enabled: true, pinTtlMs: 3_600_000, maxPins: 100_000 };
 
+/** The response cache's bounds when the config says nothing (it serves only models and groups that opt in). */
+export const defaultResponseCache = { maxBytes: 64 * 1024 * 1024, maxEntryBytes: 1024 * 1024, ttlMs: 3_600_000 };
+
+/** The plugins a config without `plugins` runs, in this order (`extraPlugins` adds to them). */
 export const defaultPlugins = [
   'auth',
   'grant',
+  // Before the limits: a hit is answered without spending the caller's rate or budget.
+  'response-cache',
   'limits',
   'codecs/chat',
   'codecs/responses',

@@ -11,9 +11,9 @@ import type { ErrorObject } from 'ajv';
 import { parse as parseYaml } from 'yaml';
 import { parseAddressRange } from '../trusted-proxies.js';
 import { defaultRequestCaps } from '../request-caps.js';
-import { defaultAffinity, defaultDroppedParameters, defaultPlugins, embeddedDefault } from './defaults.js';
+import { defaultAffinity, defaultDroppedParameters, defaultPlugins, defaultResponseCache, embeddedDefault } from './defaults.js';
 import { configSchema, validateConfig } from './schema.js';
-import type { ChannelConfig, Config, ModelConfig, ParameterPolicy, PluginEntry, Prices, RawConfig, UpstreamConfig } from './types.js';
+import type { ChannelConfig, Config, ModelConfig, ParameterPolicy, PluginEntry, Prices, RawConfig, ResponseCacheConfig, UpstreamConfig } from './types.js';
 
 export class ConfigError extends Error {}
 
@@ -63,6 +63,7 @@ function resolve(raw: RawConfig, env: NodeJS.ProcessEnv, source: string, path?: 
       upstreamModel: channels[0]!.upstreamModel,
       channels,
       strategy: m.strategy ?? 'weighted',
+      ...(m.responseCache && { responseCache: { ttlMs: m.responseCache !== true && m.responseCache.ttlSeconds ? m.responseCache.ttlSeconds * 1000 : cacheTtlMs(raw) } }),
       ...(m.prices && { prices: { cachedInput: m.prices.input!, cacheWrite: m.prices.input!, reasoning: m.prices.output!, ...m.prices } as Prices }),
       ...(m.limits && Object.keys(m.limits).length > 0 && { limits: m.limits }),
       maxOutputTokens: ceiling,
@@ -121,6 +122,7 @@ function resolve(raw: RawConfig, env: NodeJS.ProcessEnv, source: string, path?: 
     ...(raw.tracing && {
       tracing: { endpoint: raw.tracing.endpoint, protocol: raw.tracing.protocol ?? 'http/protobuf', headers: raw.tracing.headers ?? {}, serviceName: raw.tracing.serviceName ?? 'sluice' },
     }),
+    responseCache: responseCacheSettings(raw, source),
     affinity: {
       enabled: raw.affinity?.enabled ?? defaultAffinity.enabled,
       ...(raw.affinity?.header && { header: raw.affinity.header.toLowerCase() }),
@@ -142,6 +144,18 @@ function resolve(raw: RawConfig, env: NodeJS.ProcessEnv, source: string, path?: 
 }
 
 /** `plugins` (or the default list) with `extraPlugins` after it; a name listed twice is refused. */
+/** The response cache's settings, with their defaults; a Redis store needs the Redis limiter's server. */
+function responseCacheSettings(raw: RawConfig, source: string): ResponseCacheConfig {
+  const own = raw.responseCache ?? {};
+  const store = own.store ?? 'memory';
+  if (store === 'redis' && raw.limiter?.kind !== 'redis') {
+    throw new ConfigError(`${source}: responseCache.store: redis keeps answers on the limiter's Redis; set limiter: { kind: redis, url: ... } too, or use store: memory`);
+  }
+  return { store, maxBytes: own.maxBytes ?? defaultResponseCache.maxBytes, maxEntryBytes: own.maxEntryBytes ?? defaultResponseCache.maxEntryBytes, ttlMs: cacheTtlMs(raw), groups: own.groups ?? [] };
+}
+
+const cacheTtlMs = (raw: RawConfig) => (raw.responseCache?.ttlSeconds !== undefined ? raw.responseCache.ttlSeconds * 1000 : defaultResponseCache.ttlMs);
+
 function pluginList(raw: RawConfig, source: string, path: string | undefined): PluginEntry[] {
   const entries = [...(raw.plugins ?? defaultPlugins), ...(raw.extraPlugins ?? [])].map((p) =>
     typeof p === 'string'

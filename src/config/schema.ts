@@ -70,6 +70,17 @@ export const configSchema = {
         serviceName: { type: 'string', minLength: 1 },
       },
     },
+    responseCache: {
+      type: 'object',
+      additionalProperties: false,
+      properties: {
+        store: { enum: ['memory', 'redis'] },
+        maxBytes: { type: 'integer', minimum: 1024 },
+        maxEntryBytes: { type: 'integer', minimum: 256 },
+        ttlSeconds: { type: 'integer', minimum: 1 },
+        groups: { type: 'array', items: { type: 'string', minLength: 1 }, uniqueItems: true },
+      },
+    },
     affinity: {
       type: 'object',
       additionalProperties: false,
@@ -183,6 +194,9 @@ export const configSchema = {
           upstream: { type: 'string', minLength: 1 },
           upstreamModel: { type: 'string', minLength: 1 },
           strategy: { enum: ['weighted', 'least-latency', 'least-busy'] },
+          responseCache: {
+            oneOf: [{ type: 'boolean' }, { type: 'object', additionalProperties: false, properties: { ttlSeconds: { type: 'integer', minimum: 1 } } }],
+          },
           channels: {
             type: 'array',
             minItems: 1,

@@ -71,6 +71,8 @@ export interface ModelConfig {
    * lowest moving average of time to the upstream's answer, or the fewest calls under way.
    */
   strategy: 'weighted' | 'least-latency' | 'least-busy';
+  /** Answers to identical requests are replayed from the response cache (plugins/response-cache); absent: not for every group. */
+  responseCache?: { ttlMs: number };
   /** What the model's tokens cost; without prices usage has no cost and budgets do not apply. */
   prices?: Prices;
   /** Limits across every key, to protect the upstream's own quota. */
@@ -177,6 +179,8 @@ export interface Config {
   affinity: AffinityConfig;
   /** OTLP trace export (plugins/tracing); absent: only the standard OTEL_* variables can turn it on. */
   tracing?: TracingConfig;
+  /** Where the exact response cache keeps answers, how many, and the groups it serves on every model. */
+  responseCache: ResponseCacheConfig;
   admin: {
     /** Origins besides the gateway's own that may make state-changing admin calls. */
     allowedOrigins: string[];
@@ -203,6 +207,19 @@ export interface AffinityConfig {
   maxPins: number;
 }
 
+export interface ResponseCacheConfig {
+  /** `redis`: shared by every instance, on the Redis of `limiter` (which must be `kind: redis`). */
+  store: 'memory' | 'redis';
+  /** Bytes of stored answers at most (per thread in memory, in all in Redis); the least recently used go first. */
+  maxBytes: number;
+  /** A larger answer is not stored. */
+  maxEntryBytes: number;
+  /** How long an answer is replayed, unless its model sets its own. */
+  ttlMs: number;
+  /** Groups whose requests are cached on every model, as if each model had `responseCache: true`. */
+  groups: string[];
+}
+
 export interface TracingConfig {
   /** The receiver's traces URL, e.g. http://127.0.0.1:4318/v1/traces. */
   endpoint: string;
@@ -222,6 +239,7 @@ export interface RawConfig {
   allowAnonymous?: boolean;
   affinity?: { enabled?: boolean; header?: string; pinTtlSeconds?: number; maxPins?: number };
   tracing?: { endpoint: string; protocol?: TracingConfig['protocol']; headers?: Record<string, string>; serviceName?: string };
+  responseCache?: { store?: ResponseCacheConfig['store']; maxBytes?: number; maxEntryBytes?: number; ttlSeconds?: number; groups?: string[] };
   admin?: { allowedOrigins?: string[] };
   log?: { level?: string };
   usage?: { journalFsync?: boolean };
@@ -231,5 +249,6 @@ export interface RawConfig {
   /** Appended to `plugins` (or to the default list): a plugin of one's own without copying the defaults. */
   extraPlugins?: RawPluginEntry[];
   upstreams?: Record<string, UpstreamConfig>;
-  models?: (Partial<Omit<ModelConfig, 'features' | 'families' | 'ignoreParameters' | 'channels' | 'prices'>> & { ignoreParameters?: string[]; id: string; channels?: Partial<ChannelConfig>[]; prices?: Partial<Prices>; features?: Partial<Omit<ModelFeatures, 'unsupportedParameters'>> & { unsupportedParameters?: Partial<ParameterPolicy> }; families?: string[] })[];
+  models?: (Partial<Omit<ModelConfig, 'features' | 'families' | 'ignoreParameters' | 'channels' | 'prices' | 'responseCache'>> & {
+      responseCache?: boolean | { ttlSeconds?: number }; ignoreParameters?: string[]; id: string; channels?: Partial<ChannelConfig>[]; prices?: Partial<Prices>; features?: Partial<Omit<ModelFeatures, 'unsupportedParameters'>> & { unsupportedParameters?: Partial<ParameterPolicy> }; families?: string[] })[];
 }
