@@ -196,6 +196,7 @@ t.test('a hit is answered before the limits, costs nothing and is recorded as an
   const hits = records.filter((r) => r.notes === 'answered from the response cache');
   t.equal(hits.length, 3, 'three records say the cache answered');
   for (const r of hits) t.same([r.upstream, r.cost, r.status, r.promptTokens > 0], [null, 0, 200, true], 'no upstream, no cost, the tokens it replayed');
+  t.equal(gw.logs.filter((l) => l.msg === 'request' && l.answeredBy === 'response-cache' && l.upstream === undefined).length, 3, 'the access log names the cache for each hit');
   const miss = records.find((r) => r.status === 200 && r.notes !== 'answered from the response cache');
   t.ok(miss?.cost > 0, 'the miss that reached the upstream has its cost');
 });

@@ -25,6 +25,8 @@ export default definePlugin(({ log }) => ({
         keyId: ex.principal?.keyId,
         model: ex.modelId || undefined,
         upstream: ex.upstream?.name,
+        // A plugin's own answer in place of the upstream's (a response cache hit).
+        answeredBy: ex.answeredBy,
         status: ex.status || undefined,
         outcome: ex.outcome,
         stream: ex.stream || undefined,
