@@ -3,6 +3,9 @@
  * from the cache in the client's own family, a stream as a stream, without an upstream call (the
  * simulator process counts its calls), before the limits, at no cost, and never across groups.
  */
+import Anthropic from '@anthropic-ai/sdk';
+import { GoogleGenAI, type FunctionDeclaration } from '@google/genai';
+import OpenAI from 'openai';
 import t from 'tap';
 import { Redis } from 'ioredis';
 import { simulatorUpstreams, startSimulatorProcess, startStack, startTestGateway, eventually, type TestGateway } from './helpers.js';
@@ -101,6 +104,54 @@ t.test('every family: a repeat is answered from the cache, whole or streamed, an
     t.same([again.status, again.cache, again.text], [200, 'hit', first.text], `${family} → ${model}: a stream's answer replayed whole`);
     t.equal(await upstreamCalls(sim.url), before);
   }
+});
+
+t.test('the official SDKs read replayed answers, whole and streamed, with tool calls', async (t) => {
+  const { sim, gw } = await startStack((url) => `${simulatorUpstreams(url)}${models}`);
+  const openai = new OpenAI({ apiKey: gw.key, baseURL: `${gw.url}/v1`, maxRetries: 0 });
+  const google = new GoogleGenAI({ apiKey: gw.key, httpOptions: { baseUrl: gw.url } });
+  const anthropic = new Anthropic({ apiKey: gw.key, baseURL: gw.url, maxRetries: 0 });
+  const weather = { name: 'get_weather', description: 'The weather in a city', parameters: { type: 'object', properties: { city: { type: 'string' } }, required: ['city'] } };
+  const prompt = 'What is the weather in Paris? Use the tool.';
+  const chatCall = async (stream: boolean) => {
+    const body = { model: 'cached-messages', temperature: 0, tools: [{ type: 'function' as const, function: weather }], messages: [{ role: 'user' as const, content: prompt }] };
+    if (!stream) return (await openai.chat.completions.create(body)).choices[0]!.message.tool_calls?.[0];
+    const final = await openai.chat.completions.stream({ ...body, stream: true }).finalChatCompletion();
+    return final.choices[0]!.message.tool_calls?.[0];
+  };
+  const messagesCall = async (stream: boolean) => {
+    const body = { model: 'cached-chat', max_tokens: 64, temperature: 0, tools: [{ name: weather.name, description: weather.description, input_schema: weather.parameters as Anthropic.Tool.InputSchema }], messages: [{ role: 'user' as const, content: prompt }] };
+    const message = stream ? await anthropic.messages.stream(body).finalMessage() : await anthropic.messages.create(body);
+    return message.content.find((c) => c.type === 'tool_use');
+  };
+  const geminiCall = async (stream: boolean) => {
+    const request = { model: 'cached-chat', contents: prompt, config: { temperature: 0, tools: [{ functionDeclarations: [weather as FunctionDeclaration] }] } };
+    if (!stream) return (await google.models.generateContent(request)).functionCalls?.[0];
+    let call;
+    for await (const chunk of await google.models.generateContentStream(request)) call ??= chunk.functionCalls?.[0];
+    return call;
+  };
+  for (const [family, call] of [['chat', chatCall], ['messages', messagesCall], ['gemini', geminiCall]] as const) {
+    const first = (await call(false)) as any;
+    t.ok(first, `${family}: the upstream answered with a tool call`);
+    const before = await upstreamCalls(sim.url);
+    const whole = (await call(false)) as any;
+    const streamed = (await call(true)) as any;
+    t.equal(await upstreamCalls(sim.url), before, `${family}: both repeats came from the cache`);
+    const argsOf = (c: any) => JSON.stringify(c?.function ? JSON.parse(c.function.arguments) : (c?.input ?? c?.args));
+    const nameOf = (c: any) => c?.function?.name ?? c?.name;
+    t.same([nameOf(whole), argsOf(whole)], [nameOf(first), argsOf(first)], `${family}: the SDK reads the replayed tool call`);
+    t.same([nameOf(streamed), argsOf(streamed)], [nameOf(first), argsOf(first)], `${family}: and the replayed stream`);
+  }
+  const responses = async (stream: boolean) => {
+    const body = { model: 'cached-chat', temperature: 0, input: 'Say something' };
+    if (!stream) return (await openai.responses.create(body)).output_text;
+    return (await openai.responses.stream(body).finalResponse()).output_text;
+  };
+  const text = await responses(false);
+  const before = await upstreamCalls(sim.url);
+  t.same([await responses(false), await responses(true)], [text, text], 'Responses: the SDK reads the replay, whole and streamed');
+  t.equal(await upstreamCalls(sim.url), before);
 });
 
 t.test('what is cached: temperature 0 or x-sluice-cache: use; bypass; opted-in models; no upstream failure', async (t) => {
