@@ -3,6 +3,7 @@
  * Headers are copied when the request arrives because uWS frees its request object afterwards.
  */
 import { randomBytes } from 'node:crypto';
+import type { FinishReason } from './canonical.js';
 import type { ChannelConfig, ModelConfig } from './config/types.js';
 import type { ClientFamily, Endpoint, ExchangeView, Outcome, Principal, Stage, Upstream, UpstreamCallRecord } from './contracts.js';
 import type { GatewayError } from './errors.js';
@@ -58,6 +59,8 @@ export class Exchange implements ExchangeView {
   private readonly cancelers: (() => void)[] = [];
   private parsedQuery: URLSearchParams | undefined;
   private traceContext: TraceContext | undefined;
+  private finishReasonsFound: readonly FinishReason[] | undefined;
+  private findFinishReasons: (() => readonly FinishReason[] | undefined) | undefined;
   private readonly state = new Map<StateKey<unknown>, unknown>();
 
   constructor(
@@ -101,6 +104,31 @@ export class Exchange implements ExchangeView {
   /** Set when the done phase starts: nothing more may happen to this exchange. */
   over = false;
 
+  /**
+   * Why the model stopped, in canonical terms, once the answer said; undefined before, or when it
+   * never did. Worked out when first read (see `answeredBecause`).
+   */
+  get finishReasons(): readonly FinishReason[] | undefined {
+    if (this.findFinishReasons) {
+      const find = this.findFinishReasons;
+      this.findFinishReasons = undefined;
+      this.finishReasonsFound = find();
+    }
+    return this.finishReasonsFound;
+  }
+
+  /**
+   * Records why the answer ended, or how to find out: a passthrough answer is not parsed on its
+   * way, so its reasons are read from its bytes only if a plugin asks (the tracing plugin does).
+   */
+  answeredBecause(reasons: readonly FinishReason[] | (() => readonly FinishReason[] | undefined)): void {
+    if (typeof reasons === 'function') this.findFinishReasons = reasons;
+    else {
+      this.findFinishReasons = undefined;
+      this.finishReasonsFound = reasons;
+    }
+  }
+
   /** Registers what to stop if the exchange is cut short; runs at once if it already was. */
   onCancel(cancel: () => void): void {
     if (this.over) cancel();
@@ -127,6 +155,6 @@ export class Exchange implements ExchangeView {
   }
 }
 
-/** Plugins see every public member of the exchange but the pipeline's own: `cancel` and how it ended (a member left out of ExchangeView fails here). */
+/** Plugins see every public member of the exchange but the pipeline's own: `cancel`, how it ended and why the answer did (a member left out of ExchangeView fails here). */
 type Shown<Unseen extends never> = Unseen;
-type AllShown = Shown<Exclude<keyof Exchange, keyof ExchangeView | 'cancel' | 'failedWith' | 'cutShort'>>;
+type AllShown = Shown<Exclude<keyof Exchange, keyof ExchangeView | 'cancel' | 'failedWith' | 'cutShort' | 'answeredBecause'>>;
