@@ -123,3 +123,29 @@ t.test('a conversation back on its first-ranked channel is unpinned on every ins
   await eventually(async () => (await admin.keys(`${PREFIX}:pin:*`)).length === 0, 'the pin gone from Redis');
   t.match(await turn(a, pinned, 5), { channel: 'flaky', attempts: 1 }, 'A heard it: the next turn goes to the first-ranked channel');
 });
+
+t.test('the pin bus: a limiter that connects later reads every live pin', async (t) => {
+  const { RedisLimiter } = await import('../src/limits/redis.js');
+  const limiter = (prefix: string) => new RedisLimiter({ url: redis.url, failMode: 'open', leaseMs: 30_000, timeoutMs: 1000, prefix }, async () => 0);
+  const first = limiter('bus-test');
+  t.teardown(() => first.close());
+  const heardByFirst: string[] = [];
+  first.pins.subscribe((key) => heardByFirst.push(key));
+  first.pins.publish('m\0one', 'east/sim-chat', 60_000);
+  first.pins.publish('m\0two', 'west/sim-chat', 60_000);
+  first.pins.publish('m\0two', undefined, 60_000);
+  await eventually(async () => (await admin.keys('bus-test:pin:*')).length === 1, 'one pin left in Redis');
+
+  const later = limiter('bus-test');
+  t.teardown(() => later.close());
+  const heard = new Map<string, { channel: string | undefined; ttlMs: number }>();
+  later.pins.subscribe((key, channel, ttlMs) => heard.set(key, { channel, ttlMs }));
+  const pin = await eventually(() => heard.get('m\0one'), 'the later limiter to read the live pin');
+  t.equal(pin.channel, 'east/sim-chat');
+  t.ok(pin.ttlMs > 0 && pin.ttlMs <= 60_000, 'with what is left of its TTL');
+  t.notOk(heard.has('m\0two'), 'a dropped pin is not read');
+
+  later.pins.publish('m\0three', 'west/sim-chat', 60_000);
+  await eventually(() => heardByFirst.includes('m\0three'), 'the first limiter to hear the later one');
+  t.pass('published pins reach the other limiters');
+});
