@@ -73,8 +73,9 @@ export class Relay implements ResponseSink {
   private sampled = 0;
   private relayed = 0;
   /**
-   * Passthrough streams: the last few runs of frames relayed (views, no copies), where the finish
-   * reason is: read from them only if a plugin asks (see `finishReasonsOfTail`).
+   * Passthrough streams: the last few runs of frames relayed (views of small runs, the end of a
+   * large one), where the finish reason is: read from them only if a plugin asks (see
+   * `finishReasonsOfTail`).
    */
   private readonly tail: Buffer[] = [];
   private tailRuns = 0;
@@ -127,7 +128,8 @@ export class Relay implements ResponseSink {
     const edited = this.stream!.edit?.(bytes) ?? bytes.length;
     if (edited < bytes.length) bytes = bytes.subarray(0, edited);
     this.relayed += bytes.length;
-    this.tail[this.tailRuns++ % TAIL_RUNS] = bytes;
+    // A view keeps its whole chunk alive: a large run (a backlog read at once) keeps a copy of its end instead.
+    this.tail[this.tailRuns++ % TAIL_RUNS] = bytes.length <= TAIL_RUN_BYTES ? bytes : Buffer.from(bytes.subarray(bytes.length - TAIL_RUN_BYTES));
     if (this.sampled < SAMPLE_BYTES) {
       // A view would pin the whole upstream chunk; the sample is small, so copy it.
       this.sample.push(Buffer.from(bytes));
@@ -378,6 +380,11 @@ export class Relay implements ResponseSink {
 
 /** How many of a passthrough stream's last runs of frames are kept for its finish reason: the finish, a usage chunk, the end. */
 const TAIL_RUNS = 4;
+/**
+ * Of a longer run only its end is kept (the frame it cuts reads as unreadable and is skipped):
+ * a stream's finish sits in its last few frames, well within this.
+ */
+const TAIL_RUN_BYTES = 16 * 1024;
 
 /** A finish reason read from an answer already relayed: none when it cannot be read. */
 function finishReasonOf(read: () => FinishReason | undefined): FinishReason[] | undefined {
