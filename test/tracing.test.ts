@@ -48,6 +48,15 @@ async function cutShort(gw: TestGateway, model: string, stream: boolean, tracepa
   return { status: res.status, text: await res.text() };
 }
 
+/** A chat stream of about 40 KB, written at once, whose last content chunk finishes with `length`. */
+function bigStream(): string {
+  const chunk = (delta: object, finish: string | null) =>
+    `data: ${JSON.stringify({ id: 'chatcmpl-big', object: 'chat.completion.chunk', created: 1, model: 'recorded', choices: [{ index: 0, delta, finish_reason: finish }] })}\n\n`;
+  let out = chunk({ role: 'assistant', content: '' }, null);
+  for (let i = 0; i < 400; i++) out += chunk({ content: `word ${i} ` }, null);
+  return `${out}${chunk({}, 'length')}data: [DONE]\n\n`;
+}
+
 /**
  * An OpenAI-compatible upstream over HTTP that keeps the headers of every call: under `/fail` it
  * answers 500 (a channel to fail over from), elsewhere a short answer.
@@ -58,6 +67,7 @@ async function startRecorder() {
     received.push(req.headers);
     req.resume().on('end', () => {
       if (req.url?.startsWith('/fail/')) return void res.writeHead(500, { 'content-type': 'application/json' }).end('{"error":{"message":"down for the test"}}');
+      if (req.url?.startsWith('/big/')) return void res.writeHead(200, { 'content-type': 'text/event-stream' }).end(bigStream());
       res.writeHead(200, { 'content-type': 'application/json' }).end(
         JSON.stringify({
           id: 'chatcmpl-recorded',
@@ -183,15 +193,20 @@ models:
 t.test('gen_ai.response.finish_reasons on the server span and the answering attempt, streamed or not, relayed or translated', async (t) => {
   const receiver = await startOtlpReceiver();
   t.teardown(() => receiver.close());
+  const recorder = await startRecorder();
+  t.teardown(() => recorder.close());
   const gw = await startTestGateway(
     (dataDir) => `dataDir: ${dataDir}
 tracing: { endpoint: "${receiver.url}/v1/traces" }
 upstreams:
   sim: { kind: simulator }
   sim-messages: { kind: simulator, family: messages }
+  big: { kind: openai-chat, baseUrl: "${recorder.url}/big/v1" }
 models:
   - { id: relayed, upstream: sim, upstreamModel: sim-chat }
   - { id: translated, upstream: sim-messages, upstreamModel: sim-messages }
+  # A relayed stream whose frames arrive in one large run: its finish is read from the run's end.
+  - { id: relayed-at-once, upstream: big, upstreamModel: recorded }
 `,
   );
   let stopped = false;
@@ -201,6 +216,7 @@ models:
     { model: 'relayed', stream: true },
     { model: 'translated', stream: false },
     { model: 'translated', stream: true },
+    { model: 'relayed-at-once', stream: true },
   ];
   const traces: string[] = [];
   for (const [i, c] of cases.entries()) {
