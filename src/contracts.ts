@@ -104,6 +104,12 @@ export interface ExchangeView {
   /** Milliseconds from arrival to the first response byte written. */
   readonly ttfbMs: number | undefined;
   readonly usage: Usage | undefined;
+  /**
+   * Why the model stopped, in canonical terms (`stop`, `length`, `tool_calls`, `content_filter`),
+   * one per answer choice, once the answer said; undefined before, or when it never did (a
+   * failure, a stream cut short). Worked out when first read: only some plugins ask.
+   */
+  readonly finishReasons: readonly canonical.FinishReason[] | undefined;
   /** What `usage` cost at the model's prices, set before the done phase; undefined without prices. */
   readonly cost: number | undefined;
   readonly outcome: Outcome;
@@ -147,6 +153,11 @@ export interface UpstreamCallRecord {
   endedAt: number | undefined;
   /** Why it failed; undefined when it answered. */
   error: string | undefined;
+  /**
+   * The span its `traceparent` named as parent: a tracing plugin's own span for this call
+   * (Plugin.callSpan), else undefined, and the exchange's span was named.
+   */
+  spanId: string | undefined;
   /** `performance.now()` when it was sent. */
   sentMark: number;
   /**
@@ -189,6 +200,14 @@ export interface Plugin {
   frame?(ex: ExchangeView, frame: Buffer): void;
   /** Exactly once per exchange, after success, error or abort. */
   done?(ex: ExchangeView): void;
+  /**
+   * For a plugin that records traces (the tracing plugin): the span id it will record for the
+   * upstream call about to be sent (the last of `ex.calls`), or undefined when it records none for
+   * this exchange. The call's `traceparent` then names that span as its parent, with the sampled
+   * flag set, since the trace is being recorded; the record keeps the id (UpstreamCallRecord.spanId).
+   * Called synchronously just before each call: keep it cheap. The first plugin that has it is asked.
+   */
+  callSpan?(ex: ExchangeView): string | undefined;
   /** Graceful shutdown: flush whatever is buffered. */
   close?(): void | Promise<void>;
 }

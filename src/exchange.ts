@@ -65,6 +65,8 @@ export class Exchange implements ExchangeView {
   private readonly cancelers: (() => void)[] = [];
   private parsedQuery: URLSearchParams | undefined;
   private traceContext: TraceContext | undefined;
+  private finishReasonsFound: readonly canonical.FinishReason[] | undefined;
+  private findFinishReasons: (() => readonly canonical.FinishReason[] | undefined) | undefined;
   private readonly state = new Map<StateKey<unknown>, unknown>();
 
   constructor(
@@ -108,6 +110,31 @@ export class Exchange implements ExchangeView {
   /** Set when the done phase starts: nothing more may happen to this exchange. */
   over = false;
 
+  /**
+   * Why the model stopped, in canonical terms, once the answer said; undefined before, or when it
+   * never did. Worked out when first read (see `answeredBecause`).
+   */
+  get finishReasons(): readonly canonical.FinishReason[] | undefined {
+    if (this.findFinishReasons) {
+      const find = this.findFinishReasons;
+      this.findFinishReasons = undefined;
+      this.finishReasonsFound = find();
+    }
+    return this.finishReasonsFound;
+  }
+
+  /**
+   * Records why the answer ended, or how to find out: a passthrough answer is not parsed on its
+   * way, so its reasons are read from its bytes only if a plugin asks (the tracing plugin does).
+   */
+  answeredBecause(reasons: readonly canonical.FinishReason[] | (() => readonly canonical.FinishReason[] | undefined)): void {
+    if (typeof reasons === 'function') this.findFinishReasons = reasons;
+    else {
+      this.findFinishReasons = undefined;
+      this.finishReasonsFound = reasons;
+    }
+  }
+
   /** Registers what to stop if the exchange is cut short; runs at once if it already was. */
   onCancel(cancel: () => void): void {
     if (this.over) cancel();
@@ -138,6 +165,6 @@ export class Exchange implements ExchangeView {
   }
 }
 
-/** Plugins see every public member of the exchange but the pipeline's own: `cancel` and how it ended (a member left out of ExchangeView fails here). */
+/** Plugins see every public member of the exchange but the pipeline's own: `cancel`, how it ended and why the answer did (a member left out of ExchangeView fails here). */
 type Shown<Unseen extends never> = Unseen;
-type AllShown = Shown<Exclude<keyof Exchange, keyof ExchangeView | 'cancel' | 'failedWith' | 'cutShort' | 'keepsAnswer'>>;
+type AllShown = Shown<Exclude<keyof Exchange, keyof ExchangeView | 'cancel' | 'failedWith' | 'cutShort' | 'keepsAnswer' | 'answeredBecause'>>;

@@ -228,8 +228,13 @@ export async function startGateway(config: Config, log: Logger, source: LoadOpti
   const models = new Map<string, ModelConfig>(config.models.map((m) => [m.id, m]));
   const pipeline = new Pipeline({
     plugins: [...plugins, retirements.plugin],
-    // Cool-downs reach the other threads and instances through the limiter, when it is shared.
-    routing: { models, upstreams, channels: new ChannelTable(config.models, config.upstreams, upstreams, undefined, new CoolDowns(limiter.coolDowns), config.affinity) },
+    // Cool-downs reach the other threads and instances through the limiter, when it is shared;
+    // affinity pins reach the other instances through Redis.
+    routing: {
+      models,
+      upstreams,
+      channels: new ChannelTable(config.models, config.upstreams, upstreams, undefined, new CoolDowns(limiter.coolDowns), config.affinity, limiter.pins),
+    },
     dialects,
     log,
     maxUpstreamBodyBytes: config.server.maxUpstreamBodyBytes,

@@ -55,6 +55,8 @@ export class Pipeline implements RelayOwner {
   private readonly phases: Record<PhaseName, Plugin[]>;
   private readonly framePlugins: Plugin[];
   private readonly donePlugins: Plugin[];
+  /** The plugin that records upstream calls as spans of their own, if one is loaded. */
+  private readonly tracer: Plugin | undefined;
   private routing: Routing;
   private readonly dialects: Map<string, UpstreamDialect>;
   /** Answers given by the gateway itself instead of an upstream (a WebSocket warm-up). */
@@ -65,6 +67,7 @@ export class Pipeline implements RelayOwner {
     this.phases = { request: having('request'), catalog: having('catalog'), admit: having('admit'), route: having('route') };
     this.framePlugins = having('frame');
     this.donePlugins = having('done');
+    this.tracer = having('callSpan')[0];
     this.routing = options.routing;
     this.dialects = options.dialects;
     this.log = options.log;
@@ -288,8 +291,10 @@ export class Pipeline implements RelayOwner {
     const canonical = ex.clientFamily.toCanonical(ex, upstreamFamily);
     const rules = applyModelRules(ex, canonical, dialect);
     ex.stage = 'upstream';
-    // Every upstream call is in the exchange's trace, with the gateway's span as its parent.
-    const traceparent = upstreamTraceparent(ex.trace);
+    // Every upstream call is in the exchange's trace, with the gateway's span as its parent, or,
+    // when a plugin records the call as a span of its own, that span.
+    const tracer = this.tracer;
+    const traceparent = tracer ? undefined : upstreamTraceparent(ex.trace);
     // Each call names its channel on the exchange: the one that served is the last one made.
     const call = (channel: Channel): UpstreamCall => {
       ex.model = channel.model;
@@ -300,7 +305,13 @@ export class Pipeline implements RelayOwner {
         ? passthrough.prepare(ex, channel.upstream, rules)
         : dialect.fromCanonical({ ...canonical, model: channel.model.upstreamModel }, ex);
       req.model = channel.model.upstreamModel;
-      req.traceparent = traceparent;
+      if (tracer) {
+        const record = ex.calls.at(-1)!;
+        record.spanId = tracer.callSpan!(ex);
+        req.traceparent = upstreamTraceparent(ex.trace, record.spanId);
+      } else {
+        req.traceparent = traceparent;
+      }
       req.tracestate = ex.trace.state;
       const relay = new Relay(this, ex, res, channel.upstream, dialect, this.framePlugins, failover);
       ex.set(activeRelay, relay);
@@ -353,6 +364,7 @@ export class Pipeline implements RelayOwner {
     ex.answeredBy = local.by;
     ex.upstream = undefined;
     ex.usage = local.answer.usage;
+    ex.answeredBecause([local.answer.finishReason]);
     ex.status = 200;
     ex.ttfbMs = ex.elapsedMs();
     const family = ex.clientFamily;

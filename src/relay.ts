@@ -3,7 +3,7 @@
  * family) or translated through canonical events. Every callback is guarded so an exception ends
  * the exchange in the family's terms; the pipeline owns the exchange's end.
  */
-import { AnswerCollector, type Event, type Response, type StreamReader } from './canonical.js';
+import { AnswerCollector, type Event, type FinishReason, type Response, type StreamReader } from './canonical.js';
 import type { ClientResponse } from './client-response.js';
 import { retryAfterMs, type Failover } from './channels/failover.js';
 import type { ClientStream, FamilyPassthrough, Plugin, ResponseSink, Upstream, UpstreamCall, UpstreamDialect } from './contracts.js';
@@ -76,6 +76,13 @@ export class Relay implements ResponseSink {
   private kept: AnswerCollector | undefined;
   /** Passthrough stream kept: the dialect's reading of the frames the client gets as they are. */
   private keptReader: StreamReader | undefined;
+  /**
+   * Passthrough streams: the last few runs of frames relayed (views of small runs, the end of a
+   * large one), where the finish reason is: read from them only if a plugin asks (see
+   * `finishReasonsOfTail`).
+   */
+  private readonly tail: Buffer[] = [];
+  private tailRuns = 0;
 
   constructor(
     private readonly pipeline: RelayOwner,
@@ -125,6 +132,8 @@ export class Relay implements ResponseSink {
     const edited = this.stream!.edit?.(bytes) ?? bytes.length;
     if (edited < bytes.length) bytes = bytes.subarray(0, edited);
     this.relayed += bytes.length;
+    // A view keeps its whole chunk alive: a large run (a backlog read at once) keeps a copy of its end instead.
+    this.tail[this.tailRuns++ % TAIL_RUNS] = bytes.length <= TAIL_RUN_BYTES ? bytes : Buffer.from(bytes.subarray(bytes.length - TAIL_RUN_BYTES));
     if (this.sampled < SAMPLE_BYTES) {
       // A view would pin the whole upstream chunk; the sample is small, so copy it.
       this.sample.push(Buffer.from(bytes));
@@ -256,7 +265,10 @@ export class Relay implements ResponseSink {
         if (this.kept && !ex.error) ex.answer = this.kept.answer();
         // A failure event inside the stream is the channel's failure too.
         if (ex.error) this.failover.failed(ex.error, undefined, false);
-        else this.failover.succeeded();
+        else {
+          if (this.passthrough) ex.answeredBecause(() => this.finishReasonsOfTail());
+          this.failover.succeeded();
+        }
       } else {
         const body = Buffer.concat(this.collected, this.collectedBytes);
         const failure = this.channelFailure(body);
@@ -275,6 +287,30 @@ export class Relay implements ResponseSink {
       if (this.failover.failed(err, undefined, !this.stream)) return;
       this.failed(err);
       this.pipeline.finish(ex, res);
+    });
+  }
+
+  /**
+   * The finish reason of a passthrough stream that ended cleanly: its last frames read by the
+   * upstream dialect's stream reader, the last finish it reports. A reason that depends on earlier
+   * frames (a Gemini or Responses tool call long before the end) may read as `stop`.
+   */
+  private finishReasonsOfTail(): FinishReason[] | undefined {
+    const runs = this.tailRuns;
+    const kept = Math.min(runs, TAIL_RUNS);
+    const bytes = Buffer.concat(Array.from({ length: kept }, (_, i) => this.tail[(runs - kept + i) % TAIL_RUNS]!));
+    return finishReasonOf(() => {
+      const reader = this.dialect.streamReader(this.ex);
+      let reason: FinishReason | undefined;
+      const read = (events: Event[]) => {
+        for (const e of events) if (e.type === 'finish') reason = e.reason;
+      };
+      for (const frame of framesOf(bytes)) {
+        const data = frameData(frame);
+        if (data !== null) read(reader.frame(data));
+      }
+      read(reader.end());
+      return reason;
     });
   }
 
@@ -331,6 +367,7 @@ export class Relay implements ResponseSink {
       if (passthrough) {
         ex.usage = passthrough.bodyUsage(body);
         if (ex.keepsAnswer) ex.answer = readKept(dialect, body, ex);
+        ex.answeredBecause(() => finishReasonOf(() => dialect.readResponse(body, ex).finishReason));
         res.reply(status, { 'content-type': 'application/json' }, this.rename ? this.rename(body) : body);
         return;
       }
@@ -339,6 +376,7 @@ export class Relay implements ResponseSink {
       answer.usage ??= estimateUsage(ex, answerText(answer));
       ex.usage = answer.usage;
       if (ex.keepsAnswer) ex.answer = answer;
+      ex.answeredBecause([answer.finishReason]);
       res.reply(status, { 'content-type': 'application/json' }, ex.clientFamily.writeResponse(answer, ex));
       return;
     }
@@ -360,6 +398,24 @@ export class Relay implements ResponseSink {
       const code = err.status === 503 ? 'upstream_unavailable' : err.status === 504 ? 'upstream_timeout' : 'upstream_error';
       this.pipeline.fail(ex, res, new GatewayError(code, message, null, undefined, undefined, code === 'upstream_unavailable' ? retryAfter : undefined));
     }
+  }
+}
+
+/** How many of a passthrough stream's last runs of frames are kept for its finish reason: the finish, a usage chunk, the end. */
+const TAIL_RUNS = 4;
+/**
+ * Of a longer run only its end is kept (the frame it cuts reads as unreadable and is skipped):
+ * a stream's finish sits in its last few frames, well within this.
+ */
+const TAIL_RUN_BYTES = 16 * 1024;
+
+/** A finish reason read from an answer already relayed: none when it cannot be read. */
+function finishReasonOf(read: () => FinishReason | undefined): FinishReason[] | undefined {
+  try {
+    const reason = read();
+    return reason === undefined ? undefined : [reason];
+  } catch {
+    return undefined;
   }
 }
 
@@ -408,6 +464,8 @@ function translating(ex: Exchange, dialect: UpstreamDialect, keep: ((events: Eve
       else if (e.type === 'text' || e.type === 'reasoning' || e.type === 'tool_arguments') {
         delivered += e.delta.length;
         if (sample.length < SAMPLE_BYTES) sample += e.delta;
+      } else if (e.type === 'finish') {
+        ex.answeredBecause([e.reason]);
       } else if (e.type === 'error') {
         failed = true;
         ex.failedWith(e.error);

@@ -2,8 +2,9 @@
  * W3C Trace Context (https://www.w3.org/TR/trace-context/): every exchange belongs to a trace, the
  * client's when it sent a valid `traceparent`, a new one otherwise. The gateway is one span of it:
  * upstream calls carry the same trace id with the gateway's span id as their parent, and the access
- * log names both. No spans are exported; this costs a few string operations per exchange.
- */
+ * log names both. When a plugin records traces (the tracing plugin), each upstream call is a span
+ * of its own and its `traceparent` names that span instead (Plugin.callSpan). This module exports
+ * nothing itself; it costs a few string operations per exchange. */
 import { randomFillSync } from 'node:crypto';
 
 export interface TraceContext {
@@ -69,8 +70,13 @@ export function traceOf(headers: Record<string, string>): TraceContext {
   };
 }
 
-/** The `traceparent` an upstream call carries: the exchange's trace, with the gateway's span as parent. */
-export const upstreamTraceparent = (trace: TraceContext) => formatTraceparent(trace.traceId, trace.spanId, trace.sampled);
+/**
+ * The `traceparent` an upstream call carries: the exchange's trace, with the span recorded for the
+ * call as parent, sampled since it is being recorded (a trace the gateway started as well as the
+ * client's); without one, the gateway's own span and the client's flag as it came.
+ */
+export const upstreamTraceparent = (trace: TraceContext, callSpan?: string) =>
+  callSpan ? formatTraceparent(trace.traceId, callSpan, true) : formatTraceparent(trace.traceId, trace.spanId, trace.sampled);
 
 // Random ids are cut from a pool filled 4 KB at a time: one system call per ~170 exchanges.
 const pool = Buffer.allocUnsafe(4096);

@@ -561,6 +561,32 @@ t.test('the models page shows each channel with its breaker, prices and limits',
   t.match(deadText, /Open/);
   t.match(deadText, new RegExp(`${dead.recentErrors} of \\d+ recent requests? failed`));
   t.match(deadText, /unreachable/i);
+  // Each channel's latency average and calls under way, as GET /admin/upstreams reports them.
+  const served = states.get('sim-failover sim') as unknown as { latencyMs: number | null; inFlight: number };
+  t.ok(served.latencyMs !== null && served.latencyMs > 0, `the API reports the serving channel's latency average (${served.latencyMs} ms)`);
+  const servedLine = row.locator('.channel[data-channel="sim"] .channel-load');
+  t.equal(Number(await servedLine.getAttribute('data-latency-ms')), served.latencyMs, 'the page shows the latency the API reports');
+  t.match(await servedLine.textContent(), /^Latency (\d+ ms|[\d.]+ s|< 1 ms) · 0 in flight$/);
+  t.match(await row.locator('.channel[data-channel="unreachable"] .channel-load').textContent(), /Latency not measured yet · 0 in flight/, 'a channel that never answered has no average');
+  await checkOnScreen(t, servedLine, 'Models: a channel\'s latency and calls in flight');
+  // A call held by the upstream (its first token a minute away) is in flight while the page loads.
+  const held = new AbortController();
+  const holding = fetch(`${gw.url}/v1/chat/completions`, {
+    method: 'POST',
+    headers: { authorization: `Bearer ${gw.key}`, 'content-type': 'application/json' },
+    body: JSON.stringify({ model: 'sim-priced', stream: true, messages: user('Take your time [[sim ttft_ms=60000]]') }),
+    signal: held.signal,
+  }).catch(() => undefined);
+  await eventually(async () => {
+    const upstreams = (await gw.admin('GET', '/admin/upstreams')).body.data as { channels: { model: string; inFlight: number }[] }[];
+    return upstreams.some((u) => u.channels.some((c) => c.model === 'sim-priced' && c.inFlight === 1));
+  }, 'the held call to be in flight');
+  await page.getByRole('button', { name: 'Refresh' }).click();
+  const heldLine = page.locator('tr[data-model="sim-priced"] .channel-load[data-in-flight="1"]');
+  await heldLine.waitFor();
+  t.match(await heldLine.textContent(), /· 1 in flight$/, 'the page shows the call in flight');
+  held.abort();
+  await holding;
   const pricedRow = (await page.locator('tr[data-model="sim-priced"]').textContent()) ?? '';
   t.match(pricedRow, /Input 2\.00.*Cached 1\.00.*Output 8\.00/, 'prices per million tokens');
   t.match(pricedRow, /Requests\/min 600/, "the model's own limit");

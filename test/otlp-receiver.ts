@@ -32,14 +32,16 @@ const schema = protobuf.Root.fromJSON({
         Status: { fields: { message: { type: 'string', id: 2 }, code: { type: 'int32', id: 3 } } },
         KeyValue: { fields: { key: { type: 'string', id: 1 }, value: { type: 'AnyValue', id: 2 } } },
         AnyValue: {
-          oneofs: { value: { oneof: ['stringValue', 'boolValue', 'intValue', 'doubleValue'] } },
+          oneofs: { value: { oneof: ['stringValue', 'boolValue', 'intValue', 'doubleValue', 'arrayValue'] } },
           fields: {
             stringValue: { type: 'string', id: 1 },
             boolValue: { type: 'bool', id: 2 },
             intValue: { type: 'int64', id: 3 },
             doubleValue: { type: 'double', id: 4 },
+            arrayValue: { type: 'ArrayValue', id: 5 },
           },
         },
+        ArrayValue: { fields: { values: { rule: 'repeated', type: 'AnyValue', id: 1 } } },
       },
     },
   },
@@ -60,18 +62,22 @@ export interface ReceivedSpan {
   kind: number;
   startMs: number;
   endMs: number;
-  attributes: Record<string, string | number | boolean>;
+  attributes: Record<string, AttributeValue>;
   status: { code: number; message: string };
   service: string;
   /** How it arrived. */
   encoding: 'protobuf' | 'json';
 }
 
+/** An attribute's value; an array attribute (`gen_ai.response.finish_reasons`) is a list of them. */
+export type AttributeValue = string | number | boolean | AttributeValue[];
+
 interface WireValue {
   stringValue?: string;
   boolValue?: boolean;
   intValue?: number | string;
   doubleValue?: number;
+  arrayValue?: { values?: WireValue[] };
 }
 interface WireSpan {
   traceId?: string;
@@ -88,8 +94,8 @@ interface WireRequest {
   resourceSpans?: { resource?: { attributes?: { key: string; value?: WireValue }[] }; scopeSpans?: { spans?: WireSpan[] }[] }[];
 }
 
-const valueOf = (v: WireValue | undefined): string | number | boolean =>
-  v?.stringValue ?? v?.boolValue ?? (v?.intValue !== undefined ? Number(v.intValue) : undefined) ?? v?.doubleValue ?? '';
+const valueOf = (v: WireValue | undefined): AttributeValue =>
+  v?.stringValue ?? v?.boolValue ?? (v?.intValue !== undefined ? Number(v.intValue) : undefined) ?? v?.doubleValue ?? v?.arrayValue?.values?.map(valueOf) ?? '';
 
 function spansOf(request: WireRequest, encoding: ReceivedSpan['encoding']): ReceivedSpan[] {
   return (request.resourceSpans ?? []).flatMap((rs) => {

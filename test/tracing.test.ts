@@ -4,12 +4,15 @@
  * the GenAI attributes and the error of a failed attempt, over protobuf (from the config) and
  * JSON (from the standard OTEL_* variables); and nothing at all when it is off.
  */
+import { createServer, type IncomingHttpHeaders } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import t from 'tap';
 import { defaultPlugins } from '../src/config/defaults.js';
 import { loadConfig } from '../src/config/load.js';
 import type { BootContext } from '../src/contracts.js';
 import { createLogger } from '../src/log.js';
+import { parseTraceparent } from '../src/trace.js';
 import { eventually, startTestGateway, type TestGateway } from './helpers.js';
 import { SPAN_KIND, STATUS, startOtlpReceiver, type ReceivedSpan } from './otlp-receiver.js';
 
@@ -33,6 +36,52 @@ async function chat(gw: TestGateway, model: string, traceparent?: string) {
     body: JSON.stringify({ model, messages: [{ role: 'user', content: 'Hello [[sim tokens=7 cached=2]]' }] }),
   });
   return { status: res.status, id: res.headers.get('x-request-id')!, body: (await res.json()) as { usage: { prompt_tokens: number; completion_tokens: number } } };
+}
+
+/** A chat exchange cut short by its output ceiling (finish reason `length`), streamed or not; the answer's text as it came. */
+async function cutShort(gw: TestGateway, model: string, stream: boolean, traceparent: string): Promise<{ status: number; text: string }> {
+  const res = await fetch(`${gw.url}/v1/chat/completions`, {
+    method: 'POST',
+    headers: { authorization: `Bearer ${gw.key}`, 'content-type': 'application/json', traceparent },
+    body: JSON.stringify({ model, stream, max_tokens: 3, messages: [{ role: 'user', content: 'Tell me more [[sim tokens=40]]' }] }),
+  });
+  return { status: res.status, text: await res.text() };
+}
+
+/** A chat stream of about 40 KB, written at once, whose last content chunk finishes with `length`. */
+function bigStream(): string {
+  const chunk = (delta: object, finish: string | null) =>
+    `data: ${JSON.stringify({ id: 'chatcmpl-big', object: 'chat.completion.chunk', created: 1, model: 'recorded', choices: [{ index: 0, delta, finish_reason: finish }] })}\n\n`;
+  let out = chunk({ role: 'assistant', content: '' }, null);
+  for (let i = 0; i < 400; i++) out += chunk({ content: `word ${i} ` }, null);
+  return `${out}${chunk({}, 'length')}data: [DONE]\n\n`;
+}
+
+/**
+ * An OpenAI-compatible upstream over HTTP that keeps the headers of every call: under `/fail` it
+ * answers 500 (a channel to fail over from), elsewhere a short answer.
+ */
+async function startRecorder() {
+  const received: IncomingHttpHeaders[] = [];
+  const server = createServer((req, res) => {
+    received.push(req.headers);
+    req.resume().on('end', () => {
+      if (req.url?.startsWith('/fail/')) return void res.writeHead(500, { 'content-type': 'application/json' }).end('{"error":{"message":"down for the test"}}');
+      if (req.url?.startsWith('/big/')) return void res.writeHead(200, { 'content-type': 'text/event-stream' }).end(bigStream());
+      res.writeHead(200, { 'content-type': 'application/json' }).end(
+        JSON.stringify({
+          id: 'chatcmpl-recorded',
+          object: 'chat.completion',
+          created: 1,
+          model: 'recorded',
+          choices: [{ index: 0, message: { role: 'assistant', content: 'ok' }, finish_reason: 'stop' }],
+          usage: { prompt_tokens: 3, completion_tokens: 1, total_tokens: 4 },
+        }),
+      );
+    });
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  return { url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, received, close: () => server.close() };
 }
 
 /** The exchange's server span and its client spans, once exported. */
@@ -90,6 +139,100 @@ t.test('over http/protobuf, from the config: the span tree and its GenAI attribu
   t.equal(two.clients[0]!.status.code, STATUS.ERROR, 'the failed attempt is an error');
   t.match(two.clients[0]!.status.message, /unreachable|refused/i);
   t.not(two.server.status.code, STATUS.ERROR, 'the exchange itself succeeded');
+});
+
+t.test("each upstream call's traceparent names that call's client span, sampled when the trace is recorded", async (t) => {
+  const recorder = await startRecorder();
+  t.teardown(() => recorder.close());
+  const receiver = await startOtlpReceiver();
+  t.teardown(() => receiver.close());
+  const gw = await startTestGateway(
+    (dataDir) => `dataDir: ${dataDir}
+tracing: { endpoint: "${receiver.url}/v1/traces" }
+upstreams:
+  ok: { kind: openai-chat, baseUrl: "${recorder.url}/ok/v1" }
+  failing: { kind: openai-chat, baseUrl: "${recorder.url}/fail/v1", retry: { attempts: 2, backoffMs: 1 } }
+models:
+  - { id: rec, upstream: ok, upstreamModel: recorded }
+  - id: rec-flaky
+    channels: [{ upstream: failing, upstreamModel: recorded, priority: 0 }, { upstream: ok, upstreamModel: recorded, priority: 1 }]
+`,
+  );
+  let stopped = false;
+  t.teardown(() => (stopped ? undefined : gw.stop()));
+
+  t.equal((await chat(gw, 'rec-flaky', `00-${CLIENT_TRACE}-${CLIENT_SPAN}-01`)).status, 200, 'served after a failover');
+  t.equal((await chat(gw, 'rec')).status, 200, 'a trace the gateway starts');
+  const notSampled = '0af7651916cd43dd8448eb211c80319c';
+  t.equal((await chat(gw, 'rec', `00-${notSampled}-b7ad6b7169203331-00`)).status, 200, 'a client trace not recorded');
+  await gw.stop();
+  stopped = true;
+
+  const sent = recorder.received.map((h) => parseTraceparent(h.traceparent as string));
+  t.equal(sent.length, 4, 'two attempts, then one call each');
+  const failedOver = await treeOf(receiver.spans, CLIENT_TRACE);
+  t.equal(failedOver.clients.length, 2);
+  t.same(
+    sent.slice(0, 2).map((p) => p?.parentId),
+    failedOver.clients.map((c) => c.spanId),
+    "each attempt's traceparent names its own client span, not the server span",
+  );
+  t.ok(sent.slice(0, 2).every((p) => p?.traceId === CLIENT_TRACE && p.sampled), "in the client's trace, sampled as it came");
+
+  const root = receiver.spans.find((s) => s.kind === SPAN_KIND.SERVER && s.parentSpanId === '');
+  t.ok(root, 'the gateway started a trace and recorded it');
+  const started = await treeOf(receiver.spans, root!.traceId);
+  t.match(sent[2], { traceId: root!.traceId, parentId: started.clients[0]!.spanId });
+  t.equal(sent[2]?.sampled, true, 'a trace the gateway starts and records goes upstream sampled (flags 01)');
+
+  t.equal(sent[3]?.traceId, notSampled);
+  t.equal(sent[3]?.sampled, false, "an unsampled client trace's flags are honoured");
+  t.notOk(receiver.spans.some((s) => s.traceId === notSampled), 'and nothing of it is recorded');
+});
+
+t.test('gen_ai.response.finish_reasons on the server span and the answering attempt, streamed or not, relayed or translated', async (t) => {
+  const receiver = await startOtlpReceiver();
+  t.teardown(() => receiver.close());
+  const recorder = await startRecorder();
+  t.teardown(() => recorder.close());
+  const gw = await startTestGateway(
+    (dataDir) => `dataDir: ${dataDir}
+tracing: { endpoint: "${receiver.url}/v1/traces" }
+upstreams:
+  sim: { kind: simulator }
+  sim-messages: { kind: simulator, family: messages }
+  big: { kind: openai-chat, baseUrl: "${recorder.url}/big/v1" }
+models:
+  - { id: relayed, upstream: sim, upstreamModel: sim-chat }
+  - { id: translated, upstream: sim-messages, upstreamModel: sim-messages }
+  # A relayed stream whose frames arrive in one large run: its finish is read from the run's end.
+  - { id: relayed-at-once, upstream: big, upstreamModel: recorded }
+`,
+  );
+  let stopped = false;
+  t.teardown(() => (stopped ? undefined : gw.stop()));
+  const cases = [
+    { model: 'relayed', stream: false },
+    { model: 'relayed', stream: true },
+    { model: 'translated', stream: false },
+    { model: 'translated', stream: true },
+    { model: 'relayed-at-once', stream: true },
+  ];
+  const traces: string[] = [];
+  for (const [i, c] of cases.entries()) {
+    const traceId = `${'ab'.repeat(15)}0${i + 1}`;
+    traces.push(traceId);
+    const answer = await cutShort(gw, c.model, c.stream, `00-${traceId}-${CLIENT_SPAN}-01`);
+    t.equal(answer.status, 200);
+    t.match(answer.text, /"finish_reason":"length"/, `${c.model}, stream ${c.stream}: the client saw the output ceiling`);
+  }
+  await gw.stop();
+  stopped = true;
+  for (const [i, c] of cases.entries()) {
+    const { server, clients } = await treeOf(receiver.spans, traces[i]!);
+    t.same(server.attributes['gen_ai.response.finish_reasons'], ['length'], `${c.model}, stream ${c.stream}: on the server span`);
+    t.same(clients.at(-1)!.attributes['gen_ai.response.finish_reasons'], ['length'], `${c.model}, stream ${c.stream}: on the attempt that answered`);
+  }
 });
 
 t.test('over http/json, from the OTEL_* variables; a client that does not record its trace is not recorded', async (t) => {

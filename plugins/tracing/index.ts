@@ -8,9 +8,10 @@
  * Off, the plugin joins no phase and loads nothing of the SDK: it costs nothing per exchange.
  *
  * The spans are made when the exchange is done, from what it recorded (its trace context, its
- * timing, each upstream call): nothing is added to the exchange's own path. The server span keeps
- * the exchange's own span id, the one the access log names and the upstream's `traceparent`
- * carries as its parent, so an upstream's own spans join the same tree.
+ * timing, each upstream call): nothing is added to the exchange's own path but a span id per
+ * upstream call. The server span keeps the exchange's own span id, the one the access log names;
+ * each client span has the id its call's `traceparent` carried as parent (`callSpan`), sampled, so
+ * an upstream's own spans join the tree under the attempt that made them.
  */
 import { definePlugin, type Exchange, type TracingConfig } from '../../src/plugin-api.js';
 
@@ -55,8 +56,9 @@ export default definePlugin(async ({ config, log }) => {
   const { OTLPTraceExporter } =
     settings.protocol === 'http/json' ? await import('@opentelemetry/exporter-trace-otlp-http') : await import('@opentelemetry/exporter-trace-otlp-proto');
 
-  // The SDK makes the ids; the server span must have the exchange's own, so they are handed over
-  // just before that span starts (startSpan asks for them synchronously).
+  // The SDK makes the ids; the server span must have the exchange's own, and each client span the
+  // one its call's traceparent named, so they are handed over just before that span starts
+  // (startSpan asks for them synchronously).
   const random = new sdk.RandomIdGenerator();
   let presetTraceId: string | undefined;
   let presetSpanId: string | undefined;
@@ -82,7 +84,7 @@ export default definePlugin(async ({ config, log }) => {
   log.info({ endpoint: settings.endpoint, protocol: settings.protocol }, 'exporting traces over OTLP');
 
   /** The exchange's server span; `operation` and `provider` are its GenAI names, shared with the client spans. */
-  const spanOf = (ex: Exchange, operation: string, provider: string | undefined) => {
+  const spanOf = (ex: Exchange, operation: string, provider: string | undefined, finishReasons: string[] | undefined) => {
     const { traceId, spanId, parentId, sampled } = ex.trace;
     // The client's span is the parent when it sent one; else this exchange is the trace's root.
     const parent = parentId
@@ -100,6 +102,7 @@ export default definePlugin(async ({ config, log }) => {
           ...(provider && { 'gen_ai.provider.name': provider, 'gen_ai.system': provider }),
           'gen_ai.request.model': ex.modelId,
           ...(ex.model?.upstreamModel && { 'gen_ai.response.model': ex.model.upstreamModel }),
+          ...(finishReasons && { 'gen_ai.response.finish_reasons': finishReasons }),
           ...usageAttributes(ex),
           ...(ex.cost !== undefined && { 'sluice.cost': ex.cost }),
           ...(ex.channel && { 'sluice.channel': ex.channel.name }),
@@ -118,18 +121,26 @@ export default definePlugin(async ({ config, log }) => {
     return server;
   };
 
+  /** A client whose own trace is not recorded (its sampled flag is off) is not recorded here either. */
+  const recorded = (ex: Exchange) => !(ex.trace.parentId && !ex.trace.sampled);
+
   return {
     name: 'tracing',
+    callSpan: (ex) => (recorded(ex) ? random.generateSpanId() : undefined),
     done(ex) {
       if (ex.endpoint.kind !== 'generate' && ex.endpoint.kind !== 'socket') return;
-      if (ex.trace.parentId && !ex.trace.sampled) return;
+      if (!recorded(ex)) return;
       const operation = ex.family === 'gemini' ? 'generate_content' : 'chat';
       const family = ex.upstream?.family;
       const provider = family && (PROVIDER[family] ?? family);
-      const server = spanOf(ex, operation, provider);
+      const finishReasons = ex.finishReasons && [...ex.finishReasons];
+      const server = spanOf(ex, operation, provider, finishReasons);
       const context = api.trace.setSpan(api.ROOT_CONTEXT, server);
       const now = Date.now();
       ex.calls.forEach((call, i) => {
+        // The answer's finish reasons are the call's that gave it: the last, when it did not fail.
+        const answered = finishReasons && i === ex.calls.length - 1 && call.error === undefined;
+        presetSpanId = call.spanId;
         const client = tracer.startSpan(
           `${operation} ${call.upstreamModel}`,
           {
@@ -140,11 +151,13 @@ export default definePlugin(async ({ config, log }) => {
               ...(provider && { 'gen_ai.provider.name': provider }),
               'sluice.upstream': call.upstream,
               'sluice.attempt': i + 1,
+              ...(answered && { 'gen_ai.response.finish_reasons': finishReasons }),
               ...(call.error !== undefined && { 'error.type': 'upstream_call_failed' }),
             },
           },
           context,
         );
+        presetSpanId = undefined;
         if (call.error !== undefined) client.setStatus({ code: api.SpanStatusCode.ERROR, message: call.error });
         client.end(call.endedAt ?? now);
       });

@@ -12,12 +12,15 @@
  * instance ranks a model's channels the same way for a conversation without sharing any state,
  * and over many conversations each channel gets its weight's share, as without affinity. Only
  * when the first-ranked channel cannot serve (its breaker is open, it is cooling down, or the call
- * failed) does another one serve, and the conversation is then pinned to it for a while (here, in
- * this thread), so it does not move back and forth while the first one recovers.
+ * failed) does another one serve, and the conversation is then pinned to it for a while, so it
+ * does not move back and forth while the first one recovers. Pins are kept in this thread's memory
+ * and, with the Redis limiter, told to every other instance and thread through its PinBus: each
+ * keeps them all in its own map, so finding a conversation's pin never waits on Redis.
  */
 import { createHash, type Hash } from 'node:crypto';
 import type * as canonical from '../canonical.js';
 import type { AffinityConfig } from '../config/types.js';
+import type { PinBus } from '../limits/limiter.js';
 
 /**
  * Session headers coding agents send on every request of a session, found by capturing their
@@ -111,12 +114,29 @@ export function rendezvous(conversation: number, channel: number): number {
   return (h + 0.5) / 2 ** 32;
 }
 
-/** Conversations pinned to a channel other than their first-ranked one, with a sliding expiry. */
+/** A conversation's pin: its channel, until when it lives here, and until when the others were last told it does. */
+interface Pin {
+  channel: string;
+  until: number;
+  sharedUntil: number;
+}
+
+/**
+ * Conversations pinned to a channel other than their first-ranked one, with a sliding expiry.
+ * With a bus, a pin made, moved or dropped here is published, and a pin served again is
+ * republished once less than half its TTL is left elsewhere: a conversation's every turn renews it
+ * here, but the others hear of it at most twice per TTL.
+ */
 export class AffinityPins {
   /** Least recently used first: a Map keeps insertion order, and a use re-inserts. */
-  private readonly pins = new Map<string, { channel: string; until: number }>();
+  private readonly pins = new Map<string, Pin>();
 
-  constructor(private settings: AffinityConfig) {}
+  constructor(
+    private settings: AffinityConfig,
+    private readonly bus?: PinBus,
+  ) {
+    bus?.subscribe((key, channel, ttlMs) => this.heard(key, channel, ttlMs, Date.now()));
+  }
 
   /** A reload's settings; the pins stay. */
   configure(settings: AffinityConfig): void {
@@ -144,9 +164,28 @@ export class AffinityPins {
 
   /** The conversation was served by `channel`: pinned there, or its pin dropped when that is its first-ranked channel anyway. */
   served(key: string, channel: string, firstRanked: boolean, now: number): void {
+    const pin = this.pins.get(key);
     this.pins.delete(key);
-    if (firstRanked) return;
-    this.pins.set(key, { channel, until: now + this.settings.pinTtlMs });
+    const ttl = this.settings.pinTtlMs;
+    if (firstRanked) {
+      if (pin && pin.until > now) this.bus?.publish(key, undefined, ttl);
+      return;
+    }
+    const until = now + ttl;
+    let sharedUntil = until;
+    if (pin && pin.channel === channel && pin.sharedUntil - now > ttl / 2) sharedUntil = pin.sharedUntil;
+    else this.bus?.publish(key, channel, ttl);
+    this.keep(key, { channel, until, sharedUntil });
+  }
+
+  /** Another instance or thread pinned a conversation (`channel`), or dropped its pin. */
+  private heard(key: string, channel: string | undefined, ttlMs: number, now: number): void {
+    this.pins.delete(key);
+    if (channel !== undefined) this.keep(key, { channel, until: now + ttlMs, sharedUntil: now + ttlMs });
+  }
+
+  private keep(key: string, pin: Pin): void {
+    this.pins.set(key, pin);
     for (const oldest of this.pins.keys()) {
       if (this.pins.size <= this.settings.maxPins) break;
       this.pins.delete(oldest);

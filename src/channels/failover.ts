@@ -173,7 +173,7 @@ export class Failover {
     this.current = attempt;
     const { upstream, upstreamModel } = attempt.channel.config;
     attempt.channel.inFlight++;
-    this.ex.calls.push({ upstream, upstreamModel, startedAt: Date.now(), endedAt: undefined, error: undefined, sentMark: performance.now(), waitMs: undefined });
+    this.ex.calls.push({ upstream, upstreamModel, startedAt: Date.now(), endedAt: undefined, error: undefined, sentMark: performance.now(), waitMs: undefined, spanId: undefined });
     this.call = this.launch(attempt.channel);
   }
 

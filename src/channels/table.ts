@@ -6,6 +6,7 @@
  */
 import type { AffinityConfig, ChannelConfig, ModelConfig, UpstreamConfig } from '../config/types.js';
 import type { Upstream } from '../contracts.js';
+import type { PinBus } from '../limits/limiter.js';
 import { defaultAffinity } from '../config/defaults.js';
 import { AffinityPins, channelSeed } from './affinity.js';
 import { Breaker, type BreakerSnapshot } from './breaker.js';
@@ -89,7 +90,8 @@ export class ChannelTable {
   /**
    * `previous` is the table in use when the config is reloaded: its breakers carry over to the
    * channels that are the same in the new config, and its cool-downs and affinity pins to every
-   * channel. `affinity` is the config's (on by default).
+   * channel. `affinity` is the config's (on by default); `pinBus` shares the pins of a first
+   * table with the other instances (the Redis limiter's).
    */
   constructor(
     models: Iterable<ModelConfig>,
@@ -98,9 +100,10 @@ export class ChannelTable {
     previous?: ChannelTable,
     coolDowns?: CoolDowns,
     affinity: AffinityConfig = defaultAffinity,
+    pinBus?: PinBus,
   ) {
     this.coolDowns = coolDowns ?? previous?.coolDowns ?? new CoolDowns();
-    this.affinity = previous?.affinity ?? new AffinityPins(affinity);
+    this.affinity = previous?.affinity ?? new AffinityPins(affinity, pinBus);
     this.affinity.configure(affinity);
     const kept = new Map<string, Breaker>();
     for (const channels of previous?.byModel.values() ?? []) for (const c of channels) kept.set(c.identity, c.breaker);

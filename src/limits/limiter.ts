@@ -86,6 +86,11 @@ export interface Limiter<L = unknown> {
    * channel cool-downs (src/channels/cooldown.ts) reach the other threads and instances it serves.
    */
   readonly coolDowns?: CoolDownBus;
+  /**
+   * Present on a limiter shared by several instances (Redis): how prompt-cache affinity pins
+   * (src/channels/affinity.ts) reach the other instances and threads on it.
+   */
+  readonly pins?: PinBus;
 }
 
 /**
@@ -98,6 +103,19 @@ export interface CoolDownBus {
   publish(key: string, ms: number): void;
   /** `heard` is called with what the others publish, and on (re)connecting with what still rests. */
   subscribe(heard: (key: string, ms: number) => void): void;
+}
+
+/**
+ * Prompt-cache affinity pins shared by everyone on a limiter: a conversation pinned to a channel
+ * by one instance (after a failover) is served there by all of them. Each keeps every pin it hears
+ * in its own map, so choosing a channel never waits on the limiter: publishing happens when a pin
+ * is made, moved, renewed (at most once per half TTL) or dropped, hearing when another published.
+ */
+export interface PinBus {
+  /** Conversation `key` is pinned to `channel` for `ttlMs` from now, or (`channel` undefined) no longer pinned. Fire and forget. */
+  publish(key: string, channel: string | undefined, ttlMs: number): void;
+  /** `heard` is called with what the others publish, and on (re)connecting with every pin alive. */
+  subscribe(heard: (key: string, channel: string | undefined, ttlMs: number) => void): void;
 }
 
 export const WINDOW_MS = 60_000;

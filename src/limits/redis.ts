@@ -19,6 +19,10 @@
  *                 value is nothing; its PX expiry is the rest), published on the `P:cool` channel.
  *                 Every instance subscribes (one more connection) and keeps what it hears in its
  *                 own map, so routing never waits on Redis; on (re)connecting it reads the keys.
+ * - `P:pin:CONVERSATION` a prompt-cache affinity pin (src/channels/affinity.ts): the channel the
+ *                 conversation is pinned to, with the pin's TTL as its PX expiry; made, moved,
+ *                 renewed and dropped with a message on the `P:pin` channel, heard and read on
+ *                 (re)connecting like the cool-downs, so no request waits on Redis for a pin.
  * Every key is passed in KEYS, so a decision touches only what it declares.
  *
  * Redis unreachable or not answering within timeoutMs: the fail mode decides, logged once when
@@ -28,7 +32,7 @@
 import { randomUUID } from 'node:crypto';
 import { Redis } from 'ioredis';
 import type { Logger } from 'pino';
-import { WINDOW_MS, type Amounts, type CoolDownBus, type Decision, type LimitScope, type Limiter, type Refusal, type SpendSource, type WindowStatus } from './limiter.js';
+import { WINDOW_MS, type Amounts, type CoolDownBus, type Decision, type LimitScope, type Limiter, type PinBus, type Refusal, type SpendSource, type WindowStatus } from './limiter.js';
 
 export interface RedisLimiterOptions {
   url: string;
@@ -287,13 +291,27 @@ redis.call('PUBLISH', ARGV[2], ARGV[3])
 return 1
 `;
 
+/** KEYS: a pin key. ARGV: the channel ('' drops the pin), its TTL in ms, the channel to publish on, the message. */
+const PIN = `
+if ARGV[1] == '' then redis.call('DEL', KEYS[1]) else redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2]) end
+redis.call('PUBLISH', ARGV[3], ARGV[4])
+return 1
+`;
+
 type Arg = string | number;
+
+/** What the subscriber connection does with one channel: each message, and a catch-up on every (re)connect. */
+interface Listener {
+  message(text: string): void;
+  catchUp(): Promise<void>;
+}
 
 interface Scripts {
   limiterAcquire(numKeys: number, ...args: Arg[]): Promise<(string | number)[]>;
   limiterSettle(numKeys: number, ...args: Arg[]): Promise<number>;
   limiterRenew(numKeys: number, ...args: Arg[]): Promise<string[]>;
   limiterCool(numKeys: number, ...args: Arg[]): Promise<number>;
+  limiterPin(numKeys: number, ...args: Arg[]): Promise<number>;
 }
 
 export class RedisLimiter implements Limiter<RedisLease> {
@@ -311,14 +329,23 @@ export class RedisLimiter implements Limiter<RedisLease> {
   private renewing = false;
   /** Spend of a budget period read from the usage records, kept until Redis has it: a burst that found it missing reads it once. */
   private readonly spendReads = new Map<string, Promise<number>>();
-  /** Hears the cool-downs other instances publish; made on the first subscribe. */
+  /** Hears what other instances publish (cool-downs, pins); made on the first subscribe. */
   private subscriber: Redis | undefined;
-  private coolHeard: ((key: string, ms: number) => void) | undefined;
+  /** Pub/sub channel → what hears it. */
+  private readonly listeners = new Map<string, Listener>();
+  /** This limiter's own pin messages come back to it: they are known by this and skipped. */
+  private readonly origin = randomUUID();
 
   /** Channel cool-downs shared by every instance (and thread) on this Redis: see the key layout above. */
   readonly coolDowns: CoolDownBus = {
     publish: (key, ms) => void this.publishCoolDown(key, ms),
     subscribe: (heard) => this.subscribeCoolDowns(heard),
+  };
+
+  /** Prompt-cache affinity pins shared by every instance (and thread) on this Redis: see the key layout above. */
+  readonly pins: PinBus = {
+    publish: (key, channel, ttlMs) => void this.publishPin(key, channel, ttlMs),
+    subscribe: (heard) => this.subscribePins(heard),
   };
 
   constructor(
@@ -337,13 +364,14 @@ export class RedisLimiter implements Limiter<RedisLease> {
     this.redis.defineCommand('limiterSettle', { lua: SETTLE });
     this.redis.defineCommand('limiterRenew', { lua: RENEW });
     this.redis.defineCommand('limiterCool', { lua: COOL });
+    this.redis.defineCommand('limiterPin', { lua: PIN });
     this.scripts = this.redis as unknown as Scripts;
     this.firstReady = new Promise((resolve) => this.redis.once('ready', resolve));
     this.redis.on('ready', () => {
       this.everReady = true;
       this.recovered();
       // Back after an outage: what was published meanwhile is read (the first time, subscribe reads it).
-      if (this.coolHeard && this.subscriber?.status === 'ready') void this.readCoolDowns(this.coolHeard);
+      if (this.subscriber?.status === 'ready') for (const listener of this.listeners.values()) void listener.catchUp();
     });
     this.redis.on('error', (err) => this.lost(err));
   }
@@ -443,25 +471,41 @@ export class RedisLimiter implements Limiter<RedisLease> {
   }
 
   private subscribeCoolDowns(heard: (key: string, ms: number) => void): void {
-    if (this.subscriber) throw new Error('the Redis limiter has one cool-down subscriber');
-    this.coolHeard = heard;
-    // A connection of its own: one that subscribed can do nothing else. Its commands queue while it
-    // connects; ioredis subscribes again after a reconnect, and every (re)connect reads what rests.
-    const sub = (this.subscriber = new Redis(this.options.url, { retryStrategy: (attempt) => Math.min(attempt * 100, 1000), maxRetriesPerRequest: null }));
-    // Redis going away is reported once, by the limiter's own connection.
-    sub.on('error', () => {});
-    sub.on('message', (channel: string, text: string) => {
-      if (channel !== this.coolChannel) return;
-      try {
+    this.listen(this.coolChannel, {
+      message: (text) => {
         const { key, ms } = JSON.parse(text) as { key: unknown; ms: unknown };
         if (typeof key === 'string' && typeof ms === 'number') heard(key, ms);
-      } catch {
-        // Not ours: ignored.
-      }
+      },
+      catchUp: () => this.readCoolDowns(heard),
     });
-    sub.on('ready', () => void this.readCoolDowns(heard));
-    sub.subscribe(this.coolChannel).then(
-      () => this.readCoolDowns(heard),
+  }
+
+  /**
+   * Hears `channel` on the subscriber connection, made by the first listener: one that subscribed
+   * can do nothing else. Its commands queue while it connects; ioredis subscribes again after a
+   * reconnect, and every (re)connect catches up with what was published meanwhile.
+   */
+  private listen(channel: string, listener: Listener): void {
+    if (this.listeners.has(channel)) throw new Error(`the Redis limiter has one listener on ${channel}`);
+    this.listeners.set(channel, listener);
+    let sub = this.subscriber;
+    if (!sub) {
+      sub = this.subscriber = new Redis(this.options.url, { retryStrategy: (attempt) => Math.min(attempt * 100, 1000), maxRetriesPerRequest: null });
+      // Redis going away is reported once, by the limiter's own connection.
+      sub.on('error', () => {});
+      sub.on('message', (from: string, text: string) => {
+        try {
+          this.listeners.get(from)?.message(text);
+        } catch {
+          // Not ours: ignored.
+        }
+      });
+      sub.on('ready', () => {
+        for (const l of this.listeners.values()) void l.catchUp();
+      });
+    }
+    sub.subscribe(channel).then(
+      () => listener.catchUp(),
       () => {},
     );
   }
@@ -480,6 +524,57 @@ export class RedisLimiter implements Limiter<RedisLease> {
         keys.forEach((k, i) => {
           const ttl = Number(ttls?.[i]?.[1]);
           if (ttl > 0) heard(k.slice(prefix.length), ttl);
+        });
+      } while (cursor !== '0');
+    } catch (err) {
+      this.lost(err);
+    }
+  }
+
+  private get pinChannel(): string {
+    return `${this.options.prefix}:pin`;
+  }
+
+  /** One round trip when a pin is made, moved, renewed or dropped, never on a request's path. */
+  private async publishPin(key: string, channel: string | undefined, ttlMs: number): Promise<void> {
+    const ms = Math.max(1, Math.ceil(ttlMs));
+    try {
+      await this.connected();
+      const message = JSON.stringify({ from: this.origin, key, ...(channel !== undefined && { channel }), ms });
+      await this.scripts.limiterPin(1, `${this.pinChannel}:${key}`, channel ?? '', ms, this.pinChannel, message);
+      this.recovered();
+    } catch (err) {
+      // The others will not hear of it; this instance keeps its own pin.
+      this.lost(err);
+    }
+  }
+
+  private subscribePins(heard: (key: string, channel: string | undefined, ttlMs: number) => void): void {
+    this.listen(this.pinChannel, {
+      message: (text) => {
+        const { from, key, channel, ms } = JSON.parse(text) as { from: unknown; key: unknown; channel: unknown; ms: unknown };
+        if (from === this.origin || typeof key !== 'string' || typeof ms !== 'number') return;
+        heard(key, typeof channel === 'string' ? channel : undefined, ms);
+      },
+      catchUp: () => this.readPins(heard),
+    });
+  }
+
+  /** Every pin alive (after a (re)connect: what was published while this one did not listen). */
+  private async readPins(heard: (key: string, channel: string, ttlMs: number) => void): Promise<void> {
+    const prefix = `${this.pinChannel}:`;
+    try {
+      await this.connected();
+      let cursor = '0';
+      do {
+        const [next, keys] = await this.redis.scan(cursor, 'MATCH', `${prefix}*`, 'COUNT', 1000);
+        cursor = next;
+        if (keys.length === 0) continue;
+        const replies = await this.redis.pipeline(keys.flatMap((k) => [['get', k], ['pttl', k]])).exec();
+        keys.forEach((k, i) => {
+          const channel = replies?.[2 * i]?.[1];
+          const ttl = Number(replies?.[2 * i + 1]?.[1]);
+          if (typeof channel === 'string' && ttl > 0) heard(k.slice(prefix.length), channel, ttl);
         });
       } while (cursor !== '0');
     } catch (err) {

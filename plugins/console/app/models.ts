@@ -1,11 +1,11 @@
 /**
  * Models and their upstream channels as the gateway's config defines them, each channel with its
- * circuit breaker; the config can be reloaded from here.
+ * circuit breaker, latency average and calls under way; the config can be reloaded from here.
  */
 import * as api from './api.js';
 import { append, h, icon, icons, replace } from './dom.js';
 import { familyLabel } from './families.js';
-import { ago, compact, dateTime, num, plural, shortTime } from './format.js';
+import { ago, compact, dateTime, duration, num, plural, shortTime } from './format.js';
 import type { Page } from './page.js';
 import type { BreakerState, Channel, ChannelState, Health, Model, ModelsResponse, ReloadChanges, Serving, Upstream, UpstreamBreakers } from './types.js';
 import { badge, busy, button, card, chip, confirmDialog, empty, errorText, isAbort, loadFailed, loading, Notice, pageHead, table, when } from './ui.js';
@@ -194,9 +194,24 @@ function channelLine(m: Model, c: Channel, breakers: Breakers): HTMLElement {
     { class: 'channel', 'data-channel': c.name, 'data-state': s?.state ?? 'unknown' },
     h('div', { class: 'inline channel-head' }, h('span', null, c.upstream), order, state),
     c.upstreamModel !== m.id ? h('div', { class: 'muted small mono', title: 'Model name sent upstream' }, `→ ${c.upstreamModel}`) : null,
+    s ? loadLine(s) : null,
     s?.state === 'open' && s.nextProbeAt ? h('div', { class: 'sub' }, `Probed again at ${shortTime(Date.parse(s.nextProbeAt))}`) : null,
     s && s.recentRequests > 0 ? h('div', { class: `small${s.recentErrors ? ' text-bad' : ' muted'}` }, `${num(s.recentErrors)} of ${plural(s.recentRequests, 'recent request')} failed`) : null,
     s?.lastError ? h('div', { class: 'sub record-error', title: s.lastError }, s.lastError) : null,
+  );
+}
+
+/** "Latency 840 ms · 2 in flight": what `strategy: least-latency` and `least-busy` choose by. */
+function loadLine(s: ChannelState): HTMLElement {
+  return h(
+    'div',
+    {
+      class: 'muted small channel-load',
+      'data-latency-ms': s.latencyMs === null ? '' : String(s.latencyMs),
+      'data-in-flight': String(s.inFlight),
+      title: "Latency: moving average of this channel's recent calls' wait for an answer (least-latency balances by it). In flight: its calls under way now (least-busy balances by it).",
+    },
+    `Latency ${s.latencyMs === null ? 'not measured yet' : duration(s.latencyMs)} · ${num(s.inFlight)} in flight`,
   );
 }
 

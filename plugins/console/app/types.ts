@@ -133,6 +133,10 @@ export interface ChannelState {
   /** ISO 8601, while open or half-open. */
   openedAt: string | null;
   nextProbeAt: string | null;
+  /** Moving average of its calls' wait for an answer (ms), in the thread that answered; null before its first call. */
+  latencyMs: number | null;
+  /** Its calls under way now, in the thread that answered. */
+  inFlight: number;
 }
 
 export interface UpstreamBreakers {
