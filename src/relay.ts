@@ -266,7 +266,8 @@ export class Relay implements ResponseSink {
         // A failure event inside the stream is the channel's failure too.
         if (ex.error) this.failover.failed(ex.error, undefined, false);
         else {
-          if (this.passthrough) ex.answeredBecause(() => this.finishReasonsOfTail());
+          if (ex.answer) ex.answeredBecause([ex.answer.finishReason]);
+          else if (this.passthrough) ex.answeredBecause(() => this.finishReasonsOfTail());
           this.failover.succeeded();
         }
       } else {
@@ -367,7 +368,7 @@ export class Relay implements ResponseSink {
       if (passthrough) {
         ex.usage = passthrough.bodyUsage(body);
         if (ex.keepsAnswer) ex.answer = readKept(dialect, body, ex);
-        ex.answeredBecause(() => finishReasonOf(() => dialect.readResponse(body, ex).finishReason));
+        ex.answeredBecause(ex.answer ? [ex.answer.finishReason] : () => finishReasonOf(() => dialect.readResponse(body, ex).finishReason));
         res.reply(status, { 'content-type': 'application/json' }, this.rename ? this.rename(body) : body);
         return;
       }
