@@ -6,9 +6,10 @@
  * own process, and V8 reports every collection with `--trace-gc-nvp`, the heap's size before and
  * after it; what the heap took in between collections is what was allocated (`gc-trace.ts` reads
  * it, and says why not from V8's own `allocated=`). Summed over a few thousand exchanges and divided by
- * their number, a completion measured 24.9–25.1 KB across runs and a 100-chunk stream 28.4–29.5 KB
- * (before the cuts of 2026-11-27: 25.6–25.8 and 28.4–30.1). A stream's upstream chunks arrive in
- * more or fewer reads, each with its own buffers and events, so its budget has more headroom.
+ * their number, a completion measured 22–26 KB across runs (the first measurement of a fresh
+ * gateway also carries the tokenizer's tables, which load a second after it starts) and a
+ * 100-chunk stream 26–30 KB. A stream's upstream chunks arrive in more or fewer reads, each with
+ * its own buffers and events, so its budget has more headroom.
  *
  * The budgets are docs/architecture.md's "Cost budget" with headroom for the runtime's own
  * variation; a change that needs more says why there and raises them here.
