@@ -100,8 +100,9 @@ class JournalFile {
   }
 
   /**
-   * Replaces the file's contents with `entries`, atomically: a crash leaves either the old file or
-   * the new one, never a mix. With nothing to keep, a truncate does.
+   * Replaces the file's contents with `lines` (whole lines, each ended by a newline), atomically:
+   * a crash leaves either the old file or the new one, never a mix. With nothing to keep, a
+   * truncate does.
    */
   rewrite(lines: string): void {
     if (lines.length === 0) {
