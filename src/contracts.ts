@@ -437,6 +437,13 @@ export interface FamilyPassthrough {
    */
   prepare(ex: ExchangeView, upstream: Upstream, rules: RuleOutcome): UpstreamRequest;
   /**
+   * Whether the client's request asks for a server-side tool (in this family's own field, such as
+   * chat's `web_search_options`). For a model that allows every feature and sets no output
+   * ceiling, that is all the model rules could act on in a native request: when this says no, the
+   * pipeline builds no canonical form and applies no rules. A family without it always gets both.
+   */
+  asksForServerTools?(ex: ExchangeView): boolean;
+  /**
    * Relays the upstream's stream: it finds usage in frames it does not otherwise parse, and writes
    * what the client is owed that the upstream did not send (a usage chunk it asked for, a failure
    * frame in the family's shape).

@@ -10,7 +10,7 @@ import { conversationKey } from './channels/affinity.js';
 import { Failover, betweenCalls } from './channels/failover.js';
 import type { Channel, ChannelTable } from './channels/table.js';
 import type { ModelConfig } from './config/types.js';
-import { LocalAnswer, type Plugin, type PhaseResult, type Upstream, type UpstreamCall, type UpstreamDialect } from './contracts.js';
+import { LocalAnswer, type Plugin, type PhaseResult, type RuleOutcome, type Upstream, type UpstreamCall, type UpstreamDialect } from './contracts.js';
 import { eventsOf } from './canonical.js';
 import { GatewayError, asGatewayError, errorHeaders } from './errors.js';
 import type { Exchange } from './exchange.js';
@@ -287,9 +287,11 @@ export class Pipeline implements RelayOwner {
     if (!dialect) throw new GatewayError('upstream_unavailable', `No dialect is loaded for the ${upstreamFamily} family of model \`${ex.modelId}\`.`);
     // Same family on both sides: the client's bytes go upstream (the family prepares them), when the family relays its own.
     const passthrough = upstreamFamily === ex.family ? ex.clientFamily.passthrough : undefined;
-    // One model-rules step for every family, on the canonical request; passthrough keeps the client's bytes.
-    const canonical = ex.clientFamily.toCanonical(ex, upstreamFamily);
-    const rules = applyModelRules(ex, canonical, dialect);
+    // One model-rules step for every family, on the canonical request; passthrough keeps the client's
+    // bytes. A native request the rules cannot act on (and no conversation to key) needs neither.
+    const needsCanonical = !passthrough || channels.length > 1 || rulesMayAct(model) || passthrough.asksForServerTools?.(ex) !== false;
+    const canonical = needsCanonical ? ex.clientFamily.toCanonical(ex, upstreamFamily) : undefined;
+    const rules = canonical ? applyModelRules(ex, canonical, dialect) : NOTHING_APPLIED;
     ex.stage = 'upstream';
     // Every upstream call is in the exchange's trace, with the gateway's span as its parent, or,
     // when a plugin records the call as a span of its own, that span.
@@ -303,7 +305,7 @@ export class Pipeline implements RelayOwner {
       ex.attempts++;
       const req = passthrough
         ? passthrough.prepare(ex, channel.upstream, rules)
-        : dialect.fromCanonical({ ...canonical, model: channel.model.upstreamModel }, ex);
+        : dialect.fromCanonical({ ...canonical!, model: channel.model.upstreamModel }, ex);
       req.model = channel.model.upstreamModel;
       if (tracer) {
         const record = ex.calls.at(-1)!;
@@ -318,7 +320,7 @@ export class Pipeline implements RelayOwner {
       return (relay.call = channel.upstream.send(req, relay));
     };
     const affinity = routing.channels.affinity;
-    const conversation = channels.length > 1 && affinity.current.enabled ? conversationKey(model.id, ex.headers, canonical, affinity.current) : undefined;
+    const conversation = channels.length > 1 && affinity.current.enabled ? conversationKey(model.id, ex.headers, canonical!, affinity.current) : undefined;
     const failover: Failover = new Failover(ex, channels, call, (step) => this.attempt(ex, res, step), this.log, conversation && { key: conversation, pins: affinity });
     ex.onCancel(() => failover.cancel());
     failover.begin();
@@ -394,6 +396,19 @@ export class Pipeline implements RelayOwner {
     ex.status = ex.clientFamily.errorStatus?.(err) ?? err.status;
     res.reply(ex.status, errorHeaders(err), ex.clientFamily.errorBody(err));
   }
+}
+
+/** What the rules did to a request they had nothing to act on. */
+const NOTHING_APPLIED: RuleOutcome = Object.freeze({ droppedTools: Object.freeze([]) as never[], droppedParams: Object.freeze([]) as never[] });
+
+/**
+ * Whether the model rules could refuse or change a native request by more than its server tools:
+ * a feature the model lacks, or an output ceiling or default (src/model-rules.ts).
+ */
+function rulesMayAct(model: ModelConfig): boolean {
+  const { features, maxOutputTokens } = model;
+  const allowsAll = features.tools && features.jsonSchema && features.vision && features.temperature && features.reasoning;
+  return !allowsAll || maxOutputTokens.max !== undefined || maxOutputTokens.default !== undefined;
 }
 
 /** A model is served only on the families its config offers it on. */

@@ -214,3 +214,12 @@ tap.test('a clamped ceiling goes in the field the chat client used, never in bot
   t.equal(sent.max_completion_tokens, 30);
   t.equal(sent.max_tokens, undefined);
 });
+
+// A native request to a model that allows every feature and sets no ceiling skips the canonical
+// form and the rules (src/pipeline.ts, rulesMayAct), unless it asks for a server-side tool: the
+// rules still see that one, and the plain model (serverTools: [], unsupportedTools: reject) refuses it.
+tap.test('a native request the rules cannot act on is served as sent; a server tool in it still meets the rules', async (t) => {
+  const everything = { ...rules.tools!.chat.fields, ...rules.jsonSchema!.chat.fields, temperature: 0.2, max_completion_tokens: 500 };
+  t.equal((await send('chat', 'chat-plain', everything)).status, 200, 'every feature, no ceiling: served');
+  refused(t, 'chat', await send('chat', 'chat-plain', { web_search_options: {} }), 'web_search_options');
+});

@@ -278,6 +278,13 @@ export class Instruments {
     total('sluice_upstream_busy_total', 'Upstream calls refused with upstream_busy (queue full, or no connection in time).', (s) => s.refused);
   }
 
+  // Label values are written into these for each exchange: `at` reads them and keeps none (a new
+  // series copies them), so recording allocates nothing.
+  private readonly requestValues: string[] = new Array(8).fill('');
+  private readonly durationValues: string[] = new Array(7).fill('');
+  private readonly modelValues: string[] = new Array(5).fill('');
+  private readonly tokenValues: string[] = new Array(6).fill('');
+
   /** One ended exchange: a handful of additions, no label objects. */
   record(ex: Exchange): void {
     // A name the client sent that matches no configured model is not a label value.
@@ -286,25 +293,50 @@ export class Instruments {
     const upstream = ex.upstream?.name ?? '';
     const channel = ex.channel?.name ?? '';
     const errorType = ex.error?.code ?? '';
-    const status = String(ex.reportedStatus);
-    this.requests.inc([family, ex.endpoint.kind, model, upstream, channel, status, ex.outcome, errorType]);
+    const request = this.requestValues;
+    request[0] = family;
+    request[1] = ex.endpoint.kind;
+    request[2] = model;
+    request[3] = upstream;
+    request[4] = channel;
+    request[5] = String(ex.reportedStatus);
+    request[6] = ex.outcome;
+    request[7] = errorType;
+    this.requests.inc(request);
     const refusal = ex.get(limitRefusal);
     if (refusal) this.rejections.inc([refusal]);
     // The GenAI metrics cover model requests whose model is known.
     if (ex.endpoint.kind !== 'generate' || !ex.model) return;
-    this.duration.observe([OPERATION, model, family, upstream, channel, ex.stream ? 'true' : 'false', errorType], ex.elapsedMs() / 1000);
-    const labels = [OPERATION, model, family, upstream, channel];
+    const labels = this.modelValues;
+    labels[0] = OPERATION;
+    labels[1] = model;
+    labels[2] = family;
+    labels[3] = upstream;
+    labels[4] = channel;
+    const duration = this.durationValues;
+    for (let i = 0; i < 5; i++) duration[i] = labels[i]!;
+    duration[5] = ex.stream ? 'true' : 'false';
+    duration[6] = errorType;
+    this.duration.observe(duration, ex.elapsedMs() / 1000);
     if (ex.stream && ex.status === 200 && ex.ttfbMs !== undefined) this.timeToFirstToken.observe(labels, ex.ttfbMs / 1000);
     const usage = ex.usage;
     if (!usage) return;
-    const input = [...labels, 'input'];
-    const output = [...labels, 'output'];
-    this.tokenUsage.observe(input, usage.inputTokens);
-    this.tokenUsage.observe(output, usage.outputTokens);
-    this.tokens.inc(input, usage.inputTokens);
-    this.tokens.inc(output, usage.outputTokens);
-    if (usage.cachedTokens) this.tokens.inc([...labels, 'cached_input'], usage.cachedTokens);
-    if (usage.cacheWriteTokens) this.tokens.inc([...labels, 'cache_write'], usage.cacheWriteTokens);
-    if (usage.reasoningTokens) this.tokens.inc([...labels, 'reasoning'], usage.reasoningTokens);
+    const typed = this.tokenValues;
+    for (let i = 0; i < 5; i++) typed[i] = labels[i]!;
+    typed[5] = 'input';
+    this.tokenUsage.observe(typed, usage.inputTokens);
+    this.tokens.inc(typed, usage.inputTokens);
+    typed[5] = 'output';
+    this.tokenUsage.observe(typed, usage.outputTokens);
+    this.tokens.inc(typed, usage.outputTokens);
+    this.moreTokens(typed, 'cached_input', usage.cachedTokens);
+    this.moreTokens(typed, 'cache_write', usage.cacheWriteTokens);
+    this.moreTokens(typed, 'reasoning', usage.reasoningTokens);
+  }
+
+  private moreTokens(typed: string[], type: string, count: number | undefined): void {
+    if (!count) return;
+    typed[5] = type;
+    this.tokens.inc(typed, count);
   }
 }

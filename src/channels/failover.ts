@@ -33,11 +33,13 @@ export class Failover {
   private readonly order: Channel[];
   /** The conversation's first-ranked channel, when affinity ranks them. */
   private readonly firstRanked: Channel | undefined;
-  private readonly tried = new Set<Channel>();
+  // The three below are made when first needed: most exchanges make one call and fail none.
+  /** Channels called so far (a model has a few: a list is searched faster than a set is made). */
+  private readonly tried: Channel[] = [];
   /** Channels that asked for a short wait (Retry-After): called once more when it is over. */
-  private readonly resting = new Map<Channel, number>();
+  private resting: Map<Channel, number> | undefined;
   /** Channels already given their one more call. */
-  private readonly rested = new Set<Channel>();
+  private rested: Set<Channel> | undefined;
   /** The call under way, or the next one while its backoff runs; its breaker ticket is held. */
   private current: Attempt | undefined;
   private call: UpstreamCall | undefined;
@@ -137,9 +139,9 @@ export class Failover {
     else channel.breaker.failed(now, probe, err.message);
     if (rateLimited && retryAfterMs !== undefined) channel.coolDown(retryAfterMs, now);
     if (!retry || this.ex.attempts >= channel.retry.attempts) return false;
-    if (retryAfterMs !== undefined && retryAfterMs <= channel.retry.maxRetryAfterSeconds * 1000 && !this.rested.has(channel)) {
-      this.resting.set(channel, now + retryAfterMs);
-      this.rested.add(channel);
+    if (retryAfterMs !== undefined && retryAfterMs <= channel.retry.maxRetryAfterSeconds * 1000 && !this.rested?.has(channel)) {
+      (this.resting ??= new Map()).set(channel, now + retryAfterMs);
+      (this.rested ??= new Set()).add(channel);
     }
     const next = this.take(now);
     if (!next) return false;
@@ -202,12 +204,13 @@ export class Failover {
    */
   private take(now: number): Attempt | undefined {
     for (const channel of this.order) {
-      if (this.tried.has(channel) || channel.coolingUntil(now)) continue;
+      if (this.tried.includes(channel) || channel.coolingUntil(now)) continue;
       const ticket = channel.breaker.admit(now);
       if (!ticket) continue;
-      this.tried.add(channel);
+      this.tried.push(channel);
       return { channel, probe: ticket.probe, at: now };
     }
+    if (!this.resting) return undefined;
     for (const [channel, at] of [...this.resting].sort((a, b) => a[1] - b[1])) {
       const ticket = channel.breaker.admit(now);
       if (!ticket) continue;

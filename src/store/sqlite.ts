@@ -151,8 +151,8 @@ export interface SqliteOptions {
   usageWriter?: 'inline' | 'thread';
 }
 
-/** A batch for the writer thread (sqlite-writer.ts), and its answer; defined here, the side that starts it. */
-export type WriterRequest = { id: number; records: readonly UsageRecord[] };
+/** A batch for the writer thread (sqlite-writer.ts) as JSON texts, and its answer; defined here, the side that starts it. */
+export type WriterRequest = { id: number; lines: readonly string[] };
 export type WriterReply = { id: number; error?: string };
 
 /** The usage-writing thread of a store, and the batches sent to it awaiting their answer. */
@@ -166,14 +166,15 @@ class UsageWriter {
     private readonly options: SqliteOptions,
   ) {}
 
-  write(records: readonly UsageRecord[]): Promise<void> {
+  /** `lines`: the batch's records as JSON texts, strings to copy rather than objects to clone field by field. */
+  write(lines: readonly string[]): Promise<void> {
     const worker = (this.worker ??= this.start());
     const id = this.nextId++;
     return new Promise((resolve, reject) => {
       this.waiting.set(id, { resolve, reject });
       // Held while a batch is under way, so a flush at shutdown completes.
       worker.ref();
-      worker.postMessage({ id, records } satisfies WriterRequest);
+      worker.postMessage({ id, lines } satisfies WriterRequest);
     });
   }
 
@@ -363,8 +364,8 @@ export class SqliteStore implements StoreBackend {
     return deleted;
   }
 
-  async writeUsage(records: readonly UsageRecord[]): Promise<void> {
-    if (this.writer) return this.writer.write(records);
+  async writeUsage(records: readonly UsageRecord[], lines?: readonly string[]): Promise<void> {
+    if (this.writer) return this.writer.write(lines ?? records.map((r) => JSON.stringify(r)));
     const lastUsed = new Map<string, number>();
     for (const r of records) if (r.keyId) lastUsed.set(r.keyId, Math.max(r.time, lastUsed.get(r.keyId) ?? 0));
     this.db.transaction(() => {

@@ -251,7 +251,9 @@ export interface Store extends SharedState {
 export interface StoreBackend extends Omit<Store, 'recordUsage' | 'beginExchange' | 'flush' | 'settle'> {
   /**
    * Writes a batch in one transaction, or rejects and writes none of it. A record whose requestId
-   * is already stored is skipped, so replaying a journal never counts a request twice.
+   * is already stored is skipped, so replaying a journal never counts a request twice. `lines`, when
+   * the caller has them, are the same records' JSON texts (the journal's lines): a backend that
+   * hands the batch to another thread sends those strings instead of cloning the objects.
    */
-  writeUsage(records: readonly UsageRecord[]): Promise<void>;
+  writeUsage(records: readonly UsageRecord[], lines?: readonly string[]): Promise<void>;
 }

@@ -73,7 +73,8 @@ export function chatToCanonical(req: ChatRequest, model: ModelConfig, native: bo
   const refuse = (param: string, what: string) => {
     if (!native) throw new GatewayError('unsupported_parameter', `Unsupported parameter: '${param}': ${what} is not available for model \`${model.id}\`, whose upstream speaks another API.`, param);
   };
-  const toolNames = new Map<string, string>();
+  // Made at the first tool call: most conversations have none.
+  let toolNames: Map<string, string> | undefined;
   const messages: C.Message[] = [];
   req.messages.forEach((m, i) => {
     const where = `messages[${i}].content`;
@@ -87,13 +88,13 @@ export function chatToCanonical(req: ChatRequest, model: ModelConfig, native: bo
         const toolCalls: C.ToolCall[] = [];
         (m.tool_calls ?? []).forEach((c, j) => {
           if (c.type !== 'function') return refuse(`messages[${i}].tool_calls[${j}]`, 'a custom tool call');
-          toolNames.set(c.id, c.function.name);
+          (toolNames ??= new Map()).set(c.id, c.function.name);
           toolCalls.push({ id: c.id, name: c.function.name, arguments: c.function.arguments });
         });
         return messages.push({ role: 'assistant', content: partsOf(m.content, where, native), toolCalls });
       }
       case 'tool':
-        return messages.push({ role: 'tool', toolCallId: m.tool_call_id, name: toolNames.get(m.tool_call_id), content: partsOf(m.content, where, native) });
+        return messages.push({ role: 'tool', toolCallId: m.tool_call_id, name: toolNames?.get(m.tool_call_id), content: partsOf(m.content, where, native) });
       default:
         return refuse(`messages[${i}].role`, `the '${m.role}' role`);
     }

@@ -83,6 +83,8 @@ const passthrough: FamilyPassthrough = {
     };
   },
 
+  asksForServerTools: (ex) => requestOf(ex).web_search_options != null,
+
   stream(ex) {
     return chatPassthrough(ex, { dropUsageChunk: ex.get(usageInjected) === true, wantsUsage: requestOf(ex).stream_options?.include_usage === true }, openAiErrorBody);
   },
