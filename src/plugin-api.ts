@@ -34,7 +34,7 @@ export type {
   UpstreamStats,
 } from './contracts.js';
 export type { Usage } from './usage.js';
-export type { Config, ModelConfig, TracingConfig } from './config/types.js';
+export type { Config, McpConfig, McpServerConfig, ModelConfig, TracingConfig } from './config/types.js';
 
 // One exchange, its per-plugin state, and how it fails.
 export { StateKey } from './state-key.js';

@@ -22,8 +22,11 @@ export interface Changes {
 
 export type ReloadOutcome = { applied: true; changes: { upstreams: Changes; models: Changes } } | { applied: false; reasons: string[] };
 
-/** Sections the running gateway read once at start: the listener, the store, the limiter, the plugins, the logger. */
-const restartOnly = ['server', 'dataDir', 'adminToken', 'admin', 'log', 'usage', 'store', 'limiter', 'plugins'] as const;
+/**
+ * Sections the running gateway read once at start: the listener, the store, the limiter, the
+ * plugins, the logger, and the MCP servers (a reload never starts a command).
+ */
+const restartOnly = ['server', 'dataDir', 'adminToken', 'admin', 'log', 'usage', 'store', 'limiter', 'plugins', 'mcp'] as const;
 
 export interface ReloaderOptions {
   /** Reads and checks the config file again, as at start; throws the start-up message. */

@@ -34,6 +34,7 @@ export const defaultPlugins = [
   'metrics',
   'tracing',
   'console',
+  'mcp',
 ];
 
 /** The embedded default: the in-process simulator and its models. */
