@@ -68,6 +68,11 @@ t.test('tools/call reaches the server: everything echoes, filesystem reads and w
   t.equal(readFileSync(join(scratch, 'made.txt'), 'utf8'), 'written through sluice', 'the file is on disk');
   const outside = await client.callTool({ name: 'files_read_text_file', arguments: { path: '/etc/hostname' } });
   t.ok(outside.isError, "the server's own refusal (outside its folder) comes back as the tool's error");
+  const logged = await eventually(async () => {
+    const res = await gw.admin('GET', `/admin/requests?model=${encodeURIComponent('files/write_file')}`);
+    return (res.body.data as Record<string, unknown>[] | undefined)?.[0];
+  }, 'the call in the request log');
+  t.match(logged, { family: 'mcp', upstream: 'files', status: 200, outcome: 'finished', notes: /tools\/call: ok; arguments \d+ bytes; result \d+ bytes/ }, 'each call is in the request log');
 });
 
 t.test('an ungranted tool and an unknown tool are JSON-RPC errors; the denial is audited', async (t) => {

@@ -1,18 +1,35 @@
 /**
  * The policy on every tool call: the grant, the argument cap, the key's rpm and concurrency in a
  * scope of their own (`mcp:key:ID`, so tool calls use none of the key's model limits), the
- * server's timeout, the result cap; then one log line per call (server, tool, key, duration,
- * outcome, bytes), and an audit entry for a call refused for want of a grant.
+ * server's timeout, the result cap; then one log line and one usage record per call (server,
+ * tool, key, duration, outcome, bytes), and an audit entry for a call refused for want of a grant.
  */
 import type { Logger } from 'pino';
 import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { McpError, type CallToolResult, type Progress } from '@modelcontextprotocol/sdk/types.js';
-import type { CachedStore, Limiter, LimitScope, McpConfig } from '../../src/plugin-api.js';
+import { newId, type CachedStore, type Limiter, type LimitScope, type McpConfig } from '../../src/plugin-api.js';
 import type { CatalogEntry } from './catalog.js';
 import { ErrorCode, NOT_GRANTED, RATE_LIMITED, RpcError, SERVER_UNAVAILABLE, TOO_LARGE } from './errors.js';
 import { grantsTool, type Principal } from './grants.js';
 import type { McpUpstream } from './upstream.js';
 import type { Tool } from '@modelcontextprotocol/sdk/types.js';
+
+/**
+ * Each outcome as an HTTP status, for the request log (`/admin/requests`) where tool calls sit
+ * beside model calls: a tool that ran and failed is still a 200, as MCP answers it.
+ */
+const outcomeStatus: Record<string, number> = {
+  ok: 200,
+  tool_error: 200,
+  unknown_tool: 404,
+  not_granted: 403,
+  too_large: 413,
+  rate_limited: 429,
+  cancelled: 499,
+  result_too_large: 502,
+  error: 502,
+  timeout: 504,
+};
 
 /** A denied call is audited at most once a minute per key and tool: a key cannot flood the audit log. */
 const AUDIT_EVERY_MS = 60_000;
@@ -51,9 +68,36 @@ export class ToolCalls {
     ctx: CallContext,
   ): Promise<CallToolResult> {
     const started = performance.now();
+    const time = Date.now();
     const { key, group } = ctx.principal;
     const argumentBytes = args === undefined ? 0 : Buffer.byteLength(JSON.stringify(args));
-    const record = (outcome: string, extra: Record<string, unknown> = {}) =>
+    const record = (outcome: string, extra: { resultBytes?: number; error?: string } = {}) => {
+      const durationMs = Math.round((performance.now() - started) * 10) / 10;
+      this.store.recordUsage({
+        time,
+        requestId: newId('mcp_', 12),
+        keyId: key.id,
+        group: group.name,
+        model: entry ? `${entry.server}/${entry.original}` : requested,
+        upstream: entry?.server ?? null,
+        family: 'mcp',
+        status: outcomeStatus[outcome] ?? 502,
+        promptTokens: 0,
+        completionTokens: 0,
+        cachedInputTokens: null,
+        cacheWriteTokens: null,
+        reasoningTokens: null,
+        cost: null,
+        channel: null,
+        attempts: entry && server && outcome !== 'not_granted' && outcome !== 'too_large' && outcome !== 'rate_limited' ? 1 : 0,
+        estimated: false,
+        latencyMs: durationMs,
+        ttfbMs: null,
+        streamed: false,
+        outcome: outcome === 'cancelled' ? 'aborted' : outcome === 'ok' || outcome === 'tool_error' ? 'finished' : 'error',
+        error: extra.error ? `${outcome}: ${extra.error}`.slice(0, 500) : outcome === 'ok' || outcome === 'tool_error' ? null : outcome,
+        notes: `tools/call: ${outcome}; arguments ${argumentBytes} bytes${extra.resultBytes ? `; result ${extra.resultBytes} bytes` : ''}`,
+      });
       this.log.info(
         {
           mcp: {
@@ -61,7 +105,7 @@ export class ToolCalls {
             tool: entry?.original ?? requested,
             key: key.id,
             group: group.name,
-            durationMs: Math.round((performance.now() - started) * 10) / 10,
+            durationMs,
             outcome,
             argumentBytes,
             ...extra,
@@ -69,6 +113,7 @@ export class ToolCalls {
         },
         'mcp tool call',
       );
+    };
     if (!entry || !server) {
       record('unknown_tool');
       throw new RpcError(ErrorCode.InvalidParams, `Unknown tool: ${requested}. Call tools/list for the tools this key may use.`);

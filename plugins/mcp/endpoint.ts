@@ -17,6 +17,8 @@ import type { McpUpstream } from './upstream.js';
 
 /** Sessions open at once; beyond it a new one is refused with a 503 until others end. */
 const MAX_SESSIONS = 10_000;
+/** Sessions one key may hold open: one key cannot take every session there is. */
+const MAX_SESSIONS_PER_KEY = 100;
 /** Slack for the JSON-RPC envelope around the largest arguments, so they are refused as JSON-RPC, not as HTTP. */
 const ENVELOPE_BYTES = 64 * 1024;
 
@@ -84,6 +86,13 @@ export class McpEndpoint {
     } else {
       if (req.method !== 'POST') return { status: 400, body: jsonRpcError(-32000, 'Bad Request: no Mcp-Session-Id header. Initialize a session with a POST first.') };
       if (this.sessions.size >= MAX_SESSIONS) return { status: 503, headers: { 'retry-after': '5' }, body: jsonRpcError(-32000, 'Too many MCP sessions are open: try again shortly.') };
+      if (this.sessionsOf(who.keyId) >= MAX_SESSIONS_PER_KEY) {
+        return {
+          status: 429,
+          headers: { 'retry-after': '5' },
+          body: jsonRpcError(-32029, `This key holds ${MAX_SESSIONS_PER_KEY} open MCP sessions: end some (DELETE /mcp with their Mcp-Session-Id) or let them idle out.`),
+        };
+      }
       session = new ClientSession(who.keyId, { ...this.host, maxBodyBytes: this.maxBodyBytes, ended: (s) => s.id && this.sessions.delete(s.id) }, this.host.offers());
       await session.open();
     }
@@ -95,6 +104,12 @@ export class McpEndpoint {
       else void session.close();
     }
     return toReply(response, req.signal);
+  }
+
+  private sessionsOf(keyId: string): number {
+    let n = 0;
+    for (const session of this.sessions.values()) if (session.keyId === keyId) n++;
+    return n;
   }
 
   private sweep(): void {
