@@ -452,6 +452,12 @@ export interface BootContext {
 export interface GatewayView {
   /** Hex SHA-256 of the admin token (src/admin/token.ts), for routes only the admin may call. */
   readonly adminTokenDigest: string;
+  /**
+   * Whether the caller of a plugin's admin route is the admin, as the admin API decides it: the
+   * admin token (wrong ones throttled) or a console session (its CSRF token on a change). Resolves
+   * to a refusal to answer with, or undefined for the admin.
+   */
+  authorizeAdmin(req: Omit<JsonRequest, 'body'>): Promise<JsonReply | undefined>;
   /** With `server.workers` above 1, this worker thread's index; undefined when one thread serves. */
   readonly thread: number | undefined;
   /** Exchanges accepted and not yet done in this thread. */

@@ -224,6 +224,9 @@ t.test('/admin/mcp shows servers, tools and grants; nothing adds a server', asyn
   t.ok(everything.tools.some((x: { name: string }) => x.name === 'everything_echo'), 'its tools');
   t.match(report.body.groups.find((g: { name: string }) => g.name === 'echo-only'), { mcpTools: ['everything/echo'], tools: ['everything_echo'] });
   t.equal((await fetch(`${gw.url}/admin/mcp`)).status, 401, 'the admin token is required');
+  const signIn = await fetch(`${gw.url}/admin/session`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ token: gw.adminToken }) });
+  const cookie = signIn.headers.getSetCookie().map((c) => c.split(';')[0]).join('; ');
+  t.equal((await fetch(`${gw.url}/admin/mcp`, { headers: { cookie } })).status, 200, 'or a console session (the console reads it)');
 
   const add = await gw.admin('POST', '/admin/mcp', { servers: { evil: { transport: 'stdio', command: 'touch', args: [join(scratch, 'pwned')] } } });
   t.equal(add.status, 405, 'POST /admin/mcp is refused');

@@ -1,27 +1,14 @@
 /**
- * `GET /admin/mcp` (the admin token): each server's state (starting, ready, failed with its error,
+ * `GET /admin/mcp` (the admin token or a console session): each server's state (starting, ready, failed with its error,
  * restarting), its tools as clients see them, and each group's grants with the tools they reach.
  * Read only: servers come from the config file alone, so there is nothing here to add one with.
  */
-import { createHash, timingSafeEqual } from 'node:crypto';
-import {
-  AdminError,
-  GuessThrottle,
-  SharedThrottleStorage,
-  TooManyGuesses,
-  TrustedProxies,
-  addressKey,
-  bearerToken,
-  checkAdminToken,
-  type CachedStore,
-  type JsonHandler,
-  type JsonReply,
-} from '../../src/plugin-api.js';
+import type { CachedStore, GatewayView, JsonHandler, JsonReply } from '../../src/plugin-api.js';
 import { exposedName, type Catalog } from './catalog.js';
 import { grantsServer, grantsTool } from './grants.js';
 import type { McpUpstream } from './upstream.js';
 
-const failure = (status: number, code: string, message: string, headers?: Record<string, string>): JsonReply => ({ status, body: { error: { message, code } }, ...(headers && { headers }) });
+const failure = (status: number, code: string, message: string): JsonReply => ({ status, body: { error: { message, code } } });
 
 export interface AdminView {
   servers(): McpUpstream[];
@@ -30,32 +17,19 @@ export interface AdminView {
   callsInFlight(): number;
 }
 
-export function adminRoute(view: AdminView, store: CachedStore, adminTokenDigest: string, trustedProxies: string[]): JsonHandler {
-  const expected = Buffer.from(adminTokenDigest, 'hex');
-  const throttle = new GuessThrottle({}, new SharedThrottleStorage(store));
-  const proxies = new TrustedProxies(trustedProxies);
-  const isAdmin = (token: string) => timingSafeEqual(createHash('sha256').update(token).digest(), expected);
+/** The route, for the admin token or a console session (as every admin call). */
+export function adminRoute(view: AdminView, store: CachedStore, gateway: GatewayView): JsonHandler {
   const handler: JsonHandler = async (req) => {
     if (req.path !== '/admin/mcp') return failure(404, 'not_found', `no route for ${req.method} ${req.path}`);
-    // A GET has no body, so the server calls no beforeBody for it: the token is checked here.
-    const refused = await handler.beforeBody!(req);
+    // A GET has no body, so the server calls no beforeBody for it: the caller is checked here too.
+    const refused = await gateway.authorizeAdmin(req);
     if (refused) return refused;
     if (req.method !== 'GET' && req.method !== 'HEAD') {
       return failure(405, 'method_not_allowed', `${req.method} is not allowed on /admin/mcp: MCP servers are set in the config file's mcp section only, and read at start`);
     }
     return { status: 200, headers: { 'cache-control': 'no-store' }, body: await report(view, store) };
   };
-  handler.beforeBody = async ({ headers, remoteAddress }) => {
-    const token = bearerToken(headers.authorization);
-    if (!token) return failure(401, 'invalid_admin_token', 'missing admin token (Authorization: Bearer <admin token>)');
-    try {
-      await checkAdminToken(throttle, isAdmin, addressKey(proxies.view(remoteAddress, headers).client), token);
-      return undefined;
-    } catch (err) {
-      if (!(err instanceof AdminError)) throw err;
-      return failure(err.status, err.code, err.message, err instanceof TooManyGuesses ? { 'retry-after': String(err.waitSeconds) } : undefined);
-    }
-  };
+  handler.beforeBody = (req) => gateway.authorizeAdmin(req);
   return handler;
 }
 

@@ -52,7 +52,7 @@ export async function startMcpGateway(config: McpConfig, ctx: BootContext, gatew
   ctx.addRoute('/mcp', endpoint.handler());
   ctx.addRoute(
     '/admin/mcp',
-    adminRoute({ servers: () => [...servers.values()], catalog: () => catalog, sessions: () => endpoint.sessions.size, callsInFlight: () => calls.inFlight }, ctx.store, gateway.adminTokenDigest, ctx.config.server.trustedProxies),
+    adminRoute({ servers: () => [...servers.values()], catalog: () => catalog, sessions: () => endpoint.sessions.size, callsInFlight: () => calls.inFlight }, ctx.store, gateway),
   );
   return {
     async close() {

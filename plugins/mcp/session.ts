@@ -13,6 +13,8 @@ import { Server } from '@modelcontextprotocol/sdk/server/index.js';
 import { WebStandardStreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/webStandardStreamableHttp.js';
 import {
   CallToolRequestSchema,
+  CompleteRequestSchema,
+  SetLevelRequestSchema,
   GetPromptRequestSchema,
   ListPromptsRequestSchema,
   ListResourcesRequestSchema,
@@ -73,6 +75,9 @@ export class ClientSession {
       {
         capabilities: {
           tools: { listChanged: true },
+          // Accepted so clients that set a level work; the servers' own log messages stay in their logs.
+          logging: {},
+          completions: {},
           ...(capabilities.resources && { resources: { listChanged: true } }),
           ...(capabilities.prompts && { prompts: { listChanged: true } }),
         },
@@ -173,6 +178,25 @@ export class ClientSession {
         });
         await Promise.all(sent);
         return result;
+      }),
+    );
+
+    server.setRequestHandler(SetLevelRequestSchema, async () => ({}));
+
+    // Argument completion for a prompt or a resource template, from the server that offers it.
+    server.setRequestHandler(
+      CompleteRequestSchema,
+      track(async (req, extra) => {
+        const { group } = principalOf(extra.authInfo);
+        const catalog = host.catalog();
+        const { ref } = req.params;
+        const prompt = ref.type === 'ref/prompt' ? catalog.prompts.get(ref.name) : undefined;
+        const owner = prompt?.server ?? (ref.type === 'ref/resource' ? catalog.templates.find((t) => t.item.uriTemplate === ref.uri)?.server : undefined);
+        if (!owner) throw new RpcError(ErrorCode.InvalidParams, `Nothing to complete for ${ref.type === 'ref/prompt' ? `prompt ${ref.name}` : `resource ${ref.uri}`}.`);
+        if (!grantsServer(group.mcpTools, owner)) throw new RpcError(NOT_GRANTED, `MCP server "${owner}" is not granted to group "${group.name}" as a whole (grant "${owner}/*").`);
+        const upstream = await this.ready(owner);
+        const params = prompt ? { ...req.params, ref: { type: 'ref/prompt' as const, name: prompt.original } } : req.params;
+        return upstream.complete(params, { signal: extra.signal, timeout: host.server(owner)!.config.timeoutMs });
       }),
     );
 
