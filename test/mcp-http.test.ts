@@ -9,7 +9,9 @@ import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js';
 import { childEnv, eventually, startTestGateway, watchProcess } from './helpers.js';
 import { everythingEntry, loopbackPreload, mcpClient } from './mcp-helpers.js';
 
-const upstream = watchProcess(spawn(process.execPath, ['--import', loopbackPreload, everythingEntry, 'streamableHttp'], { env: childEnv(), stdio: ['ignore', 'pipe', 'pipe'] }));
+const startUpstream = (port = 0) =>
+  watchProcess(spawn(process.execPath, ['--import', loopbackPreload, everythingEntry, 'streamableHttp'], { env: childEnv({ LOOPBACK_PORT: String(port) }), stdio: ['ignore', 'pipe', 'pipe'] }));
+let upstream = startUpstream();
 t.teardown(() => void upstream.child.kill());
 const port = Number((await upstream.waitFor(/LISTENING (\d+)/, 'server-everything listening'))[1]);
 
@@ -58,4 +60,20 @@ t.test('tools of an HTTP server, called through one upstream session per client 
   const theirs = upstreamSessions().used.at(-1)!;
   await eventually(() => upstreamSessions().deleted.includes(theirs), 'an idle session ends its upstream session too');
   await second.close();
+});
+
+t.test('a restarted HTTP server: the client session goes on with a new upstream session', async (t) => {
+  const client = await mcpClient(gw.url, gw.key);
+  t.teardown(() => client.close());
+  t.equal(text(await client.callTool({ name: 'remote_echo', arguments: { message: 'before' } })), 'Echo: before');
+  upstream.child.kill('SIGKILL');
+  await upstream.exited;
+  upstream = startUpstream(port);
+  await upstream.waitFor(/LISTENING/, 'server-everything back on its port');
+  // The first calls may meet the old session (unknown to the new process) or a reconnecting server.
+  const after = await eventually(async () => {
+    const r = await client.callTool({ name: 'remote_echo', arguments: { message: 'after' } }).catch(() => undefined);
+    return r && text(r);
+  }, 'a call through the restarted server');
+  t.equal(after, 'Echo: after', 'the same client session works again');
 });

@@ -41,6 +41,8 @@ export interface CallContext {
   signal: AbortSignal;
   /** Set when the client asked for progress: each upstream progress notification is passed on. */
   onProgress?: (progress: Progress) => void;
+  /** The upstream session failed beneath the protocol (closed, expired): the next call opens another. */
+  unusable?: () => void;
 }
 
 export class ToolCalls {
@@ -152,6 +154,7 @@ export class ToolCalls {
           ...(ctx.onProgress && { onprogress: ctx.onProgress, resetTimeoutOnProgress: true }),
         })
         .catch((err: unknown) => {
+          if (!ctx.signal.aborted && (!(err instanceof McpError) || err.code === ErrorCode.ConnectionClosed)) ctx.unusable?.();
           throw this.upstreamError(err, server, requested, ctx.signal);
         })) as CallToolResult;
       resultBytes = Buffer.byteLength(JSON.stringify(result));

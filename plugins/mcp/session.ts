@@ -114,6 +114,15 @@ export class ClientSession {
     await this.server.close().catch(() => undefined);
   }
 
+  /** Drops this session's upstream session with a server (an HTTP one is closed); the next use opens another. */
+  private async forget(name: string): Promise<void> {
+    const pending = this.upstream.get(name);
+    if (!pending) return;
+    this.upstream.delete(name);
+    const client = await pending.catch(() => undefined);
+    if (client && !this.host.server(name)?.isShared(client)) await client.close().catch(() => undefined);
+  }
+
   /** This session's upstream session with `server`, opened on first use and then reused. */
   private session = (server: McpUpstream): Promise<Client> => {
     let pending = this.upstream.get(server.name);
@@ -175,6 +184,7 @@ export class ClientSession {
           principal,
           signal: extra.signal,
           ...(onProgress && { onProgress }),
+          unusable: () => entry && void this.forget(entry.server),
         });
         await Promise.all(sent);
         return result;
