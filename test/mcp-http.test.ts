@@ -6,8 +6,11 @@
 import { spawn } from 'node:child_process';
 import t from 'tap';
 import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js';
-import { childEnv, eventually, startTestGateway, watchProcess } from './helpers.js';
+import { READY_BOUND_MS, childEnv, eventually, startTestGateway, watchProcess } from './helpers.js';
 import { everythingEntry, loopbackPreload, mcpClient } from './mcp-helpers.js';
+
+// Two server starts and a reconnection with backoff: more than tap's 60 s on two busy cores. This bounds only a hang.
+t.setTimeout(240_000);
 
 const startUpstream = (port = 0) =>
   watchProcess(spawn(process.execPath, ['--import', loopbackPreload, everythingEntry, 'streamableHttp'], { env: childEnv({ LOOPBACK_PORT: String(port) }), stdio: ['ignore', 'pipe', 'pipe'] }));
@@ -70,10 +73,15 @@ t.test('a restarted HTTP server: the client session goes on with a new upstream 
   await upstream.exited;
   upstream = startUpstream(port);
   await upstream.waitFor(/LISTENING/, 'server-everything back on its port');
-  // The first calls may meet the old session (unknown to the new process) or a reconnecting server.
-  const after = await eventually(async () => {
-    const r = await client.callTool({ name: 'remote_echo', arguments: { message: 'after' } }).catch(() => undefined);
-    return r && text(r);
-  }, 'a call through the restarted server');
+  // The first calls may meet the old session (unknown to the new process) or a server the gateway
+  // is still reconnecting to, with a backoff that a slow restart on a busy machine lengthens.
+  const after = await eventually(
+    async () => {
+      const r = await client.callTool({ name: 'remote_echo', arguments: { message: 'after' } }).catch(() => undefined);
+      return r && text(r);
+    },
+    'a call through the restarted server',
+    READY_BOUND_MS,
+  );
   t.equal(after, 'Echo: after', 'the same client session works again');
 });

@@ -131,6 +131,8 @@ const refused = (status: number, message: string): JsonReply => ({
   body: jsonRpcError(-32001, message, { code: status === 401 ? 'invalid_api_key' : 'store_unavailable' }),
 });
 
+const OPENING_COMMENT = Buffer.from(':\n\n');
+
 /** The uWS request as the Web `Request` the SDK's transport reads (the host does not matter to it). */
 function toWebRequest(req: JsonRequest): Request {
   const headers = new Headers();
@@ -159,6 +161,9 @@ async function toReply(response: Response, signal: AbortSignal | undefined): Pro
   // A pending read ends at once when the client goes away (the transport then forgets the stream).
   signal?.addEventListener('abort', () => void reader.cancel().catch(() => undefined), { once: true });
   async function* chunks(): AsyncGenerator<Uint8Array> {
+    // An SSE comment at once, so the status and headers leave now: a GET stream may have nothing
+    // to say for a long while, and a client waits for the headers before it goes on.
+    yield OPENING_COMMENT;
     try {
       for (;;) {
         const { done, value } = await reader.read();
