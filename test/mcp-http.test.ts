@@ -25,7 +25,7 @@ upstreams:
 models:
   - { id: m, upstream: sim }
 mcp:
-  sessionIdleSeconds: 2
+  sessionIdleSeconds: 5
   servers:
     remote: { transport: http, url: "http://127.0.0.1:${port}/mcp", timeoutSeconds: 30 }
 `,
@@ -66,7 +66,13 @@ t.test('tools of an HTTP server, called through one upstream session per client 
 });
 
 t.test('a restarted HTTP server: the client session goes on with a new upstream session', async (t) => {
-  const client = await mcpClient(gw.url, gw.key);
+  // A gateway of its own, without the short idle time above: this session waits through a restart.
+  const steady = await startTestGateway(
+    (dataDir) => `dataDir: ${dataDir}\nmcp:\n  servers:\n    remote: { transport: http, url: "http://127.0.0.1:${port}/mcp", timeoutSeconds: 30 }\n`,
+  );
+  t.teardown(() => steady.stop());
+  await steady.admin('PATCH', '/admin/groups/default', { mcpTools: ['remote/*'] });
+  const client = await mcpClient(steady.url, steady.key);
   t.teardown(() => client.close());
   t.equal(text(await client.callTool({ name: 'remote_echo', arguments: { message: 'before' } })), 'Echo: before');
   upstream.child.kill('SIGKILL');
