@@ -79,4 +79,5 @@ t.test('the mcp section is checked', async (t) => {
   t.throws(() => load('mcp:\n  servers:\n    "a/b": { transport: stdio, command: node }\n'), /mcp/);
   t.throws(() => load('mcp:\n  servers:\n    a: { transport: smoke-signals }\n'), /transport/);
   t.throws(() => load('server: { workers: 2 }\nmcp:\n  servers:\n    a: { transport: stdio, command: node }\n'), /mcp needs server\.workers: 1/);
+  t.throws(() => load('plugins: [auth, codecs/chat, upstreams/simulator]\nmcp:\n  servers:\n    a: { transport: stdio, command: node }\n'), /the mcp plugin is not in plugins: add mcp/);
 });

@@ -92,6 +92,10 @@ function resolve(raw: RawConfig, env: NodeJS.ProcessEnv, source: string, path?: 
     throw new ConfigError(`SLUICE_PORT: "${env.SLUICE_PORT}" is not a port number`);
   }
   // MCP sessions and the stdio servers behind them live in one thread: with `mcp` one thread serves by default.
+  const plugins = pluginList(raw, source, path);
+  if (raw.mcp && !plugins.some((p) => p.name === 'mcp')) {
+    throw new ConfigError(`${source}: mcp names servers, but the mcp plugin is not in plugins: add mcp to plugins (or to extraPlugins)`);
+  }
   const workers = env.SLUICE_WORKERS !== undefined ? Number(env.SLUICE_WORKERS) : raw.server?.workers ?? (raw.mcp ? 1 : availableParallelism());
   if (!Number.isInteger(workers) || workers < 1 || workers > 256) throw new ConfigError(`SLUICE_WORKERS: "${env.SLUICE_WORKERS}" is not a number of workers (1 to 256)`);
   if (raw.mcp && workers > 1) {
@@ -139,7 +143,7 @@ function resolve(raw: RawConfig, env: NodeJS.ProcessEnv, source: string, path?: 
       raw.limiter?.kind === 'redis'
         ? { kind: 'redis', url: raw.limiter.url, failMode: raw.limiter.failMode, leaseMs: raw.limiter.leaseMs ?? 30_000, timeoutMs: raw.limiter.timeoutMs ?? 1000, prefix: raw.limiter.prefix ?? 'sluice' }
         : { kind: 'memory' },
-    plugins: pluginList(raw, source, path),
+    plugins,
     upstreams,
     models,
     ...(raw.mcp && { mcp: mcpConfig(raw.mcp) }),
