@@ -19,8 +19,8 @@ const usage = `Usage: sluice <command> [options]
 
   serve                                   run the gateway (default)
   groups list                             with each budget's spend in its current period
-  groups create NAME --models a,b|* --families chat,... [LIMITS]
-  groups update NAME [--rename NEW] [--models ...] [--families ...] [LIMITS]
+  groups create NAME --models a,b|* --families chat,... [--mcp-tools server/tool,server/*] [LIMITS]
+  groups update NAME [--rename NEW] [--models ...] [--families ...] [--mcp-tools ...|none] [LIMITS]
   groups delete NAME
   keys list                               with each budget's spend in its current period
   keys create --group NAME [--name LABEL] [--expires ISO-TIME] [LIMITS]  prints the secret once
@@ -55,6 +55,7 @@ const { values, positionals } = parseArgs({
     name: { type: 'string' },
     models: { type: 'string' },
     families: { type: 'string' },
+    'mcp-tools': { type: 'string' },
     rename: { type: 'string' },
     key: { type: 'string' },
     model: { type: 'string' },
@@ -83,6 +84,13 @@ class Csv {
 const list = (s: string | undefined) => s?.split(',').map((x) => x.trim()).filter(Boolean);
 
 const usageError = (message: string) => new AdminError(400, 'usage', message);
+
+/** `--mcp-tools a/b,c/*` sets a group's MCP grants; `--mcp-tools none` clears them. */
+function mcpToolsOption(): { mcpTools?: string[] } {
+  const given = values['mcp-tools'];
+  if (given === undefined) return {};
+  return { mcpTools: given === 'none' ? [] : (list(given) ?? []) };
+}
 
 /**
  * `limits` and `budget` from --rpm, --tpm, --concurrency, --no-limits and --budget, for a body;
@@ -197,7 +205,7 @@ async function manage(config: Config, [resource, action, target]: string[]): Pro
       case 'groups list':
         return await admin.listGroups();
       case 'groups create':
-        return await admin.createGroup({ name: need('a NAME'), models: list(values.models) ?? [], families: list(values.families) ?? [], ...limitOptions() }, actor);
+        return await admin.createGroup({ name: need('a NAME'), models: list(values.models) ?? [], families: list(values.families) ?? [], ...mcpToolsOption(), ...limitOptions() }, actor);
       case 'groups update':
         return await admin.updateGroup(
           need('a NAME'),
@@ -205,6 +213,7 @@ async function manage(config: Config, [resource, action, target]: string[]): Pro
             ...(values.rename && { name: values.rename }),
             ...(values.models && { models: list(values.models) }),
             ...(values.families && { families: list(values.families) }),
+            ...mcpToolsOption(),
             ...limitOptions((await admin.listGroups()).find((g) => g.name === target)?.limits),
           },
           actor,

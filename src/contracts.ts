@@ -505,6 +505,12 @@ export interface BootContext {
 export interface GatewayView {
   /** Hex SHA-256 of the admin token (src/admin/token.ts), for routes only the admin may call. */
   readonly adminTokenDigest: string;
+  /**
+   * Whether the caller of a plugin's admin route is the admin, as the admin API decides it: the
+   * admin token (wrong ones throttled) or a console session (its CSRF token on a change). Resolves
+   * to a refusal to answer with, or undefined for the admin.
+   */
+  authorizeAdmin(req: Omit<JsonRequest, 'body'>): Promise<JsonReply | undefined>;
   /** With `server.workers` above 1, this worker thread's index; undefined when one thread serves. */
   readonly thread: number | undefined;
   /** Exchanges accepted and not yet done in this thread. */
@@ -560,6 +566,8 @@ export interface JsonRequest {
   headers: Record<string, string>;
   body: Buffer;
   remoteAddress: string;
+  /** Aborted when the client goes away before its reply is complete (set by the server). */
+  signal?: AbortSignal;
 }
 
 export interface JsonReply {
@@ -568,12 +576,20 @@ export interface JsonReply {
   body?: unknown;
   /** Sent as it is, instead of `body`. */
   raw?: { contentType: string; data: Buffer | string };
+  /**
+   * Sent chunk by chunk as it is produced (server-sent events), instead of `body`: each chunk is
+   * written when the client has taken the last, and the iteration is ended early (its `return`)
+   * when the client goes away. A client that reads nothing for ten seconds is cut.
+   */
+  stream?: { contentType: string; chunks: AsyncIterable<Uint8Array | string> };
   /** A list sends the header once per value (Set-Cookie). */
   headers?: Record<string, string | string[]>;
 }
 
 export interface JsonHandler {
   (req: JsonRequest): JsonReply | Promise<JsonReply>;
+  /** The largest request body it reads; 64 KiB when unset (admin and console bodies are small). */
+  maxBodyBytes?: number;
   /**
    * Runs on the headers, before any body byte is read: a reply here answers at once and closes
    * the connection, so a caller refused here (no admin token) never gets its body held in memory.

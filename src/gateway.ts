@@ -6,8 +6,8 @@
  */
 import { pathToFileURL } from 'node:url';
 import type { Logger } from 'pino';
-import { adminRoutes } from './admin/http.js';
-import { AdminService } from './admin/service.js';
+import { TooManyGuesses, adminAuthorizer, adminRoutes } from './admin/http.js';
+import { AdminError, AdminService } from './admin/service.js';
 import { Sessions } from './admin/sessions.js';
 import { resolveAdminToken, type AdminCredential } from './admin/token.js';
 import { GuessThrottle, SharedThrottleStorage } from './admin/throttle.js';
@@ -203,8 +203,20 @@ export async function startGateway(config: Config, log: Logger, source: LoadOpti
   try {
     admin = thread?.admin ?? (await resolveAdminToken(config.dataDir, config.adminToken, store, config.store.kind !== 'sqlite'));
     limiter = thread?.limiter ?? (await createLimiter(config, store, log));
+    const authorizer = adminAuthorizer(new Sessions(admin.digest, store), new GuessThrottle({}, new SharedThrottleStorage(store)));
+    const proxies = new TrustedProxies(config.server.trustedProxies);
     const view: GatewayView = {
       adminTokenDigest: admin.digest,
+      authorizeAdmin: async (req) => {
+        try {
+          await authorizer.authorize(req, proxies.view(req.remoteAddress, req.headers));
+          return undefined;
+        } catch (err) {
+          if (!(err instanceof AdminError)) throw err;
+          const headers = err instanceof TooManyGuesses ? { 'retry-after': String(err.waitSeconds) } : undefined;
+          return { status: err.status, body: { error: { message: err.message, code: err.code } }, ...(headers && { headers }) };
+        }
+      },
       thread: thread?.index,
       inFlight: () => running?.inFlight.size ?? 0,
       upstreams: () => (running ? upstreamStatus(running.currentRouting()) : []),

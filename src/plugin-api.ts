@@ -35,7 +35,7 @@ export type {
   UpstreamStats,
 } from './contracts.js';
 export type { Usage } from './usage.js';
-export type { Config, ModelConfig, ResponseCacheConfig, TracingConfig } from './config/types.js';
+export type { Config, McpConfig, McpServerConfig, ModelConfig, ResponseCacheConfig, TracingConfig } from './config/types.js';
 
 // One exchange, its per-plugin state, and how it fails.
 export { StateKey } from './state-key.js';

@@ -22,8 +22,12 @@ export interface Changes {
 
 export type ReloadOutcome = { applied: true; changes: { upstreams: Changes; models: Changes } } | { applied: false; reasons: string[] };
 
-/** Sections the running gateway read once at start: the listener, the store, the limiter, the plugins, the logger, the response cache's store. */
-const restartOnly = ['server', 'dataDir', 'adminToken', 'admin', 'log', 'usage', 'store', 'limiter', 'plugins', 'responseCache'] as const;
+/**
+ * Sections the running gateway read once at start: the listener, the store, the limiter, the
+ * plugins, the logger, the response cache's store, and the MCP servers (a reload never starts a
+ * command).
+ */
+const restartOnly = ['server', 'dataDir', 'adminToken', 'admin', 'log', 'usage', 'store', 'limiter', 'plugins', 'responseCache', 'mcp'] as const;
 
 export interface ReloaderOptions {
   /** Reads and checks the config file again, as at start; throws the start-up message. */

@@ -9,7 +9,7 @@ import { loadConfig } from '../src/config/load.js';
 import type { ApiKey, Group } from '../src/store/store.js';
 import { startTestGateway } from './helpers.js';
 
-const group = (name: string, models: string[], budget: Group['budget']): Group => ({ name, models, families: ['chat'], limits: null, budget, createdAt: 0 });
+const group = (name: string, models: string[], budget: Group['budget']): Group => ({ name, models, families: ['chat'], limits: null, budget, mcpTools: [], createdAt: 0 });
 const key = (id: string, groupName: string, budget: ApiKey['budget']) =>
   ({ id, name: null, group: groupName, disabled: false, prefix: 'sk-x', createdAt: 0, lastUsedAt: null, expiresAt: null, limits: null, budget }) as ApiKey;
 

@@ -83,7 +83,7 @@ export function storeSuite(t: Test, name: string, open: () => Promise<StoreFixtu
       const { store } = await fresh(t);
       const before = Date.now();
       const alpha = await store.createGroup(group('alpha', { models: ['sim-chat', 'gpt-*'] }));
-      t.strictSame(alpha, { name: 'alpha', models: ['sim-chat', 'gpt-*'], families: ['openai-chat'], limits: null, budget: null, createdAt: alpha.createdAt });
+      t.strictSame(alpha, { name: 'alpha', models: ['sim-chat', 'gpt-*'], families: ['openai-chat'], limits: null, budget: null, mcpTools: [], createdAt: alpha.createdAt });
       t.ok(alpha.createdAt >= before && alpha.createdAt <= Date.now(), 'createdAt is unix milliseconds, as a number');
       t.strictSame(await store.getGroup('alpha'), alpha);
 
@@ -103,6 +103,13 @@ export function storeSuite(t: Test, name: string, open: () => Promise<StoreFixtu
       t.strictSame(await store.updateGroup('Beta', { limits: null, budget: null }), { ...beta, limits: null, budget: null }, 'limits and budget cleared');
       t.strictSame(await store.updateGroup('Beta', { budget: { amount: 1, period: 'total' } }), { ...beta, limits: null, budget: { amount: 1, period: 'total' } });
       t.equal(await store.updateGroup('missing', { models: [] }), undefined);
+
+      const tools = ['everything/*', 'files/read_text_file'];
+      const gamma = await store.createGroup(group('gamma', { mcpTools: tools }));
+      t.strictSame(gamma.mcpTools, tools, 'MCP grants are stored');
+      t.strictSame((await store.getGroup('gamma'))?.mcpTools, tools, 'and read back');
+      t.strictSame((await store.updateGroup('gamma', { models: ['x'] }))?.mcpTools, tools, 'an update that does not name them keeps them');
+      t.strictSame((await store.updateGroup('gamma', { mcpTools: [] }))?.mcpTools, [], 'and one that does replaces them');
     });
 
     t.test('a rename moves the group and its keys', async (t) => {

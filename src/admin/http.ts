@@ -66,18 +66,13 @@ export const checkAdminToken = (throttle: GuessThrottle, isAdmin: (token: string
     throw new AdminError(401, 'invalid_admin_token', 'wrong admin token');
   });
 
-export function adminRoutes(service: AdminService, sessions: Sessions, options: AdminHttpOptions): JsonHandler {
-  const { proxies } = options;
-  const throttle = options.throttle ?? new GuessThrottle();
-  const allowedOrigins = new Set(options.allowedOrigins.map((o) => normalizeOrigin(o) ?? o));
-  const warnings = options.warnings ?? [];
-
+/**
+ * Who may call an admin route: the admin token (throttled) or a console session, which must prove
+ * with its CSRF token that a state-changing call is not forged. Returns the actor the audit log
+ * names, or throws AdminError. The admin API and plugins' admin routes (GatewayView.authorizeAdmin) share it.
+ */
+export function adminAuthorizer(sessions: Sessions, throttle: GuessThrottle) {
   const checkToken = (client: string, token: string) => checkAdminToken(throttle, (t) => sessions.isAdminToken(t), client, token);
-
-  /**
-   * Throws unless the caller is the admin; a cookie session must prove it is not a forged request.
-   * Returns the actor the audit log names.
-   */
   const authorize = async ({ method, headers }: Pick<JsonRequest, 'method' | 'headers'>, via: ForwardedView): Promise<string> => {
     const bearer = bearerToken(headers.authorization);
     if (bearer !== undefined) {
@@ -92,6 +87,15 @@ export function adminRoutes(service: AdminService, sessions: Sessions, options: 
     }
     return consoleActor(id!, via);
   };
+  return { checkToken, authorize };
+}
+
+export function adminRoutes(service: AdminService, sessions: Sessions, options: AdminHttpOptions): JsonHandler {
+  const { proxies } = options;
+  const throttle = options.throttle ?? new GuessThrottle();
+  const allowedOrigins = new Set(options.allowedOrigins.map((o) => normalizeOrigin(o) ?? o));
+  const warnings = options.warnings ?? [];
+  const { checkToken, authorize } = adminAuthorizer(sessions, throttle);
 
   const session = async (req: JsonRequest, via: ForwardedView): Promise<JsonReply> => {
     const id = cookieValue(req.headers.cookie, SESSION_COOKIE);

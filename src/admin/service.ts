@@ -41,6 +41,8 @@ const groupFields = {
   name: { type: 'string', pattern: '^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$' },
   models: { type: 'array', items: { type: 'string', minLength: 1 }, uniqueItems: true },
   families: { type: 'array', items: { type: 'string' }, uniqueItems: true },
+  /** MCP grants: `server/tool` or `server/*`, checked against nothing (a server may be configured later). */
+  mcpTools: { type: 'array', items: { type: 'string', pattern: '^[A-Za-z0-9][A-Za-z0-9_-]{0,31}/(\\*|[A-Za-z0-9_.-]{1,128})$' }, uniqueItems: true },
   ...limitFields,
 };
 
@@ -176,16 +178,16 @@ export class AdminService {
   }
 
   async createGroup(input: unknown, actor: string) {
-    const g = check<{ name: string; models: string[]; families: string[]; limits?: Limits | null; budget?: Budget | null }>('createGroup', input);
+    const g = check<{ name: string; models: string[]; families: string[]; mcpTools?: string[]; limits?: Limits | null; budget?: Budget | null }>('createGroup', input);
     this.checkGrants(g);
     if (await this.store.getGroup(g.name)) throw new AdminError(409, 'conflict', `group "${g.name}" already exists`);
     const group = await this.store.createGroup({ ...g, limits: cleared(g.limits), budget: g.budget ?? null });
-    await this.audit(actor, 'group.create', g.name, `models ${g.models.join(',')}; families ${g.families.join(',')}${limitsNote(g)}`);
+    await this.audit(actor, 'group.create', g.name, `models ${g.models.join(',')}; families ${g.families.join(',')}${g.mcpTools?.length ? `; mcpTools ${g.mcpTools.join(',')}` : ''}${limitsNote(g)}`);
     return this.withSpend(group, { group: group.name });
   }
 
   async updateGroup(name: string, input: unknown, actor: string) {
-    const patch = check<{ name?: string; models?: string[]; families?: string[]; limits?: Limits | null; budget?: Budget | null }>('updateGroup', input);
+    const patch = check<{ name?: string; models?: string[]; families?: string[]; mcpTools?: string[]; limits?: Limits | null; budget?: Budget | null }>('updateGroup', input);
     if (patch.limits !== undefined) patch.limits = cleared(patch.limits);
     this.checkGrants(patch);
     if (patch.name && patch.name !== name && (await this.store.getGroup(patch.name))) {

@@ -39,6 +39,7 @@ export const defaultPlugins = [
   'metrics',
   'tracing',
   'console',
+  'mcp',
 ];
 
 /** The embedded default: the in-process simulator and its models. */

@@ -13,7 +13,7 @@ import { parseAddressRange } from '../trusted-proxies.js';
 import { defaultRequestCaps } from '../request-caps.js';
 import { defaultAffinity, defaultDroppedParameters, defaultPlugins, defaultResponseCache, embeddedDefault } from './defaults.js';
 import { configSchema, validateConfig } from './schema.js';
-import type { ChannelConfig, Config, ModelConfig, ParameterPolicy, PluginEntry, Prices, RawConfig, ResponseCacheConfig, UpstreamConfig } from './types.js';
+import type { ChannelConfig, Config, McpConfig, McpServerConfig, ModelConfig, ParameterPolicy, PluginEntry, Prices, RawConfig, ResponseCacheConfig, UpstreamConfig } from './types.js';
 
 export class ConfigError extends Error {}
 
@@ -92,8 +92,16 @@ function resolve(raw: RawConfig, env: NodeJS.ProcessEnv, source: string, path?: 
   if (!Number.isInteger(port) || port < 0 || port > 65535) {
     throw new ConfigError(`SLUICE_PORT: "${env.SLUICE_PORT}" is not a port number`);
   }
-  const workers = env.SLUICE_WORKERS !== undefined ? Number(env.SLUICE_WORKERS) : raw.server?.workers ?? availableParallelism();
+  // MCP sessions and the stdio servers behind them live in one thread: with `mcp` one thread serves by default.
+  const plugins = pluginList(raw, source, path);
+  if (raw.mcp && !plugins.some((p) => p.name === 'mcp')) {
+    throw new ConfigError(`${source}: mcp names servers, but the mcp plugin is not in plugins: add mcp to plugins (or to extraPlugins)`);
+  }
+  const workers = env.SLUICE_WORKERS !== undefined ? Number(env.SLUICE_WORKERS) : raw.server?.workers ?? (raw.mcp ? 1 : availableParallelism());
   if (!Number.isInteger(workers) || workers < 1 || workers > 256) throw new ConfigError(`SLUICE_WORKERS: "${env.SLUICE_WORKERS}" is not a number of workers (1 to 256)`);
+  if (raw.mcp && workers > 1) {
+    throw new ConfigError(`${source}: mcp needs server.workers: 1 (its sessions and stdio servers live in one thread); ${workers} workers are set`);
+  }
   return {
     server: {
       host: env.SLUICE_HOST || raw.server?.host || '127.0.0.1',
@@ -137,9 +145,28 @@ function resolve(raw: RawConfig, env: NodeJS.ProcessEnv, source: string, path?: 
       raw.limiter?.kind === 'redis'
         ? { kind: 'redis', url: raw.limiter.url, failMode: raw.limiter.failMode, leaseMs: raw.limiter.leaseMs ?? 30_000, timeoutMs: raw.limiter.timeoutMs ?? 1000, prefix: raw.limiter.prefix ?? 'sluice' }
         : { kind: 'memory' },
-    plugins: pluginList(raw, source, path),
+    plugins,
     upstreams,
     models,
+    ...(raw.mcp && { mcp: mcpConfig(raw.mcp) }),
+  };
+}
+
+/** The `mcp` section with its defaults: a minute per call, 1 MiB of arguments, 4 MiB of result, sessions idle ten minutes. */
+function mcpConfig(raw: NonNullable<RawConfig['mcp']>): McpConfig {
+  const servers: Record<string, McpServerConfig> = {};
+  for (const [name, s] of Object.entries(raw.servers)) {
+    const timeoutMs = Math.round((s.timeoutSeconds ?? 60) * 1000);
+    servers[name] =
+      s.transport === 'stdio'
+        ? { transport: 'stdio', command: s.command, args: s.args ?? [], env: s.env ?? {}, ...(s.cwd && { cwd: s.cwd }), timeoutMs }
+        : { transport: 'http', url: s.url, headers: s.headers ?? {}, timeoutMs };
+  }
+  return {
+    servers,
+    maxArgumentBytes: raw.maxArgumentBytes ?? 1024 * 1024,
+    maxResultBytes: raw.maxResultBytes ?? 4 * 1024 * 1024,
+    sessionIdleMs: Math.round((raw.sessionIdleSeconds ?? 600) * 1000),
   };
 }
 

@@ -143,6 +143,53 @@ export const configSchema = {
         },
       ],
     },
+    mcp: {
+      type: 'object',
+      additionalProperties: false,
+      required: ['servers'],
+      properties: {
+        servers: {
+          type: 'object',
+          // The name prefixes its tools (`server_tool`) and names it in grants (`server/tool`).
+          propertyNames: { pattern: '^[A-Za-z0-9][A-Za-z0-9_-]{0,31}$' },
+          additionalProperties: {
+            type: 'object',
+            required: ['transport'],
+            properties: { transport: { type: 'string' } },
+            discriminator: { propertyName: 'transport' },
+            oneOf: [
+              {
+                type: 'object',
+                additionalProperties: false,
+                required: ['transport', 'command'],
+                properties: {
+                  transport: { const: 'stdio' },
+                  command: { type: 'string', minLength: 1 },
+                  args: { type: 'array', items: { type: 'string' } },
+                  env: { type: 'object', additionalProperties: { type: 'string' } },
+                  cwd: { type: 'string', minLength: 1 },
+                  timeoutSeconds: { type: 'number', exclusiveMinimum: 0 },
+                },
+              },
+              {
+                type: 'object',
+                additionalProperties: false,
+                required: ['transport', 'url'],
+                properties: {
+                  transport: { const: 'http' },
+                  url: { type: 'string', pattern: '^https?://' },
+                  headers: { type: 'object', additionalProperties: { type: 'string' } },
+                  timeoutSeconds: { type: 'number', exclusiveMinimum: 0 },
+                },
+              },
+            ],
+          },
+        },
+        maxArgumentBytes: { type: 'integer', minimum: 2 },
+        maxResultBytes: { type: 'integer', minimum: 2 },
+        sessionIdleSeconds: { type: 'number', exclusiveMinimum: 0 },
+      },
+    },
     plugins: { type: 'array', items: pluginEntrySchema },
     extraPlugins: { type: 'array', items: pluginEntrySchema },
     upstreams: {

@@ -195,6 +195,40 @@ export interface Config {
   plugins: PluginEntry[];
   upstreams: Record<string, UpstreamConfig>;
   models: ModelConfig[];
+  /** MCP servers behind `/mcp` (plugins/mcp); absent: none. Read at start only. */
+  mcp?: McpConfig;
+}
+
+/** An MCP server the gateway starts itself and speaks to over its stdin and stdout. */
+export interface McpStdioServerConfig {
+  transport: 'stdio';
+  command: string;
+  args: string[];
+  /** Added to a minimal environment (PATH, HOME and the like): the gateway's own is not passed on. */
+  env: Record<string, string>;
+  cwd?: string;
+  /** How long one call to it may take. */
+  timeoutMs: number;
+}
+
+/** An MCP server reached over the streamable HTTP transport. */
+export interface McpHttpServerConfig {
+  transport: 'http';
+  url: string;
+  headers: Record<string, string>;
+  timeoutMs: number;
+}
+
+export type McpServerConfig = McpStdioServerConfig | McpHttpServerConfig;
+
+export interface McpConfig {
+  servers: Record<string, McpServerConfig>;
+  /** Largest `tools/call` arguments, as JSON bytes. */
+  maxArgumentBytes: number;
+  /** Largest tool result passed back, as JSON bytes. */
+  maxResultBytes: number;
+  /** A client session unused this long is closed, with its upstream sessions. */
+  sessionIdleMs: number;
 }
 
 export interface AffinityConfig {
@@ -249,6 +283,16 @@ export interface RawConfig {
   /** Appended to `plugins` (or to the default list): a plugin of one's own without copying the defaults. */
   extraPlugins?: RawPluginEntry[];
   upstreams?: Record<string, UpstreamConfig>;
+  mcp?: {
+    servers: Record<
+      string,
+      | { transport: 'stdio'; command: string; args?: string[]; env?: Record<string, string>; cwd?: string; timeoutSeconds?: number }
+      | { transport: 'http'; url: string; headers?: Record<string, string>; timeoutSeconds?: number }
+    >;
+    maxArgumentBytes?: number;
+    maxResultBytes?: number;
+    sessionIdleSeconds?: number;
+  };
   models?: (Partial<Omit<ModelConfig, 'features' | 'families' | 'ignoreParameters' | 'channels' | 'prices' | 'responseCache'>> & {
       responseCache?: boolean | { ttlSeconds?: number }; ignoreParameters?: string[]; id: string; channels?: Partial<ChannelConfig>[]; prices?: Partial<Prices>; features?: Partial<Omit<ModelFeatures, 'unsupportedParameters'>> & { unsupportedParameters?: Partial<ParameterPolicy> }; families?: string[] })[];
 }

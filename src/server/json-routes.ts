@@ -1,8 +1,10 @@
 /**
  * Plain HTTP routes beside the model families, by path prefix: the admin API, the console, metrics.
  * Their caller is checked on the headers before any body byte is read (`JsonHandler.beforeBody`),
- * their bodies are small and counted in the in-flight body budget, and their replies are JSON (or
- * raw bytes) written at once: none of the family routes' streaming machinery.
+ * their bodies are small (unless the route says otherwise) and counted in the in-flight body
+ * budget, and their replies are JSON or raw bytes written at once, or a stream of chunks written
+ * as the client takes them (server-sent events): none of the family routes' machinery for slow
+ * clients, heartbeats or upstream pacing.
  */
 import type { Logger } from 'pino';
 import type { JsonHandler, JsonReply } from '../contracts.js';
@@ -28,12 +30,18 @@ export function addJsonRoutes(app: TemplatedApp, routes: Record<string, JsonHand
       const remoteAddress = Buffer.from(res.getRemoteAddressAsText()).toString();
       let reserved = 0;
       context.jsonInFlight++;
+      const left = new AbortController();
       // Once, on the reply or the client's leaving: the slot and the body budget come back.
-      const writer = new JsonWriter(res, () => {
-        context.jsonInFlight--;
-        context.bodyBytesInFlight -= reserved;
-        reserved = 0;
-      });
+      const writer = new JsonWriter(
+        res,
+        () => {
+          context.jsonInFlight--;
+          context.bodyBytesInFlight -= reserved;
+          reserved = 0;
+        },
+        () => left.abort(),
+        log,
+      );
       // Reads are still served at capacity: an operator can see what is going on.
       if (context.overloaded() && method !== 'GET' && method !== 'HEAD') return writer.send(jsonError(atCapacity()), true);
       const failed = (err: unknown) => {
@@ -42,7 +50,7 @@ export function addJsonRoutes(app: TemplatedApp, routes: Record<string, JsonHand
       };
       const answer = (body: Buffer) => {
         Promise.resolve()
-          .then(() => handler({ method, path, query, headers, body, remoteAddress }))
+          .then(() => handler({ method, path, query, headers, body, remoteAddress, signal: left.signal }))
           .catch(failed)
           .then((reply) => writer.send(reply, false, method === 'HEAD'))
           .catch((err) => {
@@ -51,12 +59,13 @@ export function addJsonRoutes(app: TemplatedApp, routes: Record<string, JsonHand
           });
       };
       if (method === 'GET' || method === 'DELETE' || method === 'HEAD') return answer(Buffer.alloc(0));
-      const framing = bodyFraming(headers, repeated, MAX_JSON_ROUTE_BODY_BYTES);
+      const maxBody = handler.maxBodyBytes ?? MAX_JSON_ROUTE_BODY_BYTES;
+      const framing = bodyFraming(headers, repeated, maxBody);
       if (framing.error) return writer.send(jsonError(framing.error), true);
       // Holds at most EARLY_BYTES, then pauses the upload, until the body is wanted.
-      const reader = new BodyReader(res, framing.length, MAX_JSON_ROUTE_BODY_BYTES);
+      const reader = new BodyReader(res, framing.length, maxBody);
       const readBody = () => {
-        const reserve = reader.complete ? 0 : (framing.length ?? MAX_JSON_ROUTE_BODY_BYTES);
+        const reserve = reader.complete ? 0 : (framing.length ?? maxBody);
         if (!takeBodyBudget(context, reserve)) return writer.send(jsonError(bodiesOverloaded()), true);
         reserved = reserve;
         reader.read(answer, (err) => writer.send(jsonError(err), true));
@@ -81,16 +90,28 @@ function jsonError(err: GatewayError): JsonReply {
   return reply;
 }
 
-/** Answers one admin or console call. */
+/** Chunks of a streamed reply are handed to uWS in slices that fit its cork buffer with their framing. */
+const SLICE_BYTES = 16 * 1024 - 64;
+
+/** Answers one plain-route call: at once, or (`JsonReply.stream`) chunk by chunk. */
 class JsonWriter {
   private closed = false;
+  /** Set while a streamed reply waits for the client to take what uWS holds. */
+  private drained: (() => void) | undefined;
 
-  /** `ended` runs once: when the reply is written, or when the client leaves first. */
+  /** `ended` runs once: when the reply is written, or when the client leaves first; `aborted` only then. */
   constructor(
     private readonly res: HttpResponse,
     private readonly ended: () => void,
+    private readonly aborted: () => void,
+    private readonly log: Logger,
   ) {
-    res.onAborted(() => this.end());
+    res.onAborted(() => {
+      if (this.closed) return;
+      this.end();
+      this.aborted();
+      this.drained?.();
+    });
   }
 
   private end(): void {
@@ -101,19 +122,57 @@ class JsonWriter {
 
   send(reply: JsonReply, closeConnection = false, headOnly = false): void {
     if (this.closed) return;
+    if (reply.stream && !headOnly) return void this.stream(reply, reply.stream);
     const [contentType, data] = reply.raw
       ? [reply.raw.contentType, reply.raw.data]
       : ['application/json', reply.body === undefined ? '' : JSON.stringify(reply.body)];
     this.res.cork(() => {
-      this.res.writeStatus(statusLine(reply.status)).writeHeader('content-type', contentType);
-      for (const name in reply.headers) {
-        const value = reply.headers[name]!;
-        for (const one of Array.isArray(value) ? value : [value]) this.res.writeHeader(name, one);
-      }
+      this.head(reply, contentType);
       if (headOnly) this.res.endWithoutBody(Buffer.byteLength(data), closeConnection);
       else this.res.end(data, closeConnection);
     });
     // Only once written: a reply that failed to serialise can still be answered with a 500.
+    this.end();
+  }
+
+  private head(reply: JsonReply, contentType: string): void {
+    this.res.writeStatus(statusLine(reply.status)).writeHeader('content-type', contentType);
+    for (const name in reply.headers) {
+      const value = reply.headers[name]!;
+      for (const one of Array.isArray(value) ? value : [value]) this.res.writeHeader(name, one);
+    }
+  }
+
+  /** Writes each chunk as it comes, waiting while the client is behind; stops the chunks if the client leaves. */
+  private async stream(reply: JsonReply, { contentType, chunks }: NonNullable<JsonReply['stream']>): Promise<void> {
+    this.res.cork(() => this.head(reply, contentType));
+    this.res.onWritable(() => {
+      this.drained?.();
+      return true;
+    });
+    const iterator = chunks[Symbol.asyncIterator]();
+    try {
+      for (;;) {
+        const next = await iterator.next();
+        if (this.closed || next.done) break;
+        const bytes = typeof next.value === 'string' ? Buffer.from(next.value) : next.value;
+        for (let at = 0; at < bytes.length && !this.closed; at += SLICE_BYTES) {
+          let taken = true;
+          this.res.cork(() => (taken = this.res.write(bytes.subarray(at, at + SLICE_BYTES))));
+          if (!taken) await new Promise<void>((resume) => (this.drained = resume));
+          this.drained = undefined;
+        }
+        if (this.closed) break;
+      }
+    } catch (err) {
+      // The reply has started: all that can be done is end it, and say why in the log.
+      this.log.error({ err }, 'streamed json route reply failed');
+    }
+    if (this.closed) {
+      await iterator.return?.().catch(() => undefined);
+      return;
+    }
+    this.res.cork(() => this.res.end());
     this.end();
   }
 }

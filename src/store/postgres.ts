@@ -109,6 +109,8 @@ const migrations: string[] = [
      expires_at BIGINT
    );
    CREATE INDEX state_expires_at ON state(expires_at) WHERE expires_at IS NOT NULL;`,
+  // The MCP tools a group's keys may call (JSON list of `server/tool` or `server/*`).
+  `ALTER TABLE groups ADD COLUMN mcp_tools JSONB;`,
 ];
 
 /**
@@ -330,8 +332,8 @@ export class PostgresStore implements StoreBackend {
   async createGroup(group: GroupInput): Promise<Group> {
     return this.transaction(async (client) => {
       const { rows } = await client.query<GroupRow>(
-        'INSERT INTO groups (name, models, families, limits, budget, created_at) VALUES ($1, $2, $3, $4, $5, $6) RETURNING *',
-        [group.name, JSON.stringify(group.models), JSON.stringify(group.families), jsonText(group.limits), jsonText(group.budget), Date.now()],
+        'INSERT INTO groups (name, models, families, limits, budget, mcp_tools, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING *',
+        [group.name, JSON.stringify(group.models), JSON.stringify(group.families), jsonText(group.limits), jsonText(group.budget), JSON.stringify(group.mcpTools ?? []), Date.now()],
       );
       await notifyChange(client);
       return toGroup(rows[0]!);
@@ -355,8 +357,8 @@ export class PostgresStore implements StoreBackend {
       const next = { ...toGroup(current), ...patch };
       // A rename moves the group's keys (ON UPDATE CASCADE).
       const { rows } = await client.query<GroupRow>(
-        'UPDATE groups SET name = $1, models = $2, families = $3, limits = $4, budget = $5 WHERE name = $6 RETURNING *',
-        [next.name, JSON.stringify(next.models), JSON.stringify(next.families), jsonText(next.limits), jsonText(next.budget), name],
+        'UPDATE groups SET name = $1, models = $2, families = $3, limits = $4, budget = $5, mcp_tools = $6 WHERE name = $7 RETURNING *',
+        [next.name, JSON.stringify(next.models), JSON.stringify(next.families), jsonText(next.limits), jsonText(next.budget), JSON.stringify(next.mcpTools), name],
       );
       await notifyChange(client);
       return toGroup(rows[0]!);

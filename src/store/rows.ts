@@ -16,6 +16,8 @@ export interface GroupRow {
   families: Json<string[]>;
   limits: Json<Limits> | null;
   budget: Json<Budget> | null;
+  /** Null in rows written before MCP grants existed: none granted. */
+  mcp_tools: Json<string[]> | null;
   created_at: number;
 }
 
@@ -69,6 +71,7 @@ export const toGroup = (r: GroupRow): Group => ({
   families: json(r.families)!,
   limits: json(r.limits),
   budget: json(r.budget),
+  mcpTools: json(r.mcp_tools) ?? [],
   createdAt: r.created_at,
 });
 

@@ -93,6 +93,8 @@ const migrations: string[] = [
      expires_at INTEGER
    );
    CREATE INDEX state_expires_at ON state(expires_at) WHERE expires_at IS NOT NULL;`,
+  // The MCP tools a group's keys may call (JSON list of `server/tool` or `server/*`).
+  `ALTER TABLE groups ADD COLUMN mcp_tools TEXT;`,
 ];
 
 function usageFilter(query: UsageQuery): { filter: string; args: Record<string, unknown> } {
@@ -272,10 +274,11 @@ export class SqliteStore implements StoreBackend {
       families: JSON.stringify(group.families),
       limits: jsonText(group.limits),
       budget: jsonText(group.budget),
+      mcp_tools: JSON.stringify(group.mcpTools ?? []),
       created_at: Date.now(),
     };
     this.db
-      .prepare('INSERT INTO groups (name, models, families, limits, budget, created_at) VALUES (@name, @models, @families, @limits, @budget, @created_at)')
+      .prepare('INSERT INTO groups (name, models, families, limits, budget, mcp_tools, created_at) VALUES (@name, @models, @families, @limits, @budget, @mcp_tools, @created_at)')
       .run(row);
     this.announce();
     return toGroup(row);
@@ -295,8 +298,8 @@ export class SqliteStore implements StoreBackend {
     if (!current) return undefined;
     const next = { ...current, ...patch };
     this.db
-      .prepare('UPDATE groups SET name = ?, models = ?, families = ?, limits = ?, budget = ? WHERE name = ?')
-      .run(next.name, JSON.stringify(next.models), JSON.stringify(next.families), jsonText(next.limits), jsonText(next.budget), name);
+      .prepare('UPDATE groups SET name = ?, models = ?, families = ?, limits = ?, budget = ?, mcp_tools = ? WHERE name = ?')
+      .run(next.name, JSON.stringify(next.models), JSON.stringify(next.families), jsonText(next.limits), jsonText(next.budget), JSON.stringify(next.mcpTools), name);
     this.announce();
     return this.getGroup(next.name);
   }

@@ -32,6 +32,8 @@ export interface Group {
   /** Defaults for the group's keys; each key may override them. */
   limits: Limits | null;
   budget: Budget | null;
+  /** MCP tools its keys may call through `/mcp`: `server/tool` or `server/*`; none when empty. */
+  mcpTools: string[];
   createdAt: number;
 }
 
@@ -41,7 +43,7 @@ export function groupAllowsModel(group: Pick<Group, 'models'>, modelId: string):
 }
 
 /** The fields of a group an operator sets. */
-export type GroupInput = Omit<Group, 'createdAt' | 'limits' | 'budget'> & Partial<Pick<Group, 'limits' | 'budget'>>;
+export type GroupInput = Omit<Group, 'createdAt' | 'limits' | 'budget' | 'mcpTools'> & Partial<Pick<Group, 'limits' | 'budget' | 'mcpTools'>>;
 
 export interface ApiKey {
   id: string;

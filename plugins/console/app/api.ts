@@ -9,6 +9,7 @@ import type {
   Group,
   Key,
   Limits,
+  McpReport,
   ModelsResponse,
   ReloadChanges,
   SeriesResponse,
@@ -152,7 +153,7 @@ export async function logout(): Promise<void> {
 // --- Resources -------------------------------------------------------------------------------
 
 /** What an operator sets on a group; `null` limits or budget clears them. */
-export type GroupInput = Pick<Group, 'name' | 'models' | 'families'> & { limits?: Limits | null; budget?: Budget | null };
+export type GroupInput = Pick<Group, 'name' | 'models' | 'families'> & { mcpTools?: string[]; limits?: Limits | null; budget?: Budget | null };
 
 export const listGroups = (signal?: AbortSignal) => request<{ data: Group[] }>('GET', '/admin/groups', { signal }).then((r) => r.data);
 export const createGroup = (g: GroupInput) => request<Group>('POST', '/admin/groups', { body: g });
@@ -196,3 +197,6 @@ export const requests = (f: UsageFilter & { status?: string }, limit: number, si
 
 export const auditLog = (limit: number, signal?: AbortSignal) =>
   request<{ data: AuditEntry[] }>('GET', `/admin/audit${qs({ limit })}`, { signal }).then((r) => r.data);
+
+/** The MCP servers, their tools and the grants (404 when the gateway runs no MCP servers). */
+export const mcpReport = (signal?: AbortSignal) => request<McpReport>('GET', '/admin/mcp', { signal });

@@ -171,6 +171,13 @@ function groupForm(models: ModelsResponse, existing: Group | undefined, on: { ca
     existing?.families ?? [],
   );
 
+  const mcpTools = h('input', {
+    type: 'text',
+    autocomplete: 'off',
+    spellcheck: 'false',
+    placeholder: 'everything/*, files/read_text_file',
+    value: (existing?.mcpTools ?? []).join(', '),
+  });
   const limits = limitsFields(existing?.limits);
   const budget = budgetFields(existing?.budget, existing?.spend, () => unpricedModels(all.checked ? ['*'] : modelBoxes.values(), models.data));
   all.addEventListener('change', budget.check);
@@ -185,10 +192,13 @@ function groupForm(models: ModelsResponse, existing: Group | undefined, on: { ca
       if (!/^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/.test(newName)) {
         throw new FieldError('A group name starts with a letter or digit and has only letters, digits, “.”, “_” and “-” (64 at most).', name);
       }
-      const body = { name: newName, models: all.checked ? ['*'] : modelBoxes.values(), families: familyBoxes.values(), limits: limits.read(), budget: budget.read() };
+      const grants = mcpTools.value.split(',').map((x) => x.trim()).filter(Boolean);
+      const badGrant = grants.find((g) => !/^[A-Za-z0-9][A-Za-z0-9_-]{0,31}\/(\*|[A-Za-z0-9_.-]{1,128})$/.test(g));
+      if (badGrant) throw new FieldError(`“${badGrant}” is not an MCP grant: write server/tool or server/*.`, mcpTools);
+      const body = { name: newName, models: all.checked ? ['*'] : modelBoxes.values(), families: familyBoxes.values(), mcpTools: grants, limits: limits.read(), budget: budget.read() };
       const g = await busy(submit, () => {
         if (!existing) return api.createGroup(body);
-        const patch: Partial<typeof body> = { models: body.models, families: body.families, limits: body.limits, budget: body.budget };
+        const patch: Partial<typeof body> = { models: body.models, families: body.families, mcpTools: body.mcpTools, limits: body.limits, budget: body.budget };
         if (newName !== existing.name) patch.name = newName;
         return api.updateGroup(existing.name, patch);
       });
@@ -203,6 +213,7 @@ function groupForm(models: ModelsResponse, existing: Group | undefined, on: { ca
       limits.el,
       budget.el,
     ),
+    h('div', { class: 'form-grid' }, field('MCP tools', mcpTools, 'What its keys may call through /mcp: server/tool or server/*, separated by commas. None by default.')),
     notice.el,
     h('div', { class: 'form-actions' }, submit, button('Cancel', on.cancel, { kind: 'ghost' })),
   );

@@ -1,6 +1,6 @@
 /**
  * The console's entry point: restores the session, shows the sign-in screen or the app, and
- * routes by hash (#/groups, #/keys, #/models, #/usage, #/requests, #/audit).
+ * routes by hash (#/groups, #/keys, #/models, #/usage, #/requests, #/mcp, #/audit).
  */
 import * as api from './api.js';
 import { auditPage } from './audit.js';
@@ -8,6 +8,7 @@ import { h, icon, icons, replace } from './dom.js';
 import { groupsPage } from './groups.js';
 import { keysPage } from './keys.js';
 import { loginScreen } from './login.js';
+import { mcpPage } from './mcp.js';
 import { modelsPage } from './models.js';
 import type { Page } from './page.js';
 import { requestsPage } from './requests.js';
@@ -27,6 +28,7 @@ const routes: Record<string, Route> = {
   models: { title: 'Models', icon: icons.models, page: modelsPage },
   usage: { title: 'Usage', icon: icons.usage, page: usagePage },
   requests: { title: 'Requests', icon: icons.requests, page: requestsPage },
+  mcp: { title: 'MCP', icon: icons.mcp, page: mcpPage },
   audit: { title: 'Audit', icon: icons.audit, page: auditPage },
 };
 

@@ -40,6 +40,8 @@ export interface Group {
   families: string[];
   limits: Limits | null;
   budget: Budget | null;
+  /** MCP tools its keys may call through /mcp: `server/tool` or `server/*`. */
+  mcpTools: string[];
   /** Null without a budget. */
   spend: Spend | null;
   createdAt: number;
@@ -229,3 +231,28 @@ export interface UsageFilter {
 
 /** Names each section of the config gained, lost or changed in a reload. */
 export type ReloadChanges = Record<string, { added: string[]; removed: string[]; changed: string[] }>;
+
+// --- MCP ---------------------------------------------------------------------------------------
+
+/** One MCP server as GET /admin/mcp shows it. */
+export interface McpServer {
+  name: string;
+  transport: 'stdio' | 'http';
+  command?: string;
+  url?: string;
+  state: 'starting' | 'ready' | 'failed' | 'restarting' | 'stopped';
+  error: string | null;
+  restarts: number;
+  readySince: string | null;
+  timeoutSeconds: number;
+  tools: { name: string; tool: string; description?: string }[];
+  resources: number;
+  prompts: number;
+}
+
+export interface McpReport {
+  servers: McpServer[];
+  groups: { name: string; mcpTools: string[]; tools: string[]; servers: string[] }[];
+  sessions: number;
+  callsInFlight: number;
+}

@@ -1,0 +1,230 @@
+/**
+ * One configured MCP server, supervised: connected (and for stdio, started) at boot, its tools,
+ * resources and prompts listed, and reconnected (restarted) with exponential backoff whenever its
+ * connection closes. A server whose listing fails is `failed`, never `ready` with nothing in it.
+ *
+ * Sessions: a stdio server is one process and so one MCP session, which every client session
+ * shares. An HTTP server gets one upstream session per client session (`openSession`), opened on
+ * first use, reused for every call of that client session and closed with it; the supervisor's own
+ * session only lists and watches.
+ */
+import { createInterface } from 'node:readline';
+import type { Logger } from 'pino';
+import { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
+import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
+import type { Transport } from '@modelcontextprotocol/sdk/shared/transport.js';
+import {
+  PromptListChangedNotificationSchema,
+  ResourceListChangedNotificationSchema,
+  ToolListChangedNotificationSchema,
+  type Prompt,
+  type Resource,
+  type ResourceTemplate,
+  type Tool,
+} from '@modelcontextprotocol/sdk/types.js';
+import type { McpServerConfig } from '../../src/plugin-api.js';
+
+export type ServerState = 'starting' | 'ready' | 'failed' | 'restarting' | 'stopped';
+
+/** What the gateway tells upstream servers it is. */
+export const CLIENT_INFO = { name: 'sluice', version: '1' };
+
+/** The first restart waits this long; each failure in a row doubles it, up to the most. */
+const BACKOFF_FIRST_MS = 500;
+const BACKOFF_MOST_MS = 30_000;
+/** A connection that stayed up this long resets the backoff. */
+const STABLE_MS = 60_000;
+/**
+ * How long connecting and the first listing may take: a start can take far longer than a call
+ * (`npx` fetching a package), so it gets at least this, or the server's call timeout if longer.
+ */
+const START_TIMEOUT_MS = 60_000;
+/** Longest stderr line logged as it is. */
+const STDERR_LINE_CHARS = 2000;
+
+export interface ServerListing {
+  tools: Tool[];
+  resources: Resource[];
+  resourceTemplates: ResourceTemplate[];
+  prompts: Prompt[];
+}
+
+const emptyListing = (): ServerListing => ({ tools: [], resources: [], resourceTemplates: [], prompts: [] });
+
+export class McpUpstream {
+  state: ServerState = 'starting';
+  /** Why it is failed or restarting. */
+  error: string | undefined;
+  listing: ServerListing = emptyListing();
+  restarts = 0;
+  /** When it was last ready, for /admin/mcp. */
+  readySince: number | undefined;
+  private client: Client | undefined;
+  private failures = 0;
+  private timer: NodeJS.Timeout | undefined;
+  private stopping = false;
+  /** Runs after every change of state or listing (the catalog is rebuilt). */
+  onChange: () => void = () => {};
+
+  constructor(
+    readonly name: string,
+    readonly config: McpServerConfig,
+    private readonly log: Logger,
+  ) {}
+
+  get shared(): boolean {
+    return this.config.transport === 'stdio';
+  }
+
+  /** Connects and lists; resolves when the first attempt has succeeded or failed (a failure schedules a retry). */
+  async start(): Promise<void> {
+    await this.connect();
+  }
+
+  /** The session a client session calls this server through (see the module comment). */
+  async openSession(): Promise<Client> {
+    if (this.state !== 'ready' || !this.client) throw new Error(`MCP server "${this.name}" is ${this.state}${this.error ? `: ${this.error}` : ''}`);
+    if (this.shared) return this.client;
+    const client = new Client(CLIENT_INFO, { capabilities: {} });
+    await client.connect(this.transport(), { timeout: this.config.timeoutMs });
+    return client;
+  }
+
+  /** Whether a session from openSession is the supervisor's own (not to be closed by a client session). */
+  isShared(client: Client): boolean {
+    return client === this.client && this.shared;
+  }
+
+  async stop(): Promise<void> {
+    this.stopping = true;
+    clearTimeout(this.timer);
+    this.state = 'stopped';
+    const client = this.client;
+    this.client = undefined;
+    await client?.close().catch(() => undefined);
+  }
+
+  private transport(): Transport {
+    const c = this.config;
+    if (c.transport === 'http') {
+      return new StreamableHTTPClientTransport(new URL(c.url), { requestInit: { headers: c.headers } });
+    }
+    const transport = new StdioClientTransport({ command: c.command, args: c.args, env: c.env, ...(c.cwd && { cwd: c.cwd }), stderr: 'pipe' });
+    // Each stderr line goes to the log under the server's name, as it comes.
+    const stderr = transport.stderr;
+    if (stderr) {
+      createInterface({ input: stderr as unknown as NodeJS.ReadableStream, crlfDelay: Infinity }).on('line', (line) => {
+        this.log.warn({ mcpServer: this.name, stderr: line.length > STDERR_LINE_CHARS ? `${line.slice(0, STDERR_LINE_CHARS)}…` : line }, 'mcp server stderr');
+      });
+    }
+    return transport;
+  }
+
+  private async connect(): Promise<void> {
+    if (this.stopping) return;
+    const client = new Client(CLIENT_INFO, { capabilities: {} });
+    const connectedAt = Date.now();
+    let up = false;
+    client.onclose = () => {
+      if (this.client !== client || this.stopping) return;
+      this.client = undefined;
+      if (Date.now() - connectedAt >= STABLE_MS) this.failures = 0;
+      this.scheduleRestart(up ? 'the connection closed' : this.error ?? 'the connection closed');
+    };
+    try {
+      const timeout = Math.max(START_TIMEOUT_MS, this.config.timeoutMs);
+      await client.connect(this.transport(), { timeout });
+      this.client = client;
+      this.watch(client);
+      this.listing = await this.list(client, timeout);
+      up = true;
+      this.state = 'ready';
+      this.error = undefined;
+      this.readySince = Date.now();
+      this.log.info({ mcpServer: this.name, tools: this.listing.tools.length }, 'mcp server ready');
+      this.onChange();
+    } catch (err) {
+      // Listing failed or never connected: failed, not connected with nothing.
+      const message = err instanceof Error ? err.message : String(err);
+      this.client = undefined;
+      await client.close().catch(() => undefined);
+      if (this.stopping) return;
+      this.scheduleRestart(`${this.state === 'starting' ? 'start' : 'restart'} failed: ${message}`, true);
+    }
+  }
+
+  private scheduleRestart(why: string, failed = false): void {
+    if (this.stopping) return;
+    const wait = Math.min(BACKOFF_MOST_MS, BACKOFF_FIRST_MS * 2 ** this.failures);
+    this.failures++;
+    this.state = failed ? 'failed' : 'restarting';
+    this.error = why;
+    this.listing = emptyListing();
+    this.readySince = undefined;
+    this.log.error({ mcpServer: this.name, err: why, retryInMs: wait }, 'mcp server down; reconnecting');
+    this.onChange();
+    clearTimeout(this.timer);
+    this.timer = setTimeout(() => {
+      this.restarts++;
+      void this.connect();
+    }, wait);
+    this.timer.unref();
+  }
+
+  /** A server that says its lists changed is listed again. */
+  private watch(client: Client): void {
+    const relist = () => {
+      if (this.client !== client) return;
+      this.list(client).then(
+        (listing) => {
+          this.listing = listing;
+          this.onChange();
+        },
+        (err) => this.log.error({ mcpServer: this.name, err }, 'mcp server listing failed after a change'),
+      );
+    };
+    client.setNotificationHandler(ToolListChangedNotificationSchema, relist);
+    client.setNotificationHandler(ResourceListChangedNotificationSchema, relist);
+    client.setNotificationHandler(PromptListChangedNotificationSchema, relist);
+  }
+
+  /** Every page of every list the server offers; tools are required, the rest only where offered. */
+  private async list(client: Client, timeout = this.config.timeoutMs): Promise<ServerListing> {
+    const options = { timeout };
+    const caps = client.getServerCapabilities() ?? {};
+    const listing = emptyListing();
+    const pages = async <T>(fetchPage: (cursor: string | undefined) => Promise<{ items: T[]; nextCursor?: string | undefined }>): Promise<T[]> => {
+      const all: T[] = [];
+      let cursor: string | undefined;
+      do {
+        const page = await fetchPage(cursor);
+        all.push(...page.items);
+        cursor = page.nextCursor;
+      } while (cursor);
+      return all;
+    };
+    const params = (cursor: string | undefined) => (cursor ? { cursor } : {});
+    listing.tools = await pages(async (c) => {
+      const r = await client.listTools(params(c), options);
+      return { items: r.tools, nextCursor: r.nextCursor };
+    });
+    if (caps.resources) {
+      listing.resources = await pages(async (c) => {
+        const r = await client.listResources(params(c), options);
+        return { items: r.resources, nextCursor: r.nextCursor };
+      });
+      listing.resourceTemplates = await pages(async (c) => {
+        const r = await client.listResourceTemplates(params(c), options);
+        return { items: r.resourceTemplates, nextCursor: r.nextCursor };
+      }).catch(() => []);
+    }
+    if (caps.prompts) {
+      listing.prompts = await pages(async (c) => {
+        const r = await client.listPrompts(params(c), options);
+        return { items: r.prompts, nextCursor: r.nextCursor };
+      });
+    }
+    return listing;
+  }
+}
