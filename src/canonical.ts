@@ -110,7 +110,8 @@ export type Event =
   | { type: 'reasoning'; delta: string }
   | { type: 'tool_call'; index: number; id: string; name: string; signature?: string }
   | { type: 'tool_arguments'; index: number; delta: string }
-  | { type: 'finish'; reason: FinishReason }
+  /** `assumed`: the upstream never said why it stopped (a stream cut short); the reason is a reader's guess. */
+  | { type: 'finish'; reason: FinishReason; assumed?: boolean }
   | { type: 'usage'; usage: Usage }
   | { type: 'error'; error: GatewayError };
 
@@ -146,6 +147,10 @@ export function textOf(parts: Part[]): string {
  */
 export class AnswerCollector {
   private readonly res: Response = { text: '', toolCalls: [], finishReason: 'stop' };
+  /** Whether the stream said why it stopped: one that ended without a finish was cut short. */
+  finished = false;
+  /** Characters of text, reasoning and tool arguments so far. */
+  chars = 0;
 
   /** Adds one event; an `error` event throws its error. */
   add(e: Event): void {
@@ -156,18 +161,22 @@ export class AnswerCollector {
         break;
       case 'text':
         res.text += e.delta;
+        this.chars += e.delta.length;
         break;
       case 'reasoning':
         res.reasoning = (res.reasoning ?? '') + e.delta;
+        this.chars += e.delta.length;
         break;
       case 'tool_call':
         res.toolCalls[e.index] = { id: e.id, name: e.name, arguments: '', ...(e.signature && { signature: e.signature }) };
         break;
       case 'tool_arguments':
         res.toolCalls[e.index]!.arguments += e.delta;
+        this.chars += e.delta.length;
         break;
       case 'finish':
         res.finishReason = e.reason;
+        if (!e.assumed) this.finished = true;
         break;
       case 'usage':
         res.usage = e.usage;

@@ -107,7 +107,9 @@ export interface ExchangeView {
   /**
    * Why the model stopped, in canonical terms (`stop`, `length`, `tool_calls`, `content_filter`),
    * one per answer choice, once the answer said; undefined before, or when it never did (a
-   * failure, a stream cut short). Worked out when first read: only some plugins ask.
+   * failure, a stream cut short). Worked out when first read: only some plugins ask. For a
+   * relayed (same-family) answer it is known only with a plugin that records upstream calls
+   * (Plugin.callSpan, the tracing plugin) or one that kept the answer (keepAnswer).
    */
   readonly finishReasons: readonly canonical.FinishReason[] | undefined;
   /** What `usage` cost at the model's prices, set before the done phase; undefined without prices. */
@@ -124,7 +126,8 @@ export interface ExchangeView {
   readonly answeredBy: string | undefined;
   /**
    * The complete answer in canonical form, after a successful upstream answer, when `keepAnswer`
-   * was called before the upstream call; undefined otherwise, or when it could not be read.
+   * was called before the upstream call; undefined otherwise, when it could not be read, or when a
+   * stream ended without saying why it stopped (cut short).
    */
   readonly answer: canonical.Response | undefined;
 
@@ -139,8 +142,9 @@ export interface ExchangeView {
    * Asks for `answer` (the response cache stores it): the relay reads the upstream's answer into
    * canonical form as it goes, which a same-family passthrough otherwise never does. Costs a
    * parse of every frame: call it only for exchanges that need it, before the route phase ends.
+   * An answer whose text, reasoning and tool arguments grow past `maxChars` is let go as it grows.
    */
-  keepAnswer(): void;
+  keepAnswer(maxChars: number): void;
 }
 
 /** One upstream call of an exchange. */

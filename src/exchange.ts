@@ -58,8 +58,9 @@ export class Exchange implements ExchangeView {
   answeredBy: string | undefined;
   /** The complete canonical answer, kept when a plugin asked for it (keepAnswer). */
   answer: canonical.Response | undefined;
-  /** Whether the relay keeps `answer`. */
+  /** Whether the relay keeps `answer`, and up to how many characters. */
   keepsAnswer = false;
+  keptAnswerLimit = 0;
 
   /** What to stop when the exchange is cut short: the body read, the upstream call. */
   private readonly cancelers: (() => void)[] = [];
@@ -141,8 +142,9 @@ export class Exchange implements ExchangeView {
     else this.cancelers.push(cancel);
   }
 
-  keepAnswer(): void {
+  keepAnswer(maxChars: number): void {
     this.keepsAnswer = true;
+    this.keptAnswerLimit = maxChars;
   }
 
   /** Stops whatever the exchange has started (the pipeline calls this once, when cutting it short). */
@@ -167,4 +169,4 @@ export class Exchange implements ExchangeView {
 
 /** Plugins see every public member of the exchange but the pipeline's own: `cancel`, how it ended and why the answer did (a member left out of ExchangeView fails here). */
 type Shown<Unseen extends never> = Unseen;
-type AllShown = Shown<Exclude<keyof Exchange, keyof ExchangeView | 'cancel' | 'failedWith' | 'cutShort' | 'keepsAnswer' | 'answeredBecause'>>;
+type AllShown = Shown<Exclude<keyof Exchange, keyof ExchangeView | 'cancel' | 'failedWith' | 'cutShort' | 'keepsAnswer' | 'keptAnswerLimit' | 'answeredBecause'>>;

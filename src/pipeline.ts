@@ -57,6 +57,7 @@ export class Pipeline implements RelayOwner {
   private readonly donePlugins: Plugin[];
   /** The plugin that records upstream calls as spans of their own, if one is loaded. */
   private readonly tracer: Plugin | undefined;
+  readonly tracesCalls: boolean;
   private routing: Routing;
   private readonly dialects: Map<string, UpstreamDialect>;
   /** Answers given by the gateway itself instead of an upstream (a WebSocket warm-up). */
@@ -68,6 +69,7 @@ export class Pipeline implements RelayOwner {
     this.framePlugins = having('frame');
     this.donePlugins = having('done');
     this.tracer = having('callSpan')[0];
+    this.tracesCalls = this.tracer !== undefined;
     this.routing = options.routing;
     this.dialects = options.dialects;
     this.log = options.log;
@@ -372,11 +374,13 @@ export class Pipeline implements RelayOwner {
     const family = ex.clientFamily;
     if (ex.stream) {
       const writer = family.streamWriter(ex);
+      // Written whole before the stream starts: a writer that throws is an error reply, not half a stream.
       let frames = '';
       for (const event of eventsOf(local.answer)) frames += writer.event(event);
+      frames += writer.end();
       ex.stage = 'streaming';
       res.startStream(200, { 'content-type': family.streamContentType(ex), 'cache-control': 'no-cache', 'x-accel-buffering': 'no' });
-      res.end(frames + writer.end());
+      res.end(frames);
     } else {
       res.reply(200, { 'content-type': 'application/json' }, family.writeResponse(local.answer, ex));
     }

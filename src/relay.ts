@@ -28,6 +28,11 @@ export interface RelayOwner {
   readonly maxUpstreamBodyBytes: number;
   /** Largest single upstream stream event. */
   readonly maxEventBytes: number;
+  /**
+   * A plugin records the upstream calls as spans (Plugin.callSpan) and reads finish reasons: only
+   * then does a relayed answer keep what its finish reason is read from (the last runs, the body).
+   */
+  readonly tracesCalls: boolean;
   /** Runs `step` unless the exchange is over; an exception becomes the family's error. */
   attempt(ex: Exchange, res: ClientResponse, step: () => void): void;
   /** An exception anywhere in the exchange: the client gets the family's error and the exchange ends. */
@@ -132,8 +137,9 @@ export class Relay implements ResponseSink {
     const edited = this.stream!.edit?.(bytes) ?? bytes.length;
     if (edited < bytes.length) bytes = bytes.subarray(0, edited);
     this.relayed += bytes.length;
-    // A view keeps its whole chunk alive: a large run (a backlog read at once) keeps a copy of its end instead.
-    this.tail[this.tailRuns++ % TAIL_RUNS] = bytes.length <= TAIL_RUN_BYTES ? bytes : Buffer.from(bytes.subarray(bytes.length - TAIL_RUN_BYTES));
+    // Only traced exchanges read it. A view keeps its whole chunk alive: a large run (a backlog read
+    // at once) keeps a copy of its end instead.
+    if (this.pipeline.tracesCalls) this.tail[this.tailRuns++ % TAIL_RUNS] = bytes.length <= TAIL_RUN_BYTES ? bytes : Buffer.from(bytes.subarray(bytes.length - TAIL_RUN_BYTES));
     if (this.sampled < SAMPLE_BYTES) {
       // A view would pin the whole upstream chunk; the sample is small, so copy it.
       this.sample.push(Buffer.from(bytes));
@@ -155,21 +161,37 @@ export class Relay implements ResponseSink {
 
   private readonly visit = (frame: Buffer): boolean => {
     for (const plugin of this.framePlugins) plugin.frame!(this.ex, frame);
-    if (this.keptReader) {
-      const data = frameData(frame);
-      if (data !== null) this.keep(this.keptReader.frame(data));
-    }
+    if (this.keptReader) this.keepFrame(frame);
     return this.stream!.frame(frame);
   };
 
-  /** Adds events to the kept answer; an answer with an error in it is not kept. */
+  /**
+   * Reads a relayed frame into the kept answer. The client gets the frame whatever the reading
+   * makes of it: a frame the dialect cannot read only lets the kept answer go.
+   */
+  private keepFrame(frame: Buffer): void {
+    try {
+      const data = frameData(frame);
+      if (data !== null) this.keep(this.keptReader!.frame(data));
+    } catch {
+      this.letAnswerGo();
+    }
+  }
+
+  /** Adds events to the kept answer; an answer with an error in it, or grown past its limit, is not kept. */
   private readonly keep = (events: Event[]): void => {
     for (const e of events) {
       if (!this.kept) return;
-      if (e.type === 'error') this.kept = undefined;
-      else this.kept.add(e);
+      if (e.type === 'error') return this.letAnswerGo();
+      this.kept.add(e);
+      if (this.kept.chars > this.ex.keptAnswerLimit) return this.letAnswerGo();
     }
   };
+
+  private letAnswerGo(): void {
+    this.kept = undefined;
+    this.keptReader = undefined;
+  }
 
   /** Visits the renamed copy of a frame, kept to be written after the chunk (so frames stay in order). */
   private readonly visitRenamed = (frame: Buffer): boolean => {
@@ -261,13 +283,20 @@ export class Relay implements ResponseSink {
         this.writeRenamed();
         res.end((stream.take?.() ?? '') + stream.end());
         ex.usage ??= stream.usage();
-        if (this.keptReader) this.keep(this.keptReader.end());
-        if (this.kept && !ex.error) ex.answer = this.kept.answer();
+        if (this.keptReader) {
+          try {
+            this.keep(this.keptReader.end());
+          } catch {
+            this.letAnswerGo();
+          }
+        }
+        // A stream that ended without saying why it stopped was cut short: not an answer to keep.
+        if (this.kept?.finished && !ex.error) ex.answer = this.kept.answer();
         // A failure event inside the stream is the channel's failure too.
         if (ex.error) this.failover.failed(ex.error, undefined, false);
         else {
           if (ex.answer) ex.answeredBecause([ex.answer.finishReason]);
-          else if (this.passthrough) ex.answeredBecause(() => this.finishReasonsOfTail());
+          else if (this.passthrough && this.pipeline.tracesCalls) ex.answeredBecause(() => this.finishReasonsOfTail());
           this.failover.succeeded();
         }
       } else {
@@ -368,7 +397,8 @@ export class Relay implements ResponseSink {
       if (passthrough) {
         ex.usage = passthrough.bodyUsage(body);
         if (ex.keepsAnswer) ex.answer = readKept(dialect, body, ex);
-        ex.answeredBecause(ex.answer ? [ex.answer.finishReason] : () => finishReasonOf(() => dialect.readResponse(body, ex).finishReason));
+        if (ex.answer) ex.answeredBecause([ex.answer.finishReason]);
+        else if (this.pipeline.tracesCalls) ex.answeredBecause(() => finishReasonOf(() => dialect.readResponse(body, ex).finishReason));
         res.reply(status, { 'content-type': 'application/json' }, this.rename ? this.rename(body) : body);
         return;
       }

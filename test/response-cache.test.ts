@@ -7,6 +7,7 @@ import Anthropic from '@anthropic-ai/sdk';
 import { GoogleGenAI, type FunctionDeclaration } from '@google/genai';
 import OpenAI from 'openai';
 import t from 'tap';
+import { createServer } from 'node:http';
 import { Redis } from 'ioredis';
 import { simulatorUpstreams, startSimulatorProcess, startStack, startTestGateway, eventually, type TestGateway } from './helpers.js';
 import { startRedis } from './servers.js';
@@ -320,4 +321,47 @@ ${simulatorUpstreams(sim.url)}${models}`;
   redis.stop();
   const away = await ask(a, 'chat', 'cached-chat', 'While Redis is away', { key: keyA });
   t.same([away.status, away.cache], [200, 'miss'], 'Redis away: a miss, answered');
+});
+
+t.test('a stream that ends without saying why it stopped, and an answer over maxEntryBytes, are not stored', async (t) => {
+  // An upstream whose streams end cleanly after two words: no finish_reason, no [DONE].
+  let calls = 0;
+  const cut = createServer((req, res) => {
+    calls++;
+    req.resume().on('end', () => {
+      res.writeHead(200, { 'content-type': 'text/event-stream' });
+      const chunk = (content: string) => `data: ${JSON.stringify({ id: 'c1', object: 'chat.completion.chunk', created: 1, model: 'cut', choices: [{ index: 0, delta: { content }, finish_reason: null }] })}\n\n`;
+      res.end(chunk('Half ') + chunk('an answer'));
+    });
+  });
+  await new Promise<void>((resolve) => cut.listen(0, '127.0.0.1', resolve));
+  const sim = await startSimulatorProcess();
+  const gw = await startTestGateway(
+    (dataDir) => `dataDir: ${dataDir}
+responseCache: { maxEntryBytes: 1000 }
+${simulatorUpstreams(sim.url)}  cut: { kind: openai-chat, baseUrl: "http://127.0.0.1:${(cut.address() as { port: number }).port}/v1" }
+models:
+  - { id: cut-short, upstream: cut, responseCache: true }
+  - { id: cached-chat, upstream: chat, upstreamModel: sim-chat, responseCache: true }
+`,
+  );
+  t.teardown(async () => {
+    await gw.stop();
+    await sim.stop();
+    cut.close();
+  });
+  for (const family of ['chat', 'messages'] as const) {
+    const before = calls;
+    const first = await ask(gw, family, 'cut-short', `Cut short for ${family}`, { stream: true });
+    const again = await ask(gw, family, 'cut-short', `Cut short for ${family}`, { stream: true });
+    t.same([first.status, first.cache, again.cache], [200, 'miss', 'miss'], `${family}: a cut stream is relayed, not stored`);
+    t.equal(calls, before + 2, `${family}: the repeat went upstream`);
+  }
+  const big = 'Long answer [[sim tokens=400]]';
+  const first = await ask(gw, 'chat', 'cached-chat', big, { stream: true });
+  t.ok(Buffer.byteLength(first.text) > 1000, `the answer is over maxEntryBytes (${Buffer.byteLength(first.text)} bytes)`);
+  t.equal((await ask(gw, 'chat', 'cached-chat', big, { stream: true })).cache, 'miss', 'an answer over maxEntryBytes is not stored');
+  const small = 'Short answer [[sim tokens=20]]';
+  await ask(gw, 'chat', 'cached-chat', small);
+  t.equal((await ask(gw, 'chat', 'cached-chat', small)).cache, 'hit', 'a small one is');
 });

@@ -1,15 +1,16 @@
 /**
  * Where the response cache keeps answers: in this thread's memory, or in Redis shared by every
  * thread and instance. Both are bounded in bytes and drop the least recently used answer first;
- * an answer also lapses after its time to live. Values are the canonical answer as JSON text, so
- * both count the same bytes.
+ * an answer also lapses after its time to live. Values are the canonical answer as JSON text,
+ * counted in UTF-8 bytes by both, as Redis counts them.
  */
 import { Redis } from 'ioredis';
 
 export interface AnswerStore {
   /** The stored JSON, or undefined for a miss (a Redis that cannot answer in time is a miss too). */
   get(key: string): string | undefined | Promise<string | undefined>;
-  set(key: string, json: string, ttlMs: number): void;
+  /** `bytes`: the JSON's length in UTF-8. */
+  set(key: string, json: string, bytes: number, ttlMs: number): void;
   /** Bytes held now: this thread's, or the whole Redis store's as last seen. */
   bytes(): number;
   entries(): number;
@@ -20,6 +21,7 @@ export interface AnswerStore {
 
 interface Held {
   json: string;
+  bytes: number;
   expires: number;
 }
 
@@ -36,25 +38,25 @@ export class MemoryAnswers implements AnswerStore {
     if (!entry) return undefined;
     this.held.delete(key);
     if (entry.expires <= Date.now()) {
-      this.heldBytes -= entry.json.length;
+      this.heldBytes -= entry.bytes;
       return undefined;
     }
     this.held.set(key, entry);
     return entry.json;
   }
 
-  set(key: string, json: string, ttlMs: number): void {
+  set(key: string, json: string, bytes: number, ttlMs: number): void {
     const old = this.held.get(key);
     if (old) {
       this.held.delete(key);
-      this.heldBytes -= old.json.length;
+      this.heldBytes -= old.bytes;
     }
-    this.held.set(key, { json, expires: Date.now() + ttlMs });
-    this.heldBytes += json.length;
+    this.held.set(key, { json, bytes, expires: Date.now() + ttlMs });
+    this.heldBytes += bytes;
     for (const [oldest, entry] of this.held) {
       if (this.heldBytes <= this.maxBytes) break;
       this.held.delete(oldest);
-      this.heldBytes -= entry.json.length;
+      this.heldBytes -= entry.bytes;
       this.evicted++;
     }
   }
@@ -152,7 +154,8 @@ export class RedisAnswers implements AnswerStore {
     }
   }
 
-  set(key: string, json: string, ttlMs: number): void {
+  set(key: string, json: string, _bytes: number, ttlMs: number): void {
+    // The script counts the bytes itself (Lua's # of a string is its length in bytes).
     const { sizes, order, total } = this.keys;
     (this.redis as unknown as Scripts).sluiceCacheStore(sizes, order, total, this.prefix + key, json, ttlMs, Date.now(), this.maxBytes).then(
       ([bytes, entries, evicted]) => {

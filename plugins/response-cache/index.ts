@@ -58,7 +58,8 @@ export default definePlugin(({ config, gateway, log }) => {
     counts.misses++;
     say(ex, 'miss');
     ex.set(pending, { key, ttlMs });
-    ex.keepAnswer();
+    // An answer of more characters than maxEntryBytes has more bytes too: it could not be stored, so it is not kept.
+    ex.keepAnswer(settings.maxEntryBytes);
     return undefined;
   };
 
@@ -88,8 +89,9 @@ export default definePlugin(({ config, gateway, log }) => {
       const { id: _id, created: _created, model: _model, ...kept } = answer;
       kept.usage ??= ex.usage;
       const json = JSON.stringify(kept);
-      if (json.length > settings.maxEntryBytes) return;
-      answers.set(miss.key, json, miss.ttlMs);
+      const bytes = Buffer.byteLength(json);
+      if (bytes > settings.maxEntryBytes) return;
+      answers.set(miss.key, json, bytes, miss.ttlMs);
       counts.stored++;
     },
     close: () => answers.close(),

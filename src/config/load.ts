@@ -170,7 +170,6 @@ function mcpConfig(raw: NonNullable<RawConfig['mcp']>): McpConfig {
   };
 }
 
-/** `plugins` (or the default list) with `extraPlugins` after it; a name listed twice is refused. */
 /** The response cache's settings, with their defaults; a Redis store needs the Redis limiter's server. */
 function responseCacheSettings(raw: RawConfig, source: string): ResponseCacheConfig {
   const own = raw.responseCache ?? {};
@@ -183,6 +182,7 @@ function responseCacheSettings(raw: RawConfig, source: string): ResponseCacheCon
 
 const cacheTtlMs = (raw: RawConfig) => (raw.responseCache?.ttlSeconds !== undefined ? raw.responseCache.ttlSeconds * 1000 : defaultResponseCache.ttlMs);
 
+/** `plugins` (or the default list) with `extraPlugins` after it; a name listed twice is refused. */
 function pluginList(raw: RawConfig, source: string, path: string | undefined): PluginEntry[] {
   const entries = [...(raw.plugins ?? defaultPlugins), ...(raw.extraPlugins ?? [])].map((p) =>
     typeof p === 'string'

@@ -118,7 +118,8 @@ export function geminiStreamReader(): C.StreamReader {
       return events;
     },
     end() {
-      const events: C.Event[] = [{ type: 'finish', reason: readFinishReason(finish, calls) }];
+      // A stream that never said why it stopped still ends with a finish for the client, marked assumed.
+      const events: C.Event[] = [{ type: 'finish', reason: readFinishReason(finish, calls), ...(finish === undefined && { assumed: true }) }];
       if (usage) events.push({ type: 'usage', usage });
       return events;
     },
