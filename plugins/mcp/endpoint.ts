@@ -63,7 +63,7 @@ export class McpEndpoint {
     await Promise.all([...this.sessions.values()].map((s) => s.close()));
   }
 
-  /** Every session learns that the tool list changed. */
+  /** Every session learns that the lists changed (tools, and resources and prompts where offered). */
   listsChanged(): void {
     for (const session of this.sessions.values()) session.listsChanged();
   }

@@ -66,6 +66,8 @@ export class McpUpstream {
   private stopping = false;
   /** The connect in progress, if any: stop() waits for it, so no start outlives a stop. */
   private connecting: Promise<void> | undefined;
+  /** The client of that connect, closed by stop() so the connect ends now, not at its timeout. */
+  private opening: Client | undefined;
   /** Runs after every change of state or listing (the catalog is rebuilt). */
   onChange: () => void = () => {};
 
@@ -105,6 +107,7 @@ export class McpUpstream {
     const client = this.client;
     this.client = undefined;
     await client?.close().catch(() => undefined);
+    await this.opening?.close().catch(() => undefined);
     // A connect under way sees `stopping` after its next await and closes what it opened.
     await this.connecting;
   }
@@ -128,7 +131,10 @@ export class McpUpstream {
   private connect(): Promise<void> {
     if (this.stopping) return Promise.resolve();
     const attempt = this.attempt().finally(() => {
-      if (this.connecting === attempt) this.connecting = undefined;
+      if (this.connecting === attempt) {
+        this.connecting = undefined;
+        this.opening = undefined;
+      }
     });
     this.connecting = attempt;
     return attempt;
@@ -136,6 +142,7 @@ export class McpUpstream {
 
   private async attempt(): Promise<void> {
     const client = new Client(CLIENT_INFO, { capabilities: {} });
+    this.opening = client;
     const connectedAt = Date.now();
     let up = false;
     client.onclose = () => {
