@@ -1,6 +1,6 @@
 /**
  * Which failed calls drop the upstream session they ran on (plugins/mcp/calls.ts): only a session
- * the server expired (404) or a closed connection; a refusal of one POST fails that call alone.
+ * the server does not know (404, or 400) or a closed connection; a refusal of one POST fails that call alone.
  */
 import t from 'tap';
 import { StreamableHTTPError } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
@@ -9,6 +9,7 @@ import { sessionLost } from '../plugins/mcp/calls.js';
 
 t.test('a 404 or a closed connection loses the session', async (t) => {
   t.ok(sessionLost(new StreamableHTTPError(404, 'Session not found')), '404: the server expired it');
+  t.ok(sessionLost(new StreamableHTTPError(400, 'Bad Request: No valid session ID provided')), '400: how servers built on the SDK examples say it');
   t.ok(sessionLost(new McpError(ErrorCode.ConnectionClosed, 'Connection closed')), 'the connection closed');
 });
 

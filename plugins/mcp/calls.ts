@@ -33,13 +33,15 @@ const outcomeStatus: Record<string, number> = {
 };
 
 /**
- * Whether a failed call means its upstream session is gone: the server expired it (404) or the
- * connection closed. Anything else (a 429, 500 or 413 on one POST, a brief network error) fails
- * that call alone; the session, shared by the calls in flight beside it, is kept.
+ * Whether a failed call means its upstream session is gone: the server does not know it (a 404,
+ * as the spec says, or a 400, as servers built on the SDK's examples answer an unknown session;
+ * the gateway's own requests are well formed) or the connection closed. Anything else (a 429, 500
+ * or 413 on one POST, a brief network error) fails that call alone; the session, shared by the
+ * calls in flight beside it, is kept.
  */
 export function sessionLost(err: unknown): boolean {
   if (err instanceof McpError) return err.code === ErrorCode.ConnectionClosed;
-  return err instanceof StreamableHTTPError && err.code === 404;
+  return err instanceof StreamableHTTPError && (err.code === 404 || err.code === 400);
 }
 
 /** A tool call's timeout may be restarted by progress notifications up to this many times its length in all. */
