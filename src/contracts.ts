@@ -583,7 +583,9 @@ export interface JsonReply {
   /**
    * Sent chunk by chunk as it is produced (server-sent events), instead of `body`: each chunk is
    * written when the client has taken the last, and the iteration is ended early (its `return`)
-   * when the client goes away. A client that reads nothing for ten seconds is cut.
+   * when the client goes away, even before the reply was ready (then the iteration may never
+   * have begun, so a generator's `finally` does not run: what it holds must be let go another
+   * way, as on the request's `signal`). A client that reads nothing for ten seconds is cut.
    */
   stream?: { contentType: string; chunks: AsyncIterable<Uint8Array | string> };
   /** A list sends the header once per value (Set-Cookie). */

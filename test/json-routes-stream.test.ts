@@ -48,3 +48,15 @@ t.test('a slow reader holds the producer back; leaving ends it', async (t) => {
   await new Promise((r) => setTimeout(r, 100));
   t.equal(seen.produced, produced, 'nothing more is produced');
 });
+
+t.test('a stream made after the client left is ended all the same', async (t) => {
+  const before = { ...seen };
+  const url = new URL(`${gw.url}/stream-test/late`);
+  const req = request({ host: url.hostname, port: url.port, path: url.pathname });
+  req.on('error', () => undefined);
+  req.end();
+  await eventually(() => seen.lateWaiting > before.lateWaiting, 'the handler is waiting');
+  req.destroy();
+  await eventually(() => seen.lateReturned > before.lateReturned, "the late stream's iteration ended");
+  t.pass('ended');
+});

@@ -8,7 +8,12 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import t from 'tap';
-import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js';
+import {
+  PromptListChangedNotificationSchema,
+  ResourceListChangedNotificationSchema,
+  ToolListChangedNotificationSchema,
+  type CallToolResult,
+} from '@modelcontextprotocol/sdk/types.js';
 import { eventually, startTestGateway } from './helpers.js';
 import { everythingEntry, faultyEntry, filesystemEntry, mcpClient, nodeServer, rpcError } from './mcp-helpers.js';
 
@@ -23,6 +28,7 @@ const mcpYaml = `mcp:
     everything: ${nodeServer(everythingEntry, ['stdio'])}
     files: ${nodeServer(filesystemEntry, [scratch])}
     faulty: ${nodeServer(faultyEntry, [], 'timeoutSeconds: 2')}
+    patient: ${nodeServer(faultyEntry, [], 'timeoutSeconds: 120')}
 `;
 const gw = await startTestGateway((dataDir) => `dataDir: ${dataDir}\nupstreams:\n  sim: { kind: simulator }\nmodels:\n  - { id: m, upstream: sim }\n${mcpYaml}`);
 t.teardown(() => gw.stop());
@@ -36,7 +42,7 @@ async function keyWith(group: string, mcpTools: string[], limits?: Record<string
 }
 
 const text = (result: unknown) => ((result as CallToolResult).content[0] as { text: string }).text;
-const allTools = await keyWith('all', ['everything/*', 'files/*', 'faulty/*']);
+const allTools = await keyWith('all', ['everything/*', 'files/*', 'faulty/*', 'patient/*']);
 
 t.test('tools/list is the union of the granted tools, namespaced and sorted; none by default', async (t) => {
   const client = await mcpClient(gw.url, allTools);
@@ -119,6 +125,21 @@ t.test("the key's rpm applies to tool calls in a scope of their own", async (t) 
   t.equal(model.status, 200, "the key's model calls are not counted with its tool calls");
 });
 
+t.test("resources/read, prompts/get and completion/complete: the key's limits, logged", async (t) => {
+  const key = await keyWith('reader', ['everything/*'], { rpm: 2 });
+  const client = await mcpClient(gw.url, key);
+  t.teardown(() => client.close());
+  const { resources } = await client.listResources();
+  const uri = resources[0]!.uri;
+  await client.readResource({ uri });
+  const { prompts } = await client.listPrompts();
+  await client.getPrompt({ name: prompts.find((p) => !p.arguments?.some((a) => a.required))!.name });
+  const limited = await rpcError(client.readResource({ uri }));
+  t.equal(limited.code, -32029, 'over the rpm: a rate-limit error');
+  t.ok(gw.logs.some((l) => (l.mcp as { method?: string; outcome?: string } | undefined)?.method === 'resources/read' && (l.mcp as { outcome?: string }).outcome === 'ok'), 'the read is logged');
+  t.ok(gw.logs.some((l) => (l.mcp as { method?: string } | undefined)?.method === 'prompts/get'), 'the prompt is logged');
+});
+
 t.test('oversize arguments and an oversize result are refused', async (t) => {
   const client = await mcpClient(gw.url, allTools);
   t.teardown(() => client.close());
@@ -144,9 +165,10 @@ t.test('one cancelled call does not cancel another', async (t) => {
   const client = await mcpClient(gw.url, allTools);
   t.teardown(() => client.close());
   const cancel = new AbortController();
-  const long = client.callTool({ name: 'faulty_slow', arguments: { ms: 60_000 } }, undefined, { signal: cancel.signal, timeout: 120_000 });
-  // Shorter than the server's 2 s timeout, long enough to be under way when the other is cancelled.
-  const other = client.callTool({ name: 'faulty_slow', arguments: { ms: 1500 } }, undefined, { timeout: 120_000 });
+  // A server of its own with a long timeout: the other call is not racing one on a busy machine.
+  const long = client.callTool({ name: 'patient_slow', arguments: { ms: 60_000 } }, undefined, { signal: cancel.signal, timeout: 120_000 });
+  // Long enough to be under way when the other is cancelled.
+  const other = client.callTool({ name: 'patient_slow', arguments: { ms: 1500 } }, undefined, { timeout: 120_000 });
   other.catch(() => undefined);
   await eventually(async () => (await gw.admin('GET', '/admin/mcp')).body.callsInFlight === 2, 'both calls under way upstream');
   cancel.abort('changed my mind');
@@ -174,6 +196,10 @@ t.test('progress notifications pass through', async (t) => {
 t.test('a server that dies mid-call: an error, then it is restarted', async (t) => {
   const client = await mcpClient(gw.url, allTools);
   t.teardown(() => client.close());
+  const changed = new Set<string>();
+  for (const schema of [ToolListChangedNotificationSchema, ResourceListChangedNotificationSchema, PromptListChangedNotificationSchema]) {
+    client.setNotificationHandler(schema, (n) => void changed.add(n.method));
+  }
   const before = text(await client.callTool({ name: 'faulty_pid', arguments: {} }));
   const died = await rpcError(client.callTool({ name: 'faulty_die', arguments: {} }, undefined, { timeout: 60_000 }));
   t.equal(died.code, -32603);
@@ -183,6 +209,7 @@ t.test('a server that dies mid-call: an error, then it is restarted', async (t) 
     return r && !r.isError && text(r);
   }, 'the restarted server answering');
   t.not(after, before, 'a new process answers');
+  await eventually(() => changed.size === 3, `every list announced as changing is said to have changed (${[...changed].join(', ')})`);
   const report = await gw.admin('GET', '/admin/mcp');
   t.match(report.body.servers.find((s: { name: string }) => s.name === 'faulty'), { state: 'ready', restarts: Number });
   t.ok(report.body.servers.find((s: { name: string }) => s.name === 'faulty').restarts >= 1, 'the restart is counted');
@@ -242,6 +269,6 @@ t.test('/admin/mcp shows servers, tools and grants; nothing adds a server', asyn
   t.equal(reload.status, 400, 'the reload is refused');
   t.match(reload.body, { error: { code: 'invalid_config', reasons: [/^mcp\.servers\.evil: changes only at restart/] } });
   const after = await gw.admin('GET', '/admin/mcp');
-  t.same(after.body.servers.map((s: { name: string }) => s.name).sort(), ['everything', 'faulty', 'files']);
+  t.same(after.body.servers.map((s: { name: string }) => s.name).sort(), ['everything', 'faulty', 'files', 'patient']);
   t.throws(() => readFileSync(join(scratch, 'pwned')), 'the command never ran');
 });

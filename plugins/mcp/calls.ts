@@ -12,6 +12,7 @@ import type { CatalogEntry } from './catalog.js';
 import { ErrorCode, NOT_GRANTED, RATE_LIMITED, RpcError, SERVER_UNAVAILABLE, TOO_LARGE } from './errors.js';
 import { grantsTool, type Principal } from './grants.js';
 import type { McpUpstream } from './upstream.js';
+import { StreamableHTTPError } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import type { Tool } from '@modelcontextprotocol/sdk/types.js';
 
 /**
@@ -30,6 +31,23 @@ const outcomeStatus: Record<string, number> = {
   error: 502,
   timeout: 504,
 };
+
+/**
+ * Whether a failed call means its upstream session is gone: the server does not know it (a 404,
+ * as the spec says, or a 400, as servers built on the SDK's examples answer an unknown session;
+ * the gateway's own requests are well formed) or the connection closed. Anything else (a 429, 500
+ * or 413 on one POST, a brief network error) fails that call alone; the session, shared by the
+ * calls in flight beside it, is kept.
+ */
+export function sessionLost(err: unknown): boolean {
+  if (err instanceof McpError) return err.code === ErrorCode.ConnectionClosed;
+  return err instanceof StreamableHTTPError && (err.code === 404 || err.code === 400);
+}
+
+/** A tool call's timeout may be restarted by progress notifications up to this many times its length in all. */
+export const PROGRESS_TOTAL_TIMEOUTS = 10;
+
+type Recorder = (outcome: string, extra?: { resultBytes?: number; error?: string }) => void;
 
 /** A denied call is audited at most once a minute per key and tool: a key cannot flood the audit log. */
 const AUDIT_EVERY_MS = 60_000;
@@ -69,53 +87,9 @@ export class ToolCalls {
     session: (server: McpUpstream) => Promise<Client>,
     ctx: CallContext,
   ): Promise<CallToolResult> {
-    const started = performance.now();
-    const time = Date.now();
-    const { key, group } = ctx.principal;
     const argumentBytes = args === undefined ? 0 : Buffer.byteLength(JSON.stringify(args));
-    const record = (outcome: string, extra: { resultBytes?: number; error?: string } = {}) => {
-      const durationMs = Math.round((performance.now() - started) * 10) / 10;
-      this.store.recordUsage({
-        time,
-        requestId: newId('mcp_', 12),
-        keyId: key.id,
-        group: group.name,
-        model: entry ? `${entry.server}/${entry.original}` : requested,
-        upstream: entry?.server ?? null,
-        family: 'mcp',
-        status: outcomeStatus[outcome] ?? 502,
-        promptTokens: 0,
-        completionTokens: 0,
-        cachedInputTokens: null,
-        cacheWriteTokens: null,
-        reasoningTokens: null,
-        cost: null,
-        channel: null,
-        attempts: entry && server && outcome !== 'not_granted' && outcome !== 'too_large' && outcome !== 'rate_limited' ? 1 : 0,
-        estimated: false,
-        latencyMs: durationMs,
-        ttfbMs: null,
-        streamed: false,
-        outcome: outcome === 'cancelled' ? 'aborted' : outcome === 'ok' || outcome === 'tool_error' ? 'finished' : 'error',
-        error: extra.error ? `${outcome}: ${extra.error}`.slice(0, 500) : outcome === 'ok' || outcome === 'tool_error' ? null : outcome,
-        notes: `tools/call: ${outcome}; arguments ${argumentBytes} bytes${extra.resultBytes ? `; result ${extra.resultBytes} bytes` : ''}`,
-      });
-      this.log.info(
-        {
-          mcp: {
-            server: entry?.server,
-            tool: entry?.original ?? requested,
-            key: key.id,
-            group: group.name,
-            durationMs,
-            outcome,
-            argumentBytes,
-            ...extra,
-          },
-        },
-        'mcp tool call',
-      );
-    };
+    const record = this.recorder({ method: 'tools/call', server: entry?.server, name: entry?.original ?? requested, requested }, ctx.principal, argumentBytes);
+    const { group } = ctx.principal;
     if (!entry || !server) {
       record('unknown_tool');
       throw new RpcError(ErrorCode.InvalidParams, `Unknown tool: ${requested}. Call tools/list for the tools this key may use.`);
@@ -135,7 +109,46 @@ export class ToolCalls {
         code: 'request_too_large',
       });
     }
-    const lease = await this.admit(ctx.principal, requested, record);
+    const timeout = server.config.timeoutMs;
+    const result = await this.run(requested, server, session, ctx, record, (client) =>
+      client.callTool({ name: entry.original, ...(args !== undefined && { arguments: args }) }, undefined, {
+        signal: ctx.signal,
+        timeout,
+        // Progress restarts the clock, up to a bound: a server cannot keep a call open for ever.
+        maxTotalTimeout: timeout * PROGRESS_TOTAL_TIMEOUTS,
+        ...(ctx.onProgress && { onprogress: ctx.onProgress, resetTimeoutOnProgress: true }),
+      }) as Promise<CallToolResult>,
+    );
+    return result;
+  }
+
+  /**
+   * A request other than tools/call that reaches a server (resources/read, prompts/get,
+   * completion/complete), already granted by the caller: under the same policy as a tool call
+   * (the key's rpm and concurrency, the server's timeout, the result cap, the log line and usage).
+   */
+  async request<R>(
+    method: string,
+    target: { server: string; name: string },
+    server: McpUpstream,
+    session: (server: McpUpstream) => Promise<Client>,
+    ctx: CallContext,
+    send: (client: Client, options: { signal: AbortSignal; timeout: number }) => Promise<R>,
+  ): Promise<R> {
+    const record = this.recorder({ method, ...target, requested: target.name }, ctx.principal, 0);
+    return this.run(`${method} ${target.name}`, server, session, ctx, record, (client) => send(client, { signal: ctx.signal, timeout: server.config.timeoutMs }));
+  }
+
+  /** Admits, sends through the client session's upstream session, caps the result, records the outcome. */
+  private async run<R>(
+    what: string,
+    server: McpUpstream,
+    session: (server: McpUpstream) => Promise<Client>,
+    ctx: CallContext,
+    record: Recorder,
+    send: (client: Client) => Promise<R>,
+  ): Promise<R> {
+    const lease = await this.admit(ctx.principal, what, record);
     let outcome = 'error';
     let resultBytes = 0;
     let errorText: string | undefined;
@@ -143,28 +156,21 @@ export class ToolCalls {
     try {
       if (server.state !== 'ready') throw new RpcError(SERVER_UNAVAILABLE, `MCP server "${server.name}" is ${server.state}${server.error ? ` (${server.error})` : ''}: try again shortly.`, { code: 'server_unavailable' });
       const client = await session(server).catch((err: unknown) => {
+        if (err instanceof RpcError) throw err;
         throw new RpcError(SERVER_UNAVAILABLE, `MCP server "${server.name}" cannot be reached: ${err instanceof Error ? err.message : String(err)}`, { code: 'server_unavailable' });
       });
-      const timeout = server.config.timeoutMs;
-      const result = (await client
-        .callTool({ name: entry.original, ...(args !== undefined && { arguments: args }) }, undefined, {
-          signal: ctx.signal,
-          timeout,
-          maxTotalTimeout: timeout,
-          ...(ctx.onProgress && { onprogress: ctx.onProgress, resetTimeoutOnProgress: true }),
-        })
-        .catch((err: unknown) => {
-          if (!ctx.signal.aborted && (!(err instanceof McpError) || err.code === ErrorCode.ConnectionClosed)) ctx.unusable?.();
-          throw this.upstreamError(err, server, requested, ctx.signal);
-        })) as CallToolResult;
+      const result = await send(client).catch((err: unknown) => {
+        if (!ctx.signal.aborted && sessionLost(err)) ctx.unusable?.();
+        throw this.upstreamError(err, server, what, ctx.signal);
+      });
       resultBytes = Buffer.byteLength(JSON.stringify(result));
       if (resultBytes > this.config.maxResultBytes) {
         outcome = 'result_too_large';
-        throw new RpcError(TOO_LARGE, `The result of ${requested} is ${resultBytes} bytes of JSON, more than the ${this.config.maxResultBytes} allowed (mcp.maxResultBytes).`, {
+        throw new RpcError(TOO_LARGE, `The result of ${what} is ${resultBytes} bytes of JSON, more than the ${this.config.maxResultBytes} allowed (mcp.maxResultBytes).`, {
           code: 'result_too_large',
         });
       }
-      outcome = result.isError ? 'tool_error' : 'ok';
+      outcome = (result as { isError?: boolean }).isError ? 'tool_error' : 'ok';
       return result;
     } catch (err) {
       if (ctx.signal.aborted) outcome = 'cancelled';
@@ -181,8 +187,60 @@ export class ToolCalls {
     }
   }
 
+  /** One log line and one usage record per request, whatever its outcome. */
+  private recorder(target: { method: string; server: string | undefined; name: string; requested: string }, principal: Principal, argumentBytes: number): Recorder {
+    const started = performance.now();
+    const time = Date.now();
+    const { key, group } = principal;
+    return (outcome, extra = {}) => {
+      const durationMs = Math.round((performance.now() - started) * 10) / 10;
+      const reached = target.server !== undefined && outcome !== 'unknown_tool' && outcome !== 'not_granted' && outcome !== 'too_large' && outcome !== 'rate_limited';
+      this.store.recordUsage({
+        time,
+        requestId: newId('mcp_', 12),
+        keyId: key.id,
+        group: group.name,
+        model: target.server !== undefined ? `${target.server}/${target.name}` : target.requested,
+        upstream: target.server ?? null,
+        family: 'mcp',
+        status: outcomeStatus[outcome] ?? 502,
+        promptTokens: 0,
+        completionTokens: 0,
+        cachedInputTokens: null,
+        cacheWriteTokens: null,
+        reasoningTokens: null,
+        cost: null,
+        channel: null,
+        attempts: reached ? 1 : 0,
+        estimated: false,
+        latencyMs: durationMs,
+        ttfbMs: null,
+        streamed: false,
+        outcome: outcome === 'cancelled' ? 'aborted' : outcome === 'ok' || outcome === 'tool_error' ? 'finished' : 'error',
+        error: extra.error ? `${outcome}: ${extra.error}`.slice(0, 500) : outcome === 'ok' || outcome === 'tool_error' ? null : outcome,
+        notes: `${target.method}: ${outcome}; arguments ${argumentBytes} bytes${extra.resultBytes ? `; result ${extra.resultBytes} bytes` : ''}`,
+      });
+      this.log.info(
+        {
+          mcp: {
+            method: target.method,
+            server: target.server,
+            tool: target.name,
+            key: key.id,
+            group: group.name,
+            durationMs,
+            outcome,
+            argumentBytes,
+            ...extra,
+          },
+        },
+        target.method === 'tools/call' ? 'mcp tool call' : 'mcp request',
+      );
+    };
+  }
+
   /** The key's rpm and concurrency (its group's as defaults), in the tool-call scope. */
-  private async admit(principal: Principal, tool: string, record: (outcome: string) => void): Promise<unknown> {
+  private async admit(principal: Principal, tool: string, record: Recorder): Promise<unknown> {
     const { key, group } = principal;
     const { rpm, concurrency } = { ...group.limits, ...key.limits };
     if (rpm === undefined && concurrency === undefined) return undefined;

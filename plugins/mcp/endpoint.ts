@@ -63,7 +63,7 @@ export class McpEndpoint {
     await Promise.all([...this.sessions.values()].map((s) => s.close()));
   }
 
-  /** Every session learns that the tool list changed. */
+  /** Every session learns that the lists changed (tools, and resources and prompts where offered). */
   listsChanged(): void {
     for (const session of this.sessions.values()) session.listsChanged();
   }
@@ -158,8 +158,12 @@ async function toReply(response: Response, signal: AbortSignal | undefined): Pro
     return { status: response.status, headers, raw: { contentType, data: Buffer.from(await response.arrayBuffer()) } };
   }
   const reader = response.body.getReader();
-  // A pending read ends at once when the client goes away (the transport then forgets the stream).
-  signal?.addEventListener('abort', () => void reader.cancel().catch(() => undefined), { once: true });
+  // A pending read ends at once when the client goes away (the transport then forgets the stream);
+  // a client already gone by now (the listener would never run) has it cancelled here, or the
+  // transport would keep the stream and refuse the session's next GET with 409.
+  const stop = () => void reader.cancel().catch(() => undefined);
+  if (signal?.aborted) stop();
+  else signal?.addEventListener('abort', stop, { once: true });
   async function* chunks(): AsyncGenerator<Uint8Array> {
     // An SSE comment at once, so the status and headers leave now: a GET stream may have nothing
     // to say for a long while, and a client waits for the headers before it goes on.

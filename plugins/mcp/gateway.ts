@@ -56,8 +56,8 @@ export async function startMcpGateway(config: McpConfig, ctx: BootContext, gatew
   );
   return {
     async close() {
-      await endpoint.close();
-      await Promise.all([...servers.values()].map((s) => s.stop()));
+      // Side by side: a stdio server's shared session needs nothing from the client sessions' ends.
+      await Promise.all([endpoint.close(), ...[...servers.values()].map((s) => s.stop())]);
     },
   };
 }

@@ -31,6 +31,25 @@ import { ErrorCode, NOT_GRANTED, RpcError, SERVER_UNAVAILABLE } from './errors.j
 import { grantsServer, grantsTool, type Principal } from './grants.js';
 import type { McpUpstream } from './upstream.js';
 
+/**
+ * How long an HTTP server is given to acknowledge the end of a session (its DELETE): one that
+ * does not answer must not hold up a DELETE of ours, nor the gateway's shutdown.
+ */
+const TERMINATE_WAIT_MS = 5_000;
+
+/** Waits for `work` (its failure ignored), but no longer than `ms`. */
+async function withinTime(work: Promise<unknown>, ms: number): Promise<void> {
+  let timer: NodeJS.Timeout | undefined;
+  const timeUp = new Promise<void>((resolve) => {
+    timer = setTimeout(resolve, ms);
+    timer.unref();
+  });
+  await Promise.race([work.catch(() => undefined), timeUp]);
+  clearTimeout(timer);
+}
+
+const sessionEnded = () => new RpcError(SERVER_UNAVAILABLE, 'This MCP session has ended: open a new one.', { code: 'session_ended' });
+
 /** What a session needs of the gateway around it. */
 export interface SessionHost {
   catalog(): Catalog;
@@ -63,8 +82,9 @@ export class ClientSession {
     /** The key that opened it: only that key may use it. */
     readonly keyId: string,
     private readonly host: SessionHost,
-    capabilities: { resources: boolean; prompts: boolean },
+    private readonly offers: { resources: boolean; prompts: boolean },
   ) {
+    const capabilities = offers;
     this.transport = new WebStandardStreamableHTTPServerTransport({
       sessionIdGenerator: () => randomUUID(),
       maxRequestBodySize: host.maxBodyBytes,
@@ -106,12 +126,17 @@ export class ClientSession {
       sessions.map(async ([name, pending]) => {
         const client = await pending.catch(() => undefined);
         if (!client || this.host.server(name)?.isShared(client)) return;
-        // An HTTP server is told the session is over (DELETE), not left to expire it.
-        if (client.transport instanceof StreamableHTTPClientTransport) await client.transport.terminateSession().catch(() => undefined);
-        await client.close().catch(() => undefined);
+        await this.endUpstream(client);
       }),
     );
     await this.server.close().catch(() => undefined);
+  }
+
+  /** Ends one upstream session of this client session's own. */
+  private async endUpstream(client: Client): Promise<void> {
+    // An HTTP server is told the session is over (DELETE), not left to expire it.
+    if (client.transport instanceof StreamableHTTPClientTransport) await withinTime(client.transport.terminateSession(), TERMINATE_WAIT_MS);
+    await client.close().catch(() => undefined);
   }
 
   /** Drops this session's upstream session with a server (an HTTP one is closed); the next use opens another. */
@@ -125,16 +150,25 @@ export class ClientSession {
 
   /** This session's upstream session with `server`, opened on first use and then reused. */
   private session = (server: McpUpstream): Promise<Client> => {
+    // A call that waited (on the limiter) while the session was ended opens nothing.
+    if (this.closed) return Promise.reject(sessionEnded());
     let pending = this.upstream.get(server.name);
     if (!pending) {
-      pending = server.openSession();
-      this.upstream.set(server.name, pending);
-      pending.then(
+      const opening = server.openSession();
+      pending = opening.then(async (client) => {
+        if (!this.closed || server.isShared(client)) return client;
+        // The session ended while this one opened: close() did not see it, so it is closed here.
+        await this.endUpstream(client);
+        throw sessionEnded();
+      });
+      const mine = pending;
+      this.upstream.set(server.name, mine);
+      mine.then(
         (client) => {
           // An HTTP session that closes (the server restarted, or expired it) is opened again next time.
-          if (!server.isShared(client)) client.onclose = () => this.upstream.get(server.name) === pending && this.upstream.delete(server.name);
+          if (!server.isShared(client)) client.onclose = () => this.upstream.get(server.name) === mine && this.upstream.delete(server.name);
         },
-        () => this.upstream.get(server.name) === pending && this.upstream.delete(server.name),
+        () => this.upstream.get(server.name) === mine && this.upstream.delete(server.name),
       );
     }
     return pending.then((client) => {
@@ -204,9 +238,9 @@ export class ClientSession {
         const owner = prompt?.server ?? (ref.type === 'ref/resource' ? catalog.templates.find((t) => t.item.uriTemplate === ref.uri)?.server : undefined);
         if (!owner) throw new RpcError(ErrorCode.InvalidParams, `Nothing to complete for ${ref.type === 'ref/prompt' ? `prompt ${ref.name}` : `resource ${ref.uri}`}.`);
         if (!grantsServer(group.mcpTools, owner)) throw new RpcError(NOT_GRANTED, `MCP server "${owner}" is not granted to group "${group.name}" as a whole (grant "${owner}/*").`);
-        const upstream = await this.ready(owner);
         const params = prompt ? { ...req.params, ref: { type: 'ref/prompt' as const, name: prompt.original } } : req.params;
-        return upstream.complete(params, { signal: extra.signal, timeout: host.server(owner)!.config.timeoutMs });
+        const name = prompt ? prompt.original : ref.type === 'ref/resource' ? ref.uri : '';
+        return this.upstreamRequest('completion/complete', owner, name, extra, (client, options) => client.complete(params, options));
       }),
     );
 
@@ -233,8 +267,7 @@ export class ClientSession {
           const owner = catalog.resources.get(req.params.uri)?.server ?? templateOwner(catalog, req.params.uri);
           if (!owner) throw new RpcError(-32002, `Resource not found: ${req.params.uri}. Call resources/list for the resources this key may read.`);
           if (!grantsServer(group.mcpTools, owner)) throw new RpcError(NOT_GRANTED, `The resources of MCP server "${owner}" are not granted to group "${group.name}" (grant "${owner}/*").`);
-          const upstream = await this.ready(owner);
-          return upstream.readResource({ uri: req.params.uri }, { signal: extra.signal, timeout: host.server(owner)!.config.timeoutMs });
+          return this.upstreamRequest('resources/read', owner, req.params.uri, extra, (client, options) => client.readResource({ uri: req.params.uri }, options));
         }),
       );
     }
@@ -254,26 +287,39 @@ export class ClientSession {
           const entry = host.catalog().prompts.get(req.params.name);
           if (!entry) throw new RpcError(ErrorCode.InvalidParams, `Unknown prompt: ${req.params.name}. Call prompts/list for the prompts this key may use.`);
           if (!grantsServer(group.mcpTools, entry.server)) throw new RpcError(NOT_GRANTED, `The prompts of MCP server "${entry.server}" are not granted to group "${group.name}" (grant "${entry.server}/*").`);
-          const upstream = await this.ready(entry.server);
-          return upstream.getPrompt(
-            { name: entry.original, ...(req.params.arguments && { arguments: req.params.arguments }) },
-            { signal: extra.signal, timeout: host.server(entry.server)!.config.timeoutMs },
+          return this.upstreamRequest('prompts/get', entry.server, entry.original, extra, (client, options) =>
+            client.getPrompt({ name: entry.original, ...(req.params.arguments && { arguments: req.params.arguments }) }, options),
           );
         }),
       );
     }
   }
 
-  private async ready(name: string): Promise<Client> {
+  /** A granted request to server `name` under the tool calls' policy (limits, timeout, result cap, usage). */
+  private upstreamRequest<R>(
+    method: string,
+    name: string,
+    target: string,
+    extra: { authInfo?: AuthInfo | undefined; signal: AbortSignal },
+    send: (client: Client, options: { signal: AbortSignal; timeout: number }) => Promise<R>,
+  ): Promise<R> {
+    if (this.closed) throw sessionEnded();
     const server = this.host.server(name);
-    if (!server || server.state !== 'ready') throw new RpcError(SERVER_UNAVAILABLE, `MCP server "${name}" is ${server?.state ?? 'unknown'}: try again shortly.`);
-    return this.session(server);
+    if (!server) throw new RpcError(SERVER_UNAVAILABLE, `MCP server "${name}" is unknown: try again shortly.`);
+    return this.host.calls.request(method, { server: name, name: target }, server, this.session, {
+      principal: principalOf(extra.authInfo),
+      signal: extra.signal,
+      unusable: () => void this.forget(name),
+    }, send);
   }
 
   /** Tells the client its lists changed (a server restarted or said so). */
   listsChanged(): void {
     if (this.closed) return;
+    // Each list this session announced as changing: a restarted server may change any of them.
     void this.server.sendToolListChanged().catch(() => undefined);
+    if (this.offers.resources) void this.server.sendResourceListChanged().catch(() => undefined);
+    if (this.offers.prompts) void this.server.sendPromptListChanged().catch(() => undefined);
   }
 }
 

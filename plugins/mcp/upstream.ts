@@ -64,6 +64,10 @@ export class McpUpstream {
   private failures = 0;
   private timer: NodeJS.Timeout | undefined;
   private stopping = false;
+  /** The connect in progress, if any: stop() waits for it, so no start outlives a stop. */
+  private connecting: Promise<void> | undefined;
+  /** The client of that connect, closed by stop() so the connect ends now, not at its timeout. */
+  private opening: Client | undefined;
   /** Runs after every change of state or listing (the catalog is rebuilt). */
   onChange: () => void = () => {};
 
@@ -103,6 +107,9 @@ export class McpUpstream {
     const client = this.client;
     this.client = undefined;
     await client?.close().catch(() => undefined);
+    await this.opening?.close().catch(() => undefined);
+    // A connect under way sees `stopping` after its next await and closes what it opened.
+    await this.connecting;
   }
 
   private transport(): Transport {
@@ -121,9 +128,21 @@ export class McpUpstream {
     return transport;
   }
 
-  private async connect(): Promise<void> {
-    if (this.stopping) return;
+  private connect(): Promise<void> {
+    if (this.stopping) return Promise.resolve();
+    const attempt = this.attempt().finally(() => {
+      if (this.connecting === attempt) {
+        this.connecting = undefined;
+        this.opening = undefined;
+      }
+    });
+    this.connecting = attempt;
+    return attempt;
+  }
+
+  private async attempt(): Promise<void> {
     const client = new Client(CLIENT_INFO, { capabilities: {} });
+    this.opening = client;
     const connectedAt = Date.now();
     let up = false;
     client.onclose = () => {
@@ -135,9 +154,16 @@ export class McpUpstream {
     try {
       const timeout = Math.max(START_TIMEOUT_MS, this.config.timeoutMs);
       await client.connect(this.transport(), { timeout });
+      // Stopped while starting: what was opened is closed, and the server stays stopped.
+      if (this.stopping) return void (await client.close().catch(() => undefined));
       this.client = client;
       this.watch(client);
-      this.listing = await this.list(client, timeout);
+      const listing = await this.list(client, timeout);
+      if (this.stopping) {
+        this.client = undefined;
+        return void (await client.close().catch(() => undefined));
+      }
+      this.listing = listing;
       up = true;
       this.state = 'ready';
       this.error = undefined;

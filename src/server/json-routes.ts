@@ -31,13 +31,17 @@ export function addJsonRoutes(app: TemplatedApp, routes: Record<string, JsonHand
       let reserved = 0;
       context.jsonInFlight++;
       const left = new AbortController();
-      // Once, on the reply or the client's leaving: the slot and the body budget come back.
+      // The body budget comes back once the body is the handler's (or it was never read).
+      const release = () => {
+        context.bodyBytesInFlight -= reserved;
+        reserved = 0;
+      };
+      // Once, on the reply or the client's leaving: the slot comes back.
       const writer = new JsonWriter(
         res,
         () => {
           context.jsonInFlight--;
-          context.bodyBytesInFlight -= reserved;
-          reserved = 0;
+          release();
         },
         () => left.abort(),
         log,
@@ -49,6 +53,8 @@ export function addJsonRoutes(app: TemplatedApp, routes: Record<string, JsonHand
         return { status: 500, body: { error: { message: 'internal error', code: 'internal_error' } } };
       };
       const answer = (body: Buffer) => {
+        // A streamed reply can last for hours: the budget is for bodies being read, not for replies.
+        release();
         Promise.resolve()
           .then(() => handler({ method, path, query, headers, body, remoteAddress, signal: left.signal }))
           .catch(failed)
@@ -121,8 +127,26 @@ class JsonWriter {
   }
 
   send(reply: JsonReply, closeConnection = false, headOnly = false): void {
-    if (this.closed) return;
-    if (reply.stream && !headOnly) return void this.stream(reply, reply.stream);
+    if (this.closed) {
+      // The client left while the handler worked: a stream it made is still told to stop.
+      if (reply.stream) void closeChunks(reply.stream.chunks);
+      return;
+    }
+    if (reply.stream) {
+      const { stream } = reply;
+      // HEAD: the headers alone, the stream never read.
+      if (headOnly) void closeChunks(stream.chunks);
+      else {
+        this.stream(reply, stream).catch((err: unknown) => {
+          this.log.error({ err }, 'streamed json route reply failed');
+          void closeChunks(stream.chunks);
+          if (this.closed) return;
+          this.res.cork(() => this.res.end());
+          this.end();
+        });
+        return;
+      }
+    }
     const [contentType, data] = reply.raw
       ? [reply.raw.contentType, reply.raw.data]
       : ['application/json', reply.body === undefined ? '' : JSON.stringify(reply.body)];
@@ -174,5 +198,14 @@ class JsonWriter {
     }
     this.res.cork(() => this.res.end());
     this.end();
+  }
+}
+
+/** Ends a stream's iteration that will not be read (its `return`), so what feeds it lets go. */
+async function closeChunks(chunks: AsyncIterable<Uint8Array | string>): Promise<void> {
+  try {
+    await chunks[Symbol.asyncIterator]().return?.();
+  } catch {
+    // Nothing more can be done for a stream nobody reads.
   }
 }
