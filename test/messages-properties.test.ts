@@ -138,6 +138,18 @@ t.test('a valid request with one value replaced by anything', async (t) => {
   await healthy(t);
 });
 
+t.test('a value whose string conversion throws (found by the property above) is refused in Anthropic shape', async (t) => {
+  const where = ['messages', 0, 'content', 1, 'source', 'type'];
+  const cases = baseCases.filter((b) => pathsIn(b).some((p) => JSON.stringify(p) === JSON.stringify(where)));
+  t.ok(cases.length > 0, 'some valid request has an image source there');
+  for (const body of cases) {
+    await accepted('/v1/messages', encode(edited(body, where, { toString: '' }))).then(
+      () => t.pass(`${body.model}: a 200 or a 4xx in Anthropic's shape`),
+      (err: Error) => t.fail(`${body.model}: ${err.message}`),
+    );
+  }
+});
+
 t.test('random JSON and random bytes as the body', async (t) => {
   const body = fc.oneof(
     fc.json().map((s) => Buffer.from(s)),

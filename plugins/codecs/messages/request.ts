@@ -1,5 +1,5 @@
 /** Messages requests to and from the canonical pivot. */
-import { canonical as C, GatewayError, type ModelConfig } from '../../../src/plugin-api.js';
+import { canonical as C, echoed, GatewayError, type ModelConfig } from '../../../src/plugin-api.js';
 import type { MessagesRequest } from './schema.js';
 import {
   type AnyBlock,
@@ -140,6 +140,14 @@ function systemParts(system: MessagesRequest['system'], native: boolean): C.Part
 
 type Refuse = (param: string, what: string) => void;
 
+/**
+ * A client's value in a message, quoted: the schema does not type every field it lets through, and
+ * an object can make string conversion throw (`{"toString": ""}`), which would be a 500.
+ */
+function shown(value: unknown): string {
+  return typeof value === 'string' ? `'${echoed(value)}'` : echoed(JSON.stringify(value) ?? String(typeof value));
+}
+
 function userPart(b: MessagesBlock, where: string, refuse: Refuse): C.Part | undefined {
   switch (b.type) {
     case 'text':
@@ -148,7 +156,7 @@ function userPart(b: MessagesBlock, where: string, refuse: Refuse): C.Part | und
       const s = b.source;
       if (s.type === 'base64') return { type: 'image', url: dataUrl(s.media_type, s.data), mimeType: s.media_type, where };
       if (s.type === 'url') return { type: 'image', url: s.url, where };
-      refuse(`${where}.source`, `an image source of type '${s.type}'`);
+      refuse(`${where}.source`, `an image source of type ${shown(s.type)}`);
       return undefined;
     }
     case 'document': {
@@ -157,7 +165,7 @@ function userPart(b: MessagesBlock, where: string, refuse: Refuse): C.Part | und
       if (s.type === 'url') return { type: 'file', url: s.url, ...(b.title && { filename: b.title }) };
       if (s.type === 'text') return { type: 'text', text: s.data };
       if (s.type === 'content') return { type: 'text', text: typeof s.content === 'string' ? s.content : textOfBlocks(s.content) };
-      refuse(`${where}.source`, `a document source of type '${s.type}'`);
+      refuse(`${where}.source`, `a document source of type ${shown(s.type)}`);
       return undefined;
     }
     case 'search_result':

@@ -583,8 +583,8 @@ function parseMessage(
     if (!isRecord(block)) throw invalid(`${at}: Input should be a valid dictionary`);
     if (!allowed.includes(block.type as string)) {
       const known = [...USER_BLOCKS, ...ASSISTANT_BLOCKS].includes(block.type as string);
-      if (known) throw invalid(`${at}: \`${String(block.type)}\` blocks are not allowed in \`${role}\` messages`);
-      throw invalid(`${at}: Input tag '${String(block.type)}' found using 'type' does not match any of the expected tags: ${allowed.map((t) => `'${t}'`).join(', ')}`);
+      if (known) throw invalid(`${at}: \`${tag(block.type)}\` blocks are not allowed in \`${role}\` messages`);
+      throw invalid(`${at}: Input tag '${tag(block.type)}' found using 'type' does not match any of the expected tags: ${allowed.map((t) => `'${t}'`).join(', ')}`);
     }
     switch (block.type) {
       case 'text':
@@ -652,8 +652,13 @@ function checkImage(block: Record<string, unknown>, at: string): void {
   } else if (source.type === 'url') {
     if (typeof source.url !== 'string' || !/^https?:\/\//.test(source.url)) throw invalid(`${at}.source.url.url: Input should be a valid URL`);
   } else if (source.type !== 'file') {
-    throw invalid(`${at}.source: Input tag '${String(source.type)}' found using 'type' does not match any of the expected tags: 'base64', 'url', 'file'`);
+    throw invalid(`${at}.source: Input tag '${tag(source.type)}' found using 'type' does not match any of the expected tags: 'base64', 'url', 'file'`);
   }
+}
+
+/** A client's value in an error message: an object may make `String()` throw (`{"toString": ""}`). */
+function tag(value: unknown): string {
+  return typeof value === 'string' ? value : (JSON.stringify(value) ?? typeof value);
 }
 
 function checkToolUse(block: Record<string, unknown>, at: string): void {
@@ -675,7 +680,7 @@ function parseToolResult(block: Record<string, unknown>, at: string): { text: st
   content.forEach((part: unknown, k) => {
     const where = `${at}.tool_result.content.${k}`;
     if (!isRecord(part) || !RESULT_BLOCKS.includes(part.type as string)) {
-      throw invalid(`${where}: Input tag '${String(isRecord(part) ? part.type : part)}' found using 'type' does not match any of the expected tags: ${RESULT_BLOCKS.map((t) => `'${t}'`).join(', ')}`);
+      throw invalid(`${where}: Input tag '${tag(isRecord(part) ? part.type : part)}' found using 'type' does not match any of the expected tags: ${RESULT_BLOCKS.map((t) => `'${t}'`).join(', ')}`);
     }
     if (part.type === 'text') texts.push(textOf(part, where));
     else if (part.type === 'image') {
@@ -723,7 +728,7 @@ function checkTurns(turns: Turn[], thinking: boolean): void {
       }
       if (!asked.has(block.tool_use_id as string)) {
         throw invalid(
-          `messages.${turn.index}.content.${k}: unexpected \`tool_use_id\` found in \`tool_result\` blocks: ${String(block.tool_use_id)}. ` +
+          `messages.${turn.index}.content.${k}: unexpected \`tool_use_id\` found in \`tool_result\` blocks: ${tag(block.tool_use_id)}. ` +
             'Each `tool_result` block must have a corresponding `tool_use` block in the previous message.',
         );
       }
@@ -736,7 +741,7 @@ function checkTurns(turns: Turn[], thinking: boolean): void {
   const first = caller.blocks[0];
   if (first?.type !== 'thinking' && first?.type !== 'redacted_thinking') {
     throw invalid(
-      `messages.${caller.index}.content.0.type: Expected \`thinking\` or \`redacted_thinking\`, but found \`${String(first?.type ?? 'nothing')}\`. ` +
+      `messages.${caller.index}.content.0.type: Expected \`thinking\` or \`redacted_thinking\`, but found \`${tag(first?.type ?? 'nothing')}\`. ` +
         'When `thinking` is enabled, a final `assistant` message must start with a thinking block (preceeding the lastmost set of `tool_use` and `tool_result` blocks). ' +
         `We recommend you include thinking blocks from previous turns. To avoid this requirement, disable \`thinking\`. ${THINKING_DOCS}`,
     );
@@ -769,7 +774,7 @@ function parseTools(raw: unknown): SimTool[] {
 function parseToolChoice(raw: unknown, tools: SimTool[]): { toolChoice: ToolChoice; forced: boolean; singleCall: boolean } {
   if (raw === undefined) return { toolChoice: tools.length > 0 ? 'auto' : 'none', forced: false, singleCall: false };
   if (!isRecord(raw)) throw invalid('tool_choice: Input should be a valid dictionary');
-  const singleCall = raw.disable_parallel_tool_use === undefined ? false : boolean(raw.disable_parallel_tool_use, `tool_choice.${String(raw.type)}.disable_parallel_tool_use`);
+  const singleCall = raw.disable_parallel_tool_use === undefined ? false : boolean(raw.disable_parallel_tool_use, `tool_choice.${tag(raw.type)}.disable_parallel_tool_use`);
   switch (raw.type) {
     case 'auto':
       return { toolChoice: tools.length > 0 ? 'auto' : 'none', forced: false, singleCall };
@@ -785,7 +790,7 @@ function parseToolChoice(raw: unknown, tools: SimTool[]): { toolChoice: ToolChoi
       return { toolChoice: { name }, forced: true, singleCall };
     }
     default:
-      throw invalid(`tool_choice: Input tag '${String(raw.type)}' found using 'type' does not match any of the expected tags: 'auto', 'any', 'tool', 'none'`);
+      throw invalid(`tool_choice: Input tag '${tag(raw.type)}' found using 'type' does not match any of the expected tags: 'auto', 'any', 'tool', 'none'`);
   }
 }
 
@@ -794,7 +799,7 @@ function parseThinking(raw: unknown, maxTokens: number | undefined): { budget?: 
   if (raw === undefined) return undefined;
   if (!isRecord(raw)) throw invalid('thinking: Input should be a valid dictionary');
   const display = raw.display;
-  if (display !== undefined && !DISPLAYS.has(display as string)) throw invalid(`thinking.${String(raw.type)}.display: Input should be 'summarized', 'omitted' or 'updates'`);
+  if (display !== undefined && !DISPLAYS.has(display as string)) throw invalid(`thinking.${tag(raw.type)}.display: Input should be 'summarized', 'omitted' or 'updates'`);
   const shown = display !== 'omitted';
   switch (raw.type) {
     case 'disabled':
@@ -810,7 +815,7 @@ function parseThinking(raw: unknown, maxTokens: number | undefined): { budget?: 
       return { budget, shown };
     }
     default:
-      throw invalid(`thinking: Input tag '${String(raw.type)}' found using 'type' does not match any of the expected tags: 'adaptive', 'disabled', 'enabled'`);
+      throw invalid(`thinking: Input tag '${tag(raw.type)}' found using 'type' does not match any of the expected tags: 'adaptive', 'disabled', 'enabled'`);
   }
 }
 
