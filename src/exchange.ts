@@ -58,9 +58,8 @@ export class Exchange implements ExchangeView {
   answeredBy: string | undefined;
   /** The complete canonical answer, kept when a plugin asked for it (keepAnswer). */
   answer: canonical.Response | undefined;
-  /** Whether the relay keeps `answer`, and up to how many characters. */
-  keepsAnswer = false;
-  keptAnswerLimit = 0;
+  /** Up to how many characters the relay keeps `answer`; undefined: it keeps none. */
+  keptAnswerLimit: number | undefined;
 
   /** What to stop when the exchange is cut short: the body read, the upstream call. */
   private readonly cancelers: (() => void)[] = [];
@@ -143,7 +142,6 @@ export class Exchange implements ExchangeView {
   }
 
   keepAnswer(maxChars: number): void {
-    this.keepsAnswer = true;
     this.keptAnswerLimit = maxChars;
   }
 
@@ -169,4 +167,4 @@ export class Exchange implements ExchangeView {
 
 /** Plugins see every public member of the exchange but the pipeline's own: `cancel`, how it ended and why the answer did (a member left out of ExchangeView fails here). */
 type Shown<Unseen extends never> = Unseen;
-type AllShown = Shown<Exclude<keyof Exchange, keyof ExchangeView | 'cancel' | 'failedWith' | 'cutShort' | 'keepsAnswer' | 'keptAnswerLimit' | 'answeredBecause'>>;
+type AllShown = Shown<Exclude<keyof Exchange, keyof ExchangeView | 'cancel' | 'failedWith' | 'cutShort' | 'keptAnswerLimit' | 'answeredBecause'>>;

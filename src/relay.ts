@@ -184,7 +184,7 @@ export class Relay implements ResponseSink {
       if (!this.kept) return;
       if (e.type === 'error') return this.letAnswerGo();
       this.kept.add(e);
-      if (this.kept.chars > this.ex.keptAnswerLimit) return this.letAnswerGo();
+      if (this.kept.chars > this.ex.keptAnswerLimit!) return this.letAnswerGo();
     }
   };
 
@@ -219,7 +219,7 @@ export class Relay implements ResponseSink {
     // a stream may last hours.
     ex.body = NO_BODY;
     const { passthrough } = this;
-    if (ex.keepsAnswer) this.kept = new AnswerCollector();
+    if (ex.keptAnswerLimit !== undefined) this.kept = new AnswerCollector();
     if (passthrough) {
       this.stream = passthrough.stream(ex);
       if (this.kept) this.keptReader = this.dialect.streamReader(ex);
@@ -396,7 +396,7 @@ export class Relay implements ResponseSink {
       ex.ttfbMs ??= ex.elapsedMs();
       if (passthrough) {
         ex.usage = passthrough.bodyUsage(body);
-        if (ex.keepsAnswer) ex.answer = readKept(dialect, body, ex);
+        if (ex.keptAnswerLimit !== undefined) ex.answer = readKept(dialect, body, ex);
         if (ex.answer) ex.answeredBecause([ex.answer.finishReason]);
         else if (this.pipeline.tracesCalls) ex.answeredBecause(() => finishReasonOf(() => dialect.readResponse(body, ex).finishReason));
         res.reply(status, { 'content-type': 'application/json' }, this.rename ? this.rename(body) : body);
@@ -406,7 +406,7 @@ export class Relay implements ResponseSink {
       const answer: Response = dialect.readResponse(body, ex);
       answer.usage ??= estimateUsage(ex, answerText(answer));
       ex.usage = answer.usage;
-      if (ex.keepsAnswer) ex.answer = answer;
+      if (ex.keptAnswerLimit !== undefined) ex.answer = answer;
       ex.answeredBecause([answer.finishReason]);
       res.reply(status, { 'content-type': 'application/json' }, ex.clientFamily.writeResponse(answer, ex));
       return;

@@ -511,8 +511,17 @@ export class RedisLimiter implements Limiter<RedisLease> {
   }
 
   /** Every cool-down resting now (after a (re)connect: what was published while this one did not listen). */
-  private async readCoolDowns(heard: (key: string, ms: number) => void): Promise<void> {
-    const prefix = `${this.coolChannel}:`;
+  private readCoolDowns(heard: (key: string, ms: number) => void): Promise<void> {
+    return this.readKeys(`${this.coolChannel}:`, ['pttl'], (key, [ttl]) => {
+      if (Number(ttl) > 0) heard(key, Number(ttl));
+    });
+  }
+
+  /**
+   * Every key under `prefix` with the replies of `commands` on it, a pipeline per scanned batch:
+   * how an instance that (re)connects catches up on what was published while it did not listen.
+   */
+  private async readKeys(prefix: string, commands: string[], read: (key: string, replies: unknown[]) => void): Promise<void> {
     try {
       await this.connected();
       let cursor = '0';
@@ -520,11 +529,8 @@ export class RedisLimiter implements Limiter<RedisLease> {
         const [next, keys] = await this.redis.scan(cursor, 'MATCH', `${prefix}*`, 'COUNT', 1000);
         cursor = next;
         if (keys.length === 0) continue;
-        const ttls = await this.redis.pipeline(keys.map((k) => ['pttl', k])).exec();
-        keys.forEach((k, i) => {
-          const ttl = Number(ttls?.[i]?.[1]);
-          if (ttl > 0) heard(k.slice(prefix.length), ttl);
-        });
+        const replies = await this.redis.pipeline(keys.flatMap((k) => commands.map((c) => [c, k]))).exec();
+        keys.forEach((k, i) => read(k.slice(prefix.length), commands.map((_, j) => replies?.[i * commands.length + j]?.[1])));
       } while (cursor !== '0');
     } catch (err) {
       this.lost(err);
@@ -561,25 +567,10 @@ export class RedisLimiter implements Limiter<RedisLease> {
   }
 
   /** Every pin alive (after a (re)connect: what was published while this one did not listen). */
-  private async readPins(heard: (key: string, channel: string, ttlMs: number) => void): Promise<void> {
-    const prefix = `${this.pinChannel}:`;
-    try {
-      await this.connected();
-      let cursor = '0';
-      do {
-        const [next, keys] = await this.redis.scan(cursor, 'MATCH', `${prefix}*`, 'COUNT', 1000);
-        cursor = next;
-        if (keys.length === 0) continue;
-        const replies = await this.redis.pipeline(keys.flatMap((k) => [['get', k], ['pttl', k]])).exec();
-        keys.forEach((k, i) => {
-          const channel = replies?.[2 * i]?.[1];
-          const ttl = Number(replies?.[2 * i + 1]?.[1]);
-          if (typeof channel === 'string' && ttl > 0) heard(k.slice(prefix.length), channel, ttl);
-        });
-      } while (cursor !== '0');
-    } catch (err) {
-      this.lost(err);
-    }
+  private readPins(heard: (key: string, channel: string, ttlMs: number) => void): Promise<void> {
+    return this.readKeys(`${this.pinChannel}:`, ['get', 'pttl'], (key, [channel, ttl]) => {
+      if (typeof channel === 'string' && Number(ttl) > 0) heard(key, channel, Number(ttl));
+    });
   }
 
   private keysOf(scope: LimitScope): string[] {
