@@ -19,6 +19,8 @@ export class Exchange implements ExchangeView {
   /** process.hrtime.bigint() at arrival. */
   readonly startedAt = process.hrtime.bigint();
   readonly createdAt = Date.now();
+  /** Its slot among the pipeline's exchanges in flight (src/live-set.ts); -1 when not there. */
+  liveSlot = -1;
 
   body: Buffer = Buffer.alloc(0);
   /** The parsed client request, in the family's own shape: the family that decoded it reads it with its own type. */
@@ -165,6 +167,6 @@ export class Exchange implements ExchangeView {
   }
 }
 
-/** Plugins see every public member of the exchange but the pipeline's own: `cancel`, how it ended and why the answer did (a member left out of ExchangeView fails here). */
+/** Plugins see every public member of the exchange but the pipeline's own: `cancel`, how it ended, why the answer did, its slot in flight (a member left out of ExchangeView fails here). */
 type Shown<Unseen extends never> = Unseen;
-type AllShown = Shown<Exclude<keyof Exchange, keyof ExchangeView | 'cancel' | 'failedWith' | 'cutShort' | 'keptAnswerLimit' | 'answeredBecause'>>;
+type AllShown = Shown<Exclude<keyof Exchange, keyof ExchangeView | 'cancel' | 'failedWith' | 'cutShort' | 'keptAnswerLimit' | 'answeredBecause' | 'liveSlot'>>;

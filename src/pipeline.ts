@@ -17,6 +17,7 @@ import type { Exchange } from './exchange.js';
 import type { Outcome } from './contracts.js';
 import { applyModelRules } from './model-rules.js';
 import type { ClientResponse } from './client-response.js';
+import { LiveSet } from './live-set.js';
 import { Relay, activeRelay, type RelayOwner } from './relay.js';
 import { echoed } from './request-caps.js';
 import { estimateTokens } from './tokens.js';
@@ -47,8 +48,8 @@ export interface PipelineOptions {
 type PhaseName = 'request' | 'catalog' | 'admit' | 'route';
 
 export class Pipeline implements RelayOwner {
-  /** Exchanges accepted and not yet done, with the response each answers through. */
-  readonly inFlight = new Map<Exchange, ClientResponse>();
+  /** Exchanges accepted and not yet done, with the response each answers through (not a Map: see src/live-set.ts). */
+  readonly inFlight = new LiveSet<Exchange, ClientResponse>();
   readonly log: Logger;
   readonly maxUpstreamBodyBytes: number;
   readonly maxEventBytes: number;
@@ -94,7 +95,7 @@ export class Pipeline implements RelayOwner {
    */
   accept(ex: Exchange, res: ClientResponse, answerLocally?: () => void): void {
     if (answerLocally) this.localAnswers.set(ex, answerLocally);
-    this.inFlight.set(ex, res);
+    this.inFlight.add(ex, res);
     this.attempt(ex, res, () => {
       ex.stage = 'headers';
       this.then(ex, res, this.phase('request', ex, res), () => this.afterHeaders(ex, res));
@@ -106,7 +107,7 @@ export class Pipeline implements RelayOwner {
    * done. `open` runs when the caller is accepted; a refusal is answered through `res`.
    */
   connect(ex: Exchange, res: ClientResponse, open: () => void): void {
-    this.inFlight.set(ex, res);
+    this.inFlight.add(ex, res);
     this.attempt(ex, res, () => {
       ex.stage = 'headers';
       this.then(ex, res, this.phase('request', ex, res), () => {
@@ -119,7 +120,7 @@ export class Pipeline implements RelayOwner {
 
   /** Answers with an error before the exchange could start (a bad header, overload, shutdown), then done. */
   reject(ex: Exchange, res: ClientResponse, err: GatewayError): void {
-    this.inFlight.set(ex, res);
+    this.inFlight.add(ex, res);
     this.attempt(ex, res, () => this.stop(ex, res, err));
   }
 
@@ -144,7 +145,7 @@ export class Pipeline implements RelayOwner {
 
   /** Shutdown ran out of time: every exchange still in flight ends with its family's failure. */
   interruptAll(): void {
-    for (const [ex, res] of [...this.inFlight]) this.interrupt(ex, res, 'shutdown');
+    for (const [ex, res] of this.inFlight.entries()) this.interrupt(ex, res, 'shutdown');
   }
 
   /** Runs `step` unless the exchange is over; an exception becomes the family's error. */

@@ -149,7 +149,7 @@ export class Reloader {
     this.upstreams = upstreams;
     this.options.applied(next, upstreams);
     // Every exchange that may hold the old routing is in flight now; later ones get the new one.
-    if (replaced.length > 0) this.options.retirements.retire(replaced, new Set(pipeline.inFlight.keys()));
+    if (replaced.length > 0) this.options.retirements.retire(replaced, new Set(pipeline.inFlight.values()));
     return { applied: true, changes: { upstreams: upstreamChanges, models: modelChanges } };
   }
 }

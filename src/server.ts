@@ -11,6 +11,7 @@ import type { Config } from './config/types.js';
 import type { ClientFamily, JsonHandler } from './contracts.js';
 import type { Pipeline } from './pipeline.js';
 import type { OpenSockets } from './socket.js';
+import { LiveSet } from './live-set.js';
 import { loadUws } from './uws.js';
 import type { ServerContext } from './server/context.js';
 import { addFamilyRoutes, noRoute } from './server/family-routes.js';
@@ -45,7 +46,7 @@ export function startServer(options: ServerOptions): Promise<RunningServer> {
     bodyBytesInFlight: 0,
     writeStallMs: limits.writeStallMs,
     overheadHeader: limits.overheadHeader,
-    writers: new Set(),
+    writers: new LiveSet(),
     draining: false,
     jsonInFlight: 0,
     overloaded: () => pipeline.inFlight.size + sockets.size + context.jsonInFlight >= limits.maxConnections,
@@ -53,7 +54,7 @@ export function startServer(options: ServerOptions): Promise<RunningServer> {
   const probeMs = Math.max(50, Math.min(1000, Math.floor(limits.writeStallMs / 8)));
   const prober = setInterval(() => {
     const now = Date.now();
-    for (const writer of context.writers) writer.tick(now);
+    for (const writer of context.writers.values()) writer.tick(now);
   }, probeMs).unref();
 
   const hints = addFamilyRoutes(app, options.families, context, sockets, limits);

@@ -230,6 +230,36 @@ t.test('a crash between the store commit and the journal truncate does not count
   await reopened.close();
 });
 
+t.test('an open exchange ends at its record, with the ticket or found by id; one never recorded is interrupted at the next start', async (t) => {
+  const dir = scratchDir();
+  const store = await openJournaled(dir);
+  const open = (i: number) => {
+    const { time, requestId, keyId, group, model, upstream, family, streamed } = record(i);
+    return store.beginExchange({ time, requestId, keyId, group, model, upstream, family, streamed });
+  };
+  const ticket = open(0);
+  open(1);
+  // The open lines are appended at the end of the turn.
+  await new Promise((resolve) => setImmediate(resolve));
+  store.recordUsage(record(0), ticket);
+  store.recordUsage(record(1));
+  await store.flush();
+  t.ok(store.drained, 'both exchanges ended: nothing is open or queued');
+  t.equal(journalLines(dir), 0, 'and the journal is empty');
+  open(2);
+  await new Promise((resolve) => setImmediate(resolve));
+  // The process dies here: exchange 2 never got its record. A new owner opens the same files.
+  const { log, lines } = captureLog();
+  const next = await openJournaled(dir, log);
+  t.same(storedIds(dir), ids(3), 'each exchange once');
+  const db = openSqlite(join(dir, 'sluice.db'), { readonly: true });
+  const outcomes = db.prepare<{ request_id: string; outcome: string }>('SELECT request_id, outcome FROM usage ORDER BY request_id').all();
+  db.close();
+  t.same(outcomes.map((r) => r.outcome), ['finished', 'finished', 'interrupted'], 'only the unrecorded one is interrupted');
+  t.match(lines.find((l) => l.msg?.includes('interrupted')), { exchanges: 1 });
+  await next.close();
+});
+
 t.test('the CLI sees journaled records while the journal stays with its owner', async (t) => {
   const dir = scratchDir();
   const store = await openJournaled(dir);

@@ -38,3 +38,20 @@ export function allocatedBytes(stdout: string): number {
   }
   return sum;
 }
+
+/**
+ * Bytes the scavenges promoted to the old generation (`promoted=` of each `gc=s` record), over all
+ * isolates in `stdout`: what outlived two scavenges. An exchange's objects should die young; what
+ * is promoted per exchange is what something kept past its end (src/live-set.ts tells of one case).
+ */
+export function promotedBytes(stdout: string): number {
+  let sum = 0;
+  const complete = stdout.slice(0, stdout.lastIndexOf('\n') + 1);
+  for (const line of complete.split('\n')) {
+    const record = RECORD.exec(line);
+    if (!record || !record[2]!.includes(' gc=s ')) continue;
+    const promoted = / promoted=(\d+)/.exec(record[2]!);
+    if (promoted) sum += Number(promoted[1]);
+  }
+  return sum;
+}

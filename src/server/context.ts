@@ -6,6 +6,7 @@
  */
 import { STATUS_CODES } from 'node:http';
 import { GatewayError } from '../errors.js';
+import type { LiveItem, LiveSet } from '../live-set.js';
 import type { Pipeline } from '../pipeline.js';
 import type { HttpRequest } from '../uws.js';
 
@@ -21,13 +22,18 @@ export interface ServerContext {
   /** Answers carry `x-sluice-overhead-ms` (`server.overheadHeader`). */
   overheadHeader: boolean;
   /** Streams and large replies under way: one timer probes those whose client is behind and heartbeats the quiet ones. */
-  writers: Set<{ tick(now: number): void }>;
+  writers: LiveSet<Writer>;
   /** Set when the drain begins: new exchanges are refused. */
   draining: boolean;
   /** Admin, console and metrics requests under way: they count against maxConnections too. */
   jsonInFlight: number;
   /** In-flight exchanges, open sockets and JSON requests have reached `server.maxConnections`. */
   overloaded(): boolean;
+}
+
+/** A response the stall timer probes while it writes. */
+export interface Writer extends LiveItem {
+  tick(now: number): void;
 }
 
 export function copyHeaders(req: HttpRequest): { headers: Record<string, string>; repeated: Set<string> | undefined } {

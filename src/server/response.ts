@@ -9,7 +9,7 @@ import { GatewayError } from '../errors.js';
 import type { Exchange } from '../exchange.js';
 import type { HttpResponse } from '../uws.js';
 import { BodyReader, type BodyFraming } from './body.js';
-import { bodiesOverloaded, statusLine, takeBodyBudget, type ServerContext } from './context.js';
+import { bodiesOverloaded, statusLine, takeBodyBudget, type ServerContext, type Writer } from './context.js';
 
 /**
  * Writes are handed to uWS in slices of this size: one slice and its chunk framing fit uWS's 16 KB
@@ -42,7 +42,9 @@ function emptyBody(ex: Exchange): GatewayError {
  * written nothing for HEARTBEAT_MS gets a filler too, which also finds a refusal uWS did not
  * report (a corked write can look accepted) and a client that left while the upstream was quiet.
  */
-export class UwsResponse implements ClientResponse {
+export class UwsResponse implements ClientResponse, Writer {
+  /** Its slot among the writers the stall timer probes (src/live-set.ts); -1 when not there. */
+  liveSlot = -1;
   /** The response is complete or the connection is gone: nothing more is written. */
   private closed = false;
   private pendingHead: { status: number; headers: Record<string, string> } | undefined;

@@ -6,7 +6,7 @@
  * unreachable, keys seen before keep serving as they were last read.
  */
 import { JournaledStore } from './journal.js';
-import { StoreUnavailableError, type ApiKey, type AuditEntry, type AuditQuery, type Group, type GroupInput, type KeyPatch, type OpenExchange, type Store, type UsageQuery, type UsageRecord } from './store.js';
+import { StoreUnavailableError, type ApiKey, type AuditEntry, type AuditQuery, type Group, type GroupInput, type KeyPatch, type OpenExchange, type OpenTicket, type Store, type UsageQuery, type UsageRecord } from './store.js';
 
 /** A key found by its secret, with the group it belongs to (undefined when that group is gone). */
 export interface KeyLookup {
@@ -126,10 +126,10 @@ export class CachedStore implements Store {
     return this.store.listKeys();
   }
   beginExchange(exchange: OpenExchange) {
-    this.store.beginExchange(exchange);
+    return this.store.beginExchange(exchange);
   }
-  recordUsage(record: UsageRecord) {
-    this.store.recordUsage(record);
+  recordUsage(record: UsageRecord, opened?: OpenTicket) {
+    this.store.recordUsage(record, opened);
   }
   flush() {
     return this.store.flush();

@@ -36,8 +36,9 @@ import { closeSync, fdatasyncSync, fstatSync, fsyncSync, ftruncateSync, openSync
 import { dirname } from 'node:path';
 import { StringDecoder } from 'node:string_decoder';
 import { pino, type Logger } from 'pino';
+import { LiveSet } from '../live-set.js';
 import { createLogger } from '../log.js';
-import type { ApiKey, AuditEntry, AuditQuery, Group, GroupInput, KeyPatch, OpenExchange, Store, StoreBackend, UpstreamActivity, UsagePoint, UsageQuery, UsageRecord, UsageTotals } from './store.js';
+import type { ApiKey, AuditEntry, AuditQuery, Group, GroupInput, KeyPatch, OpenExchange, OpenTicket, Store, StoreBackend, UpstreamActivity, UsagePoint, UsageQuery, UsageRecord, UsageTotals } from './store.js';
 
 const BATCH_SIZE = 256;
 const FLUSH_INTERVAL_MS = 1000;
@@ -59,6 +60,12 @@ export interface JournalOptions {
   /** Records held in memory while the store refuses writes. */
   maxHeldRecords?: number;
   log?: Logger;
+}
+
+/** An open exchange, in the journal's LiveSet (not a Map keyed by id: see src/live-set.ts) until its record. */
+class OpenEntry implements OpenTicket {
+  liveSlot = -1;
+  constructor(readonly exchange: OpenExchange) {}
 }
 
 /** The owner's append-only file. */
@@ -223,7 +230,7 @@ export class JournaledStore implements Store {
    */
   private readonly pendingLines: string[] = [];
   /** Exchanges calling their upstream, journaled so that a crash turns them into interrupted records. */
-  private readonly open = new Map<string, OpenExchange>();
+  private readonly open = new LiveSet<OpenEntry>();
   /** The file holds records that memory does not (from before a restart, or beyond the bound). */
   private fileAhead = false;
   /** Consecutive failed writes; while above 0 only the retry timer writes. */
@@ -268,34 +275,37 @@ export class JournaledStore implements Store {
     return store;
   }
 
-  beginExchange(exchange: OpenExchange): void {
+  beginExchange(exchange: OpenExchange): OpenTicket {
     if (!this.journal) throw new Error('usage is recorded only by the process that owns the usage journal');
-    this.open.set(exchange.requestId, exchange);
+    const entry = new OpenEntry(exchange);
+    this.open.add(entry);
     // One append per event-loop turn for all the exchanges begun in it, not one each.
-    if (this.opening.push(exchange) === 1) setImmediate(this.appendOpening);
+    if (this.opening.push(entry) === 1) setImmediate(this.appendOpening);
+    return entry;
   }
 
   /** Open exchanges not yet appended: those begun in this turn of the event loop. */
-  private readonly opening: OpenExchange[] = [];
+  private readonly opening: OpenEntry[] = [];
   private closed = false;
 
   private readonly appendOpening = () => {
-    const opening = this.opening.filter((e) => this.open.has(e.requestId));
+    const opening = this.opening.filter((e) => e.liveSlot >= 0);
     this.opening.length = 0;
     if (opening.length === 0 || this.closed) return;
     try {
       let text = '';
-      for (const open of opening) text += `{"open":${JSON.stringify(open)}}\n`;
+      for (const open of opening) text += `{"open":${JSON.stringify(open.exchange)}}\n`;
       this.journal!.appendLines(text);
     } catch (err) {
       this.log.error({ err, exchanges: opening.length }, 'usage journal append failed: these exchanges are not recorded if the gateway dies during them');
     }
   };
 
-  recordUsage(record: UsageRecord): void {
+  recordUsage(record: UsageRecord, opened?: OpenTicket): void {
     if (!this.journal) throw new Error('usage is recorded only by the process that owns the usage journal');
     // An exchange that ends in the turn it began needs no open line.
-    this.open.delete(record.requestId);
+    const entry = opened instanceof OpenEntry ? opened : this.open.find((e) => e.exchange.requestId === record.requestId);
+    if (entry) this.open.delete(entry);
     const line = JSON.stringify(record);
     let journaled = true;
     try {
@@ -375,7 +385,7 @@ export class JournaledStore implements Store {
   private compact(): void {
     let text = '';
     for (const line of this.pendingLines) text += line + '\n';
-    for (const open of this.open.values()) text += `{"open":${JSON.stringify(open)}}\n`;
+    for (const open of this.open.values()) text += `{"open":${JSON.stringify(open.exchange)}}\n`;
     this.journal?.rewrite(text);
   }
 

@@ -129,6 +129,11 @@ export interface UsageRecord {
 }
 
 /** What is known of an exchange when it calls its upstream: enough for a record if it never ends. */
+/** What beginExchange returns, for recordUsage to end that open exchange without a search. */
+export interface OpenTicket {
+  readonly exchange: OpenExchange;
+}
+
 export type OpenExchange = Pick<UsageRecord, 'time' | 'requestId' | 'keyId' | 'group' | 'model' | 'upstream' | 'family' | 'streamed'>;
 
 /** One time bucket of usage. */
@@ -220,12 +225,13 @@ export interface Store extends SharedState {
    * Journals that an exchange is about to call its upstream, so that if the process dies before its
    * record is written, the next start records it as interrupted rather than losing it.
    */
-  beginExchange(exchange: OpenExchange): void;
+  beginExchange(exchange: OpenExchange): OpenTicket;
   /**
    * Journals a usage record (it survives a crash once this returns, so it stays synchronous) and
-   * queues it for the store.
+   * queues it for the store. `opened` is what beginExchange returned for this exchange, if it
+   * began: it ends the open exchange at once (without it, the open exchanges are searched by id).
    */
-  recordUsage(record: UsageRecord): void;
+  recordUsage(record: UsageRecord, opened?: OpenTicket): void;
   /** Writes queued records now. Never rejects: a failed write keeps them for a later attempt. */
   flush(): Promise<void>;
   /** Writes what is queued, unless the store is refusing writes (then its retries go on at their pace): what reads of usage wait for. */
