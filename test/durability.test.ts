@@ -260,6 +260,38 @@ t.test('an open exchange ends at its record, with the ticket or found by id; one
   await next.close();
 });
 
+t.test('under load the store gets full batches: what arrives during a write waits for a full batch or the timer', async (t) => {
+  const dir = scratchDir();
+  const backend = new SqliteStore(join(dir, 'sluice.db'));
+  // Each batch's write is held until the test lets it finish, as a busy writer thread would.
+  const batches: number[] = [];
+  const held: (() => void)[] = [];
+  const writeUsage = backend.writeUsage.bind(backend);
+  backend.writeUsage = async (records, lines) => {
+    batches.push(records.length);
+    await new Promise<void>((resolve) => held.push(resolve));
+    return writeUsage(records, lines);
+  };
+  const store = await JournaledStore.open(backend, join(dir, 'usage.journal'), { owner: true, log: captureLog().log });
+  for (let i = 0; i < 256; i++) store.recordUsage(record(i));
+  t.same(batches, [256], 'a full batch is written at once');
+  for (let i = 256; i < 556; i++) store.recordUsage(record(i));
+  held.shift()!();
+  await eventually(() => batches.length === 2, 'the second batch');
+  held.shift()!();
+  // 44 are left: not a batch of their own straight away.
+  await eventually(() => store.queued === 44, 'the second batch written');
+  await new Promise((resolve) => setTimeout(resolve, 50));
+  t.same(batches, [256, 256], 'the 44 left over wait');
+  const flushed = store.flush();
+  await eventually(() => held.length === 1, 'the flush');
+  held.shift()!();
+  await flushed;
+  t.same(batches, [256, 256, 44], 'a flush (the timer, a read, the close) writes them');
+  t.same(storedIds(dir).length, 556);
+  await store.close();
+});
+
 t.test('the CLI sees journaled records while the journal stays with its owner', async (t) => {
   const dir = scratchDir();
   const store = await openJournaled(dir);

@@ -321,7 +321,7 @@ export class JournaledStore implements Store {
       this.log.warn({ maxHeldRecords: this.maxHeld }, 'usage records beyond the memory bound are kept only in the journal until the store takes writes again');
     }
     if (this.failures > 0 || this.writing) return;
-    if (this.pending.length >= BATCH_SIZE) void this.flush();
+    if (this.pending.length >= BATCH_SIZE) void this.flush(false);
     else this.timer ??= setTimeout(() => void this.flush(), FLUSH_INTERVAL_MS).unref();
   }
 
@@ -330,12 +330,18 @@ export class JournaledStore implements Store {
     this.pendingLines.push(line);
   }
 
-  /** Writes what is queued; joins a write under way and then writes what arrived meanwhile. */
-  async flush(): Promise<void> {
+  /**
+   * Writes what is queued; joins a write under way and then writes what arrived meanwhile. With
+   * `whole` false (a batch filled up), only full batches: the rest waits for the next full batch
+   * or the timer. Draining whatever came in during the last write instead made batches of ~30
+   * records at 4,000 a second, each its own transaction, fsync, message to the writer thread and
+   * journal rewrite: 35 µs of the writer thread per record against about 15 in full batches.
+   */
+  async flush(whole = true): Promise<void> {
     while (this.writing) await this.writing;
     clearTimeout(this.timer);
     this.timer = undefined;
-    this.writing = this.write();
+    this.writing = this.write(whole);
     try {
       await this.writing;
     } finally {
@@ -345,7 +351,7 @@ export class JournaledStore implements Store {
     }
   }
 
-  private async write(): Promise<void> {
+  private async write(whole: boolean): Promise<void> {
     try {
       // The file holds every record memory holds (but those it failed to take), and more.
       if (this.fileAhead) {
@@ -355,7 +361,7 @@ export class JournaledStore implements Store {
           throw err;
         });
       }
-      while (this.pending.length > 0) {
+      while (this.pending.length >= (whole ? 1 : BATCH_SIZE)) {
         const batch = this.pending.slice(0, BATCH_SIZE);
         await this.backend.writeUsage(batch, this.pendingLines.slice(0, batch.length));
         this.pending.splice(0, batch.length);
@@ -364,9 +370,10 @@ export class JournaledStore implements Store {
         // rewritten to what is not stored yet, so it stays bounded.
         if (!this.fileAhead && this.journal && this.journal.size > COMPACT_BYTES) this.compact();
       }
-      // Synchronously after seeing memory empty: nothing was appended that is not stored. While
-      // exchanges are open the file is rewritten to their lines only past OPEN_ONLY_COMPACT_BYTES
-      // (a rewrite per flush would cost more than it saves; a large file costs every replay).
+      // Synchronously after the last write: the file is rewritten to what is not stored (records
+      // still queued, open exchanges), nothing appended in between. While exchanges are open, only
+      // past OPEN_ONLY_COMPACT_BYTES (a rewrite per flush would cost more than it saves; a large
+      // file costs every replay).
       if (!this.fileAhead && (this.open.size === 0 || (this.journal && this.journal.size > OPEN_ONLY_COMPACT_BYTES))) this.compact();
       if (this.failures > 0) this.log.info({ attempts: this.failures + 1 }, 'usage writes recovered');
       this.failures = 0;
