@@ -59,6 +59,7 @@ export class LiveSet<T extends LiveItem, C = undefined> {
     return this.items.map((item, i) => [item, this.companions[i]!]);
   }
 
+  /** The first item that passes `test` (a walk over every item: for what is rare, like a lookup without the item). */
   find(test: (item: T) => boolean): T | undefined {
     return this.items.find(test);
   }
@@ -68,4 +69,3 @@ export class LiveSet<T extends LiveItem, C = undefined> {
     return this.items.slice();
   }
 }
-
