@@ -72,7 +72,7 @@ export type { Amounts, Decision, Limiter, LimitScope, RateLimitWindows, RateWind
 export { modelRuleNotes } from './model-rules.js';
 
 // Keys, groups and the store, for plugins that authenticate and grant.
-export { StoreUnavailableError, groupAllowsModel } from './store/store.js';
+export { NO_TOKENS, StoreUnavailableError, groupAllowsModel } from './store/store.js';
 export type { CachedStore, KeyLookup } from './store/cache.js';
 export type { OpenTicket } from './store/store.js';
 export { TrustedProxies } from './trusted-proxies.js';

@@ -9,7 +9,7 @@ import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { Redis } from 'ioredis';
 import t from 'tap';
-import { eventually, startTestGateway, type TestGateway } from './helpers.js';
+import { eventually, fixedCompletion, startTestGateway, type TestGateway } from './helpers.js';
 import { startRedis } from './servers.js';
 
 t.setTimeout(120_000);
@@ -24,16 +24,7 @@ const upstream = createServer((req, res) => {
   flaky.calls++;
   req.resume().on('end', () => {
     if (flaky.failing) return void res.writeHead(500, { 'content-type': 'application/json' }).end('{"error":{"message":"down for the test"}}');
-    res.writeHead(200, { 'content-type': 'application/json' }).end(
-      JSON.stringify({
-        id: 'chatcmpl-flaky',
-        object: 'chat.completion',
-        created: 1,
-        model: 'sim-chat',
-        choices: [{ index: 0, message: { role: 'assistant', content: 'ok' }, finish_reason: 'stop' }],
-        usage: { prompt_tokens: 3, completion_tokens: 1, total_tokens: 4 },
-      }),
-    );
+    res.writeHead(200, { 'content-type': 'application/json' }).end(fixedCompletion('chatcmpl-flaky', 'sim-chat'));
   });
 });
 await new Promise<void>((resolve) => upstream.listen(0, '127.0.0.1', resolve));

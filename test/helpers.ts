@@ -415,3 +415,15 @@ export function edited(root: unknown, path: Path, replacement?: unknown): unknow
   else delete parent[last];
   return copy;
 }
+
+/** A chat completion's JSON as a fixed upstream answers it: one word, 3 prompt and 1 completion tokens. */
+export function fixedCompletion(id: string, model: string): string {
+  return JSON.stringify({
+    id,
+    object: 'chat.completion',
+    created: 1,
+    model,
+    choices: [{ index: 0, message: { role: 'assistant', content: 'ok' }, finish_reason: 'stop' }],
+    usage: { prompt_tokens: 3, completion_tokens: 1, total_tokens: 4 },
+  });
+}

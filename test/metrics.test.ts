@@ -13,7 +13,7 @@ import t from 'tap';
 import { Agent } from 'undici';
 import { defaultPlugins } from '../src/config/defaults.js';
 import { parseTraceparent } from '../src/trace.js';
-import { distRoot, eventually, startStack, startTestGateway } from './helpers.js';
+import { distRoot, eventually, fixedCompletion, startStack, startTestGateway } from './helpers.js';
 import { call, keyIn } from './scale.js';
 
 // Gateways with worker threads, a simulator process and scrapes: it took over 90 s on two busy
@@ -25,16 +25,7 @@ const received: IncomingHttpHeaders[] = [];
 const recorder = createServer((req, res) => {
   received.push(req.headers);
   req.resume().on('end', () => {
-    res.writeHead(200, { 'content-type': 'application/json' }).end(
-      JSON.stringify({
-        id: 'chatcmpl-recorded',
-        object: 'chat.completion',
-        created: 1,
-        model: 'recorded',
-        choices: [{ index: 0, message: { role: 'assistant', content: 'ok' }, finish_reason: 'stop' }],
-        usage: { prompt_tokens: 3, completion_tokens: 1, total_tokens: 4 },
-      }),
-    );
+    res.writeHead(200, { 'content-type': 'application/json' }).end(fixedCompletion('chatcmpl-recorded', 'recorded'));
   });
 });
 await new Promise<void>((resolve) => recorder.listen(0, '127.0.0.1', resolve));

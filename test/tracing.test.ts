@@ -13,7 +13,7 @@ import { loadConfig } from '../src/config/load.js';
 import type { BootContext } from '../src/contracts.js';
 import { createLogger } from '../src/log.js';
 import { parseTraceparent } from '../src/trace.js';
-import { eventually, startTestGateway, type TestGateway } from './helpers.js';
+import { eventually, fixedCompletion, startTestGateway, type TestGateway } from './helpers.js';
 import { SPAN_KIND, STATUS, startOtlpReceiver, type ReceivedSpan } from './otlp-receiver.js';
 
 const models = `upstreams:
@@ -68,16 +68,7 @@ async function startRecorder() {
     req.resume().on('end', () => {
       if (req.url?.startsWith('/fail/')) return void res.writeHead(500, { 'content-type': 'application/json' }).end('{"error":{"message":"down for the test"}}');
       if (req.url?.startsWith('/big/')) return void res.writeHead(200, { 'content-type': 'text/event-stream' }).end(bigStream());
-      res.writeHead(200, { 'content-type': 'application/json' }).end(
-        JSON.stringify({
-          id: 'chatcmpl-recorded',
-          object: 'chat.completion',
-          created: 1,
-          model: 'recorded',
-          choices: [{ index: 0, message: { role: 'assistant', content: 'ok' }, finish_reason: 'stop' }],
-          usage: { prompt_tokens: 3, completion_tokens: 1, total_tokens: 4 },
-        }),
-      );
+      res.writeHead(200, { 'content-type': 'application/json' }).end(fixedCompletion('chatcmpl-recorded', 'recorded'));
     });
   });
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));

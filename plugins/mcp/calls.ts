@@ -7,7 +7,7 @@
 import type { Logger } from 'pino';
 import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { McpError, type CallToolResult, type Progress } from '@modelcontextprotocol/sdk/types.js';
-import { newId, type CachedStore, type Limiter, type LimitScope, type McpConfig } from '../../src/plugin-api.js';
+import { NO_TOKENS, newId, type CachedStore, type Limiter, type LimitScope, type McpConfig } from '../../src/plugin-api.js';
 import type { CatalogEntry } from './catalog.js';
 import { ErrorCode, NOT_GRANTED, RATE_LIMITED, RpcError, SERVER_UNAVAILABLE, TOO_LARGE } from './errors.js';
 import { grantsTool, type Principal } from './grants.js';
@@ -204,12 +204,7 @@ export class ToolCalls {
         upstream: target.server ?? null,
         family: 'mcp',
         status: outcomeStatus[outcome] ?? 502,
-        promptTokens: 0,
-        completionTokens: 0,
-        cachedInputTokens: null,
-        cacheWriteTokens: null,
-        reasoningTokens: null,
-        cost: null,
+        ...NO_TOKENS,
         channel: null,
         attempts: reached ? 1 : 0,
         estimated: false,

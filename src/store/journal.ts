@@ -38,7 +38,7 @@ import { StringDecoder } from 'node:string_decoder';
 import { pino, type Logger } from 'pino';
 import { LiveSet } from '../live-set.js';
 import { createLogger } from '../log.js';
-import type { ApiKey, AuditEntry, AuditQuery, Group, GroupInput, KeyPatch, OpenExchange, OpenTicket, Store, StoreBackend, UpstreamActivity, UsagePoint, UsageQuery, UsageRecord, UsageTotals } from './store.js';
+import { NO_TOKENS, type ApiKey, type AuditEntry, type AuditQuery, type Group, type GroupInput, type KeyPatch, type OpenExchange, type OpenTicket, type Store, type StoreBackend, type UpstreamActivity, type UsagePoint, type UsageQuery, type UsageRecord, type UsageTotals } from './store.js';
 
 const BATCH_SIZE = 256;
 const FLUSH_INTERVAL_MS = 1000;
@@ -68,6 +68,19 @@ class OpenEntry implements OpenTicket {
   constructor(readonly exchange: OpenExchange) {}
 }
 
+/**
+ * Writes `text` whole. The string goes to the kernel as it is: Node encodes it outside the JS heap,
+ * where a Buffer of it would be garbage per write. A short write (a full disk, a file size limit)
+ * goes on from where it stopped, or throws.
+ */
+function writeWhole(fd: number, text: string): void {
+  const bytes = Buffer.byteLength(text);
+  let at = writeSync(fd, text);
+  if (at >= bytes) return;
+  const rest = Buffer.from(text);
+  while (at < bytes) at += writeSync(fd, rest, at);
+}
+
 /** The owner's append-only file. */
 class JournalFile {
   private fd: number;
@@ -88,20 +101,11 @@ class JournalFile {
     return fstatSync(this.fd).size;
   }
 
-  /**
-   * Appends whole lines (`text` ends with a newline) in one write. The string goes to the kernel as
-   * it is: Node encodes it outside the JS heap, where a Buffer of it would be garbage per append.
-   */
+  /** Appends whole lines (`text` ends with a newline) in one write. */
   appendLines(text: string): void {
     if (this.torn) text = '\n' + text;
     this.torn = true;
-    const bytes = Buffer.byteLength(text);
-    let at = writeSync(this.fd, text);
-    // A short write (a full disk, a file size limit) goes on from where it stopped, or throws.
-    if (at < bytes) {
-      const rest = Buffer.from(text);
-      while (at < bytes) at += writeSync(this.fd, rest, at);
-    }
+    writeWhole(this.fd, text);
     if (this.fsync) fdatasyncSync(this.fd);
     this.torn = false;
   }
@@ -120,8 +124,7 @@ class JournalFile {
     const next = `${this.path}.next`;
     const fd = openSync(next, 'w', 0o600);
     try {
-      const text = Buffer.from(lines);
-      for (let at = 0; at < text.length; ) at += writeSync(fd, text, at);
+      writeWhole(fd, lines);
       if (this.fsync) fdatasyncSync(fd);
     } finally {
       closeSync(fd);
@@ -203,13 +206,8 @@ function parseEntry(line: string): UsageRecord | { open: OpenExchange } | undefi
 function interruptedRecord(open: OpenExchange): UsageRecord {
   return {
     ...open,
+    ...NO_TOKENS,
     status: 502,
-    promptTokens: 0,
-    completionTokens: 0,
-    cachedInputTokens: null,
-    cacheWriteTokens: null,
-    reasoningTokens: null,
-    cost: null,
     channel: null,
     attempts: 1,
     estimated: true,

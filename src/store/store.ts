@@ -129,12 +129,22 @@ export interface UsageRecord {
 }
 
 /** What is known of an exchange when it calls its upstream: enough for a record if it never ends. */
+export type OpenExchange = Pick<UsageRecord, 'time' | 'requestId' | 'keyId' | 'group' | 'model' | 'upstream' | 'family' | 'streamed'>;
+
 /** What beginExchange returns, for recordUsage to end that open exchange without a search. */
 export interface OpenTicket {
   readonly exchange: OpenExchange;
 }
 
-export type OpenExchange = Pick<UsageRecord, 'time' | 'requestId' | 'keyId' | 'group' | 'model' | 'upstream' | 'family' | 'streamed'>;
+/** The token and cost fields of a record for something that used no tokens (an interrupted start, an MCP call). */
+export const NO_TOKENS: Pick<UsageRecord, 'promptTokens' | 'completionTokens' | 'cachedInputTokens' | 'cacheWriteTokens' | 'reasoningTokens' | 'cost'> = {
+  promptTokens: 0,
+  completionTokens: 0,
+  cachedInputTokens: null,
+  cacheWriteTokens: null,
+  reasoningTokens: null,
+  cost: null,
+};
 
 /** One time bucket of usage. */
 export interface UsagePoint {
