@@ -9,3 +9,19 @@ export function occursAt(buf: Buffer, bytes: Buffer, offset: number): boolean {
   for (let i = 0; i < bytes.length; i++) if (buf[offset + i] !== bytes[i]) return false;
   return true;
 }
+
+/**
+ * Where `quoted` (bytes that start with a quote, such as a JSON key `"usage"`) next occurs in `buf`
+ * at or after `from`, or -1. Node's byte search (measured on Node 20 and 24, 16 KB of chat chunks)
+ * scans for a needle's first byte and checks each hit, and under 7 bytes that is all it does: a
+ * needle that starts with `"` stops at every quote of the JSON (22 µs), and from 7 bytes on it
+ * switches to a Boyer-Moore-Horspool that is slower again on this text (10 µs). So the up to six
+ * bytes after the quote are searched (2.5 µs) and each hit is checked whole.
+ */
+export function indexOfQuoted(buf: Buffer, quoted: Buffer, from = 0): number {
+  const head = quoted.subarray(1, 7);
+  for (let at = buf.indexOf(head, from + 1); at >= 0; at = buf.indexOf(head, at + 1)) {
+    if (occursAt(buf, quoted, at - 1)) return at - 1;
+  }
+  return -1;
+}

@@ -2,7 +2,7 @@
  * Byte-level edits of JSON the gateway relays without parsing: the value of one string field is
  * replaced, or null fields removed, so the rest of the bytes go out exactly as the upstream wrote them.
  */
-import { CR, LF, occursAt } from './bytes.js';
+import { CR, indexOfQuoted, LF, occursAt } from './bytes.js';
 
 const QUOTE = 0x22;
 const BACKSLASH = 0x5c;
@@ -103,7 +103,7 @@ export function removeNullFields(frames: Buffer, quotedKey: Buffer): number {
     let stop = end - 1;
     if (start < 0) {
       // One search serves every line up to its hit, so a run is searched once however many lines it has.
-      if (nextKey !== -1 && nextKey < lineStart) nextKey = frames.indexOf(quotedKey, lineStart);
+      if (nextKey !== -1 && nextKey < lineStart) nextKey = indexOfQuoted(frames, quotedKey, lineStart);
       if (nextKey < 0) break;
       const field = nextKey < end ? nullFieldIn(frames, nextKey, lineStart, end, quotedKey) : undefined;
       if (!field) continue;
@@ -139,7 +139,7 @@ function nullFieldBefore(json: Buffer, close: number, quotedKey: Buffer, min: nu
  * first occurs), with the comma that separates it from its neighbour: where it starts and ends.
  */
 function nullFieldIn(json: Buffer, from: number, lineStart: number, to: number, quotedKey: Buffer): [number, number] | undefined {
-  for (let key = from; key >= 0 && key < to; key = json.indexOf(quotedKey, key + 1)) {
+  for (let key = from; key >= 0 && key < to; key = indexOfQuoted(json, quotedKey, key + 1)) {
     let at = key + quotedKey.length;
     while (at < to && isInlineSpace(json[at])) at++;
     if (json[at++] !== COLON) continue;

@@ -7,6 +7,7 @@ import { isDeepStrictEqual } from 'node:util';
 import fc from 'fast-check';
 import t from 'tap';
 import { removeNullFields } from '../src/json-splice.js';
+import { indexOfQuoted } from '../src/bytes.js';
 import { ObjectKeyNeedle, SseSplitter } from '../src/sse.js';
 
 /** Byte strings rich in what framing looks at: both line endings, blank lines, field names. */
@@ -127,18 +128,38 @@ for (const lastFrame of [false, true]) {
   });
 }
 
-t.test('the key search: brace by brace finds what the two substring searches find', async (t) => {
+t.test('the key search finds what two plain substring searches find', async (t) => {
   const needle = new ObjectKeyNeedle('a');
-  // Brace-dense strings too, past the point where the brace scan gives way to the searches.
-  const braces = fc.array(fc.constantFrom('{', '"a":{', '"a": {', ':{', ' ', 'x'), { maxLength: 400 }).map((pieces) => Buffer.from(pieces.join('')));
+  const plain = (bytes: Buffer, from: number) => {
+    const hits = [bytes.indexOf('"a":{', from), bytes.indexOf('"a": {', from)].filter((at) => at >= 0);
+    return hits.length ? Math.min(...hits) : -1;
+  };
+  // Strings dense with near misses: a key held by null or an array, a key that only ends in a, quotes and braces.
+  const dense = fc
+    .array(fc.constantFrom('{', '"a":{', '"a": {', '"a":null', '"a":[', '"ba":{', 'a":{', '"', ':{', ' ', 'x'), { maxLength: 400 })
+    .map((pieces) => Buffer.from(pieces.join('')));
   fc.assert(
-    fc.property(fc.oneof(stream, braces), fc.double({ min: 0, max: 1, noNaN: true }), (bytes, fraction) => {
+    fc.property(fc.oneof(stream, dense), fc.double({ min: 0, max: 1, noNaN: true }), (bytes, fraction) => {
       const from = Math.floor(fraction * bytes.length);
-      assert.equal(needle.find(bytes, from), needle.findBySearch(bytes, from));
+      assert.equal(needle.find(bytes, from), plain(bytes, from));
     }),
     { numRuns: 5000 },
   );
   t.pass('5000 byte strings, searched from a random point');
+});
+
+t.test('indexOfQuoted finds what a plain search for the quoted bytes finds, keys longer than its six-byte head too', async (t) => {
+  const keys = ['"a"', '"usage"', '"usageMetadata"', '"usageMeta"'].map((k) => Buffer.from(k));
+  const pieces = fc.constantFrom('"', 'usage', 'usageMetadata"', '"usageMeta', 'Metadata', 'a"', '"a', 'x', '{', ':');
+  fc.assert(
+    fc.property(fc.array(pieces, { maxLength: 200 }), fc.constantFrom(...keys), fc.nat(), (parts, key, start) => {
+      const bytes = Buffer.from(parts.join(''));
+      const from = bytes.length ? start % (bytes.length + 1) : 0;
+      assert.equal(indexOfQuoted(bytes, key, from), bytes.indexOf(key, from));
+    }),
+    { numRuns: 5000 },
+  );
+  t.pass('5000 strings dense with quotes and partial keys');
 });
 
 /** JSON as Python's json.dumps writes it: ", " between items, ": " after keys. */

@@ -67,7 +67,7 @@ export function chatPassthrough(
     },
     frame(frame) {
       if (wantsUsage && !usage && isDone(frame)) return !(heldDone = true);
-      // The sparse scan's own test (a brace search), a quarter of hasObjectField's two substring searches on a chunk.
+      // The sparse scan's own test: a usage object, not the null every chunk carries.
       if (USAGE_OBJECT.find(frame, 0) < 0) return true;
       const chunk: UpstreamChatChunk | undefined = jsonOrUndefined(frameData(frame));
       if (!chunk) return true;
