@@ -66,6 +66,16 @@ export class UwsResponse implements ClientResponse, Writer {
   private quietSince = 0;
   private ending = false;
   private resumeUpstream: (() => void) | undefined;
+  /** Bytes of this response have reached uWS: the socket is paused and our writable handler set (see handOver). */
+  private handedOver = false;
+  /**
+   * Small writes of this turn of the event loop, handed to uWS together at its end (flushTurn) or
+   * with the end of the response: a stream that arrives whole in one upstream read leaves in one
+   * or two syscalls instead of one per write and one for the end.
+   */
+  private readonly queued: (string | Buffer)[] = [];
+  private queuedBytes = 0;
+  private flushScheduled = false;
 
   constructor(
     private readonly res: HttpResponse,
@@ -129,6 +139,40 @@ export class UwsResponse implements ClientResponse, Writer {
       this.held.push(typeof bytes === 'string' ? Buffer.from(bytes) : bytes);
       return false;
     }
+    if (this.queuedBytes + bytes.length < SLICE_BYTES) {
+      this.queued.push(bytes);
+      this.queuedBytes += bytes.length;
+      if (!this.flushScheduled) {
+        this.flushScheduled = true;
+        queueMicrotask(this.flushTurn);
+      }
+      return true;
+    }
+    return this.sendOrHold(this.takeQueued(bytes));
+  }
+
+  /**
+   * Hands the writes queued in this turn to uWS. A refusal found here holds the rest and pauses
+   * the upstream at its next write, one upstream read later than a write refused on the spot
+   * (what the gateway holds per slow client stays within slow-clients.test's bound).
+   */
+  private readonly flushTurn = (): void => {
+    this.flushScheduled = false;
+    if (this.queuedBytes === 0 || this.closed) return;
+    this.sendOrHold(this.takeQueued());
+  };
+
+  /** The queued writes and `more` as one piece, and the queue emptied. */
+  private takeQueued(more?: string | Buffer): string | Buffer {
+    if (more !== undefined) this.queued.push(more);
+    const pieces = this.queued;
+    const bytes = pieces.length === 1 ? pieces[0]! : Buffer.concat(pieces.map((piece) => (typeof piece === 'string' ? Buffer.from(piece) : piece)));
+    pieces.length = 0;
+    this.queuedBytes = 0;
+    return bytes;
+  }
+
+  private sendOrHold(bytes: string | Buffer): boolean {
     if (this.send(bytes)) return true;
     if (this.unsent) this.held.push(this.unsent);
     this.block();
@@ -143,9 +187,13 @@ export class UwsResponse implements ClientResponse, Writer {
 
   end(bytes?: string | Buffer): void {
     if (this.closed) return;
+    if (this.queuedBytes > 0) bytes = this.takeQueued(bytes ?? '');
     if (bytes && bytes.length > SLICE_BYTES && !this.blocked) {
-      this.write(bytes);
-      bytes = undefined;
+      // All but the last slice now; the last leaves with the end, in one syscall.
+      const buf = typeof bytes === 'string' ? Buffer.from(bytes) : bytes;
+      const last = buf.length % SLICE_BYTES || SLICE_BYTES;
+      this.write(buf.subarray(0, buf.length - last));
+      bytes = buf.subarray(buf.length - last);
     }
     if (this.blocked) {
       if (bytes?.length) this.held.push(typeof bytes === 'string' ? Buffer.from(bytes) : bytes);
@@ -154,6 +202,8 @@ export class UwsResponse implements ClientResponse, Writer {
     }
     this.closed = true;
     this.forget();
+    // A large last piece after the head: the head goes first, as in corkedWrite.
+    if (this.pendingHead && bytes && bytes.length > SLICE_BYTES / 2) this.res.cork(this.flushHead);
     this.res.cork(() => {
       this.flushHead();
       // Reading again, for the next request on this connection (end(…, true) would write its
@@ -182,9 +232,18 @@ export class UwsResponse implements ClientResponse, Writer {
     this.pendingHead = { status, headers };
     this.filler = filler;
     this.context.writers.add(this);
-    // Paused for the whole response: no request body is left to read, uWS's fixed write timeout
-    // stays disarmed, and pausing now, while uWS holds nothing, is what lets resume() restore
-    // reading for the next request at the end (uWS keeps the events a pause saw per buffer state).
+  }
+
+  /**
+   * Before the first bytes of a response that does not end with them reach uWS. Paused for the
+   * rest of the response: no request body is left to read, uWS's fixed write timeout stays
+   * disarmed, and pausing now, while uWS holds nothing, is what lets resume() restore reading for
+   * the next request at the end (uWS keeps the events a pause saw per buffer state). A response
+   * whose bytes all leave with its end needs neither (two epoll_ctl calls fewer).
+   */
+  private handOver(): void {
+    if (this.handedOver) return;
+    this.handedOver = true;
     this.res.pause();
     this.paused = true;
     // With a handler of ours, a writable event disarms uWS's timeout instead of re-arming it.
@@ -220,6 +279,7 @@ export class UwsResponse implements ClientResponse, Writer {
   /** Hands bytes to uWS slice by slice; false when it could not pass them all on, with the rest in `unsent`. */
   private send(bytes: string | Buffer): boolean {
     this.unsent = undefined;
+    this.handOver();
     if (bytes.length <= SLICE_BYTES) return this.corkedWrite(bytes);
     const buf = typeof bytes === 'string' ? Buffer.from(bytes) : bytes;
     for (let at = 0; at < buf.length; at += SLICE_BYTES) {
