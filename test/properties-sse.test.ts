@@ -6,8 +6,8 @@ import assert from 'node:assert/strict';
 import { isDeepStrictEqual } from 'node:util';
 import fc from 'fast-check';
 import t from 'tap';
-import { removeNullFields } from '../src/json-splice.js';
 import { indexOfQuoted } from '../src/bytes.js';
+import { removeNullFields } from '../src/json-splice.js';
 import { ObjectKeyNeedle, SseSplitter } from '../src/sse.js';
 
 /** Byte strings rich in what framing looks at: both line endings, blank lines, field names. */
