@@ -241,6 +241,26 @@ t.test('create a key: the secret is shown once and works', async (t) => {
   t.equal(await page.getByLabel('New key secret').count(), 0, 'dismissed for good');
 });
 
+t.test('New key waits for the groups it offers: a click while they load opens the form once they are read', async (t) => {
+  await open(page, 'Groups');
+  let release!: () => void;
+  const held = new Promise<void>((resolve) => (release = resolve));
+  await page.route('**/admin/groups', async (route) => {
+    await held;
+    await route.continue();
+  });
+  t.teardown(() => page.unroute('**/admin/groups'));
+  await open(page, 'Keys');
+  const newKey = page.getByRole('button', { name: 'New key' });
+  t.equal(await newKey.isDisabled(), true, 'disabled while the groups load');
+  const clicked = newKey.click();
+  release();
+  await clicked;
+  await page.getByLabel('Name', { exact: true }).waitFor();
+  t.ok((await page.getByLabel('Group', { exact: true }).locator('option').allTextContents()).includes('team-a'), 'the form offers the groups');
+  await page.getByRole('button', { name: 'Cancel' }).click();
+});
+
 t.test('usage shows the call, with charts and a CSV export', async (t) => {
   // More traffic for the charts: the demo key, and one upstream that cannot be reached.
   t.equal((await chat(gw.key, 'sim-basic', 'Hi [[sim tokens=12]]')).status, 200);

@@ -22,6 +22,8 @@ export const keysPage: Page = (ctx) => {
   let groupFilter = ctx.params.get('group') ?? '';
 
   const newBtn = button([icon(icons.plus), 'New key'], () => openForm(), { kind: 'primary' });
+  // The form picks a group: until the groups are read (renderList), a click would open nothing.
+  newBtn.disabled = true;
   append(
     ctx.root,
     pageHead('Keys', 'Applications call the gateway with a key. Its group decides what it may use; a key may have its own limits and budget.', newBtn),
