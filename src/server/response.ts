@@ -16,6 +16,8 @@ import { bodiesOverloaded, statusLine, takeBodyBudget, type ServerContext, type 
  * cork buffer (one syscall each), and what uWS holds when the client is slow stays small.
  */
 const SLICE_BYTES = 16 * 1024 - 64;
+/** What uWS adds to each write of a chunked body (a CRLF, the length in hex, a CRLF), rounded up. */
+const CHUNK_FRAMING_BYTES = 16;
 /** A stream that has written nothing for this long gets a filler (see UwsResponse). */
 const HEARTBEAT_MS = 5000;
 /** Replies larger than this are sent in slices (chunked) like a stream, so a slow reader is not cut. */
@@ -69,9 +71,10 @@ export class UwsResponse implements ClientResponse, Writer {
   /** Bytes of this response have reached uWS: the socket is paused and our writable handler set (see handOver). */
   private handedOver = false;
   /**
-   * Small writes of this turn of the event loop, handed to uWS together at its end (flushTurn) or
-   * with the end of the response: a stream that arrives whole in one upstream read leaves in one
-   * or two syscalls instead of one per write and one for the end.
+   * Small writes of this turn of the event loop, handed to uWS in one cork at its end (flushTurn)
+   * or with the end of the response: a stream that arrives whole in one upstream read leaves in
+   * one or two syscalls instead of one per write and one for the end. They and their chunk
+   * framing always fit uWS's cork buffer, so they are never copied together.
    */
   private readonly queued: (string | Buffer)[] = [];
   private queuedBytes = 0;
@@ -139,7 +142,7 @@ export class UwsResponse implements ClientResponse, Writer {
       this.held.push(typeof bytes === 'string' ? Buffer.from(bytes) : bytes);
       return false;
     }
-    if (this.queuedBytes + bytes.length < SLICE_BYTES) {
+    if (this.fitsQueue(bytes.length, 1)) {
       this.queued.push(bytes);
       this.queuedBytes += bytes.length;
       if (!this.flushScheduled) {
@@ -148,36 +151,49 @@ export class UwsResponse implements ClientResponse, Writer {
       }
       return true;
     }
-    return this.sendOrHold(this.takeQueued(bytes));
-  }
-
-  /**
-   * Hands the writes queued in this turn to uWS. A refusal found here holds the rest and pauses
-   * the upstream at its next write, one upstream read later than a write refused on the spot
-   * (what the gateway holds per slow client stays within slow-clients.test's bound).
-   */
-  private readonly flushTurn = (): void => {
-    this.flushScheduled = false;
-    if (this.queuedBytes === 0 || this.closed) return;
-    this.sendOrHold(this.takeQueued());
-  };
-
-  /** The queued writes and `more` as one piece, and the queue emptied. */
-  private takeQueued(more?: string | Buffer): string | Buffer {
-    if (more !== undefined) this.queued.push(more);
-    const pieces = this.queued;
-    const bytes = pieces.length === 1 ? pieces[0]! : Buffer.concat(pieces.map((piece) => (typeof piece === 'string' ? Buffer.from(piece) : piece)));
-    pieces.length = 0;
-    this.queuedBytes = 0;
-    return bytes;
-  }
-
-  private sendOrHold(bytes: string | Buffer): boolean {
+    if (this.queued.length > 0 && !this.flushQueued()) {
+      this.block();
+      this.held.push(typeof bytes === 'string' ? Buffer.from(bytes) : bytes);
+      return false;
+    }
     if (this.send(bytes)) return true;
     if (this.unsent) this.held.push(this.unsent);
     this.block();
     return false;
   }
+
+  /** Whether `pieces` more writes of `bytes` in all, with the queue, fit one cork of uWS. */
+  private fitsQueue(bytes: number, pieces: number): boolean {
+    return this.queuedBytes + bytes + CHUNK_FRAMING_BYTES * (this.queued.length + pieces) <= SLICE_BYTES;
+  }
+
+  /**
+   * Hands the writes queued in this turn to uWS. A refusal found here pauses the upstream at its
+   * next write, one upstream read later than a write refused on the spot (what the gateway holds
+   * per slow client stays within slow-clients.test's bound).
+   */
+  private readonly flushTurn = (): void => {
+    this.flushScheduled = false;
+    if (this.queued.length === 0 || this.closed) return;
+    if (!this.flushQueued()) this.block();
+  };
+
+  /** The queued writes, in one cork (one syscall); false when uWS could not pass them all on (it keeps the rest). */
+  private flushQueued(): boolean {
+    this.handOver();
+    if (this.pendingHead && this.queuedBytes > SLICE_BYTES / 2) this.res.cork(this.flushHead);
+    this.res.cork(this.writeQueued);
+    return this.corkedOk;
+  }
+
+  private readonly writeQueued = (): void => {
+    this.flushHead();
+    let ok = true;
+    for (const piece of this.queued) ok = this.res.write(piece) && ok;
+    this.queued.length = 0;
+    this.queuedBytes = 0;
+    this.corkedOk = ok;
+  };
 
   onWritable(resume: () => void): void {
     if (this.closed) return;
@@ -187,7 +203,11 @@ export class UwsResponse implements ClientResponse, Writer {
 
   end(bytes?: string | Buffer): void {
     if (this.closed) return;
-    if (this.queuedBytes > 0) bytes = this.takeQueued(bytes ?? '');
+    if (this.queued.length > 0 && !this.blocked) {
+      // The queued writes and the end in one cork, when the last bytes fit it too.
+      if (this.fitsQueue(bytes?.length ?? 0, 1)) return this.endWith(bytes, this.queued);
+      if (!this.flushQueued()) this.block();
+    }
     if (bytes && bytes.length > SLICE_BYTES && !this.blocked) {
       // All but the last slice now; the last leaves with the end, in one syscall.
       const buf = typeof bytes === 'string' ? Buffer.from(bytes) : bytes;
@@ -200,17 +220,24 @@ export class UwsResponse implements ClientResponse, Writer {
       this.ending = true;
       return;
     }
+    this.endWith(bytes, []);
+  }
+
+  /** Ends the response in one cork: `first` written, then `bytes` with the end (after a large head of its own, as in corkedWrite). */
+  private endWith(bytes: string | Buffer | undefined, first: (string | Buffer)[]): void {
     this.closed = true;
     this.forget();
-    // A large last piece after the head: the head goes first, as in corkedWrite.
-    if (this.pendingHead && bytes && bytes.length > SLICE_BYTES / 2) this.res.cork(this.flushHead);
+    if (this.pendingHead && this.queuedBytes + (bytes?.length ?? 0) > SLICE_BYTES / 2) this.res.cork(this.flushHead);
     this.res.cork(() => {
       this.flushHead();
       // Reading again, for the next request on this connection (end(…, true) would write its
       // Connection header into the chunked body).
       if (this.paused) this.res.resume();
+      for (const piece of first) this.res.write(piece);
       this.res.end(bytes);
     });
+    first.length = 0;
+    this.queuedBytes = 0;
   }
 
   /** Called by the server's timer: probes a client that is behind, or sends a heartbeat on a quiet stream. */
