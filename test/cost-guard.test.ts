@@ -24,7 +24,7 @@ import { spawnGateway, startSimulatorProcess, type WatchedProcess } from './help
 import { keyIn } from './scale.js';
 
 /** KB allocated per exchange, at most (docs/architecture.md, "Cost budget"). */
-const BUDGET_KB = { plain: 30, stream: 40 };
+const BUDGET_KB = { plain: 30, stream: 34 };
 /** KB promoted to the old generation per exchange, at most: what outlived its exchange (src/live-set.ts). */
 const PROMOTED_BUDGET_KB = 2;
 const EXCHANGES = 3000;
