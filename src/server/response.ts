@@ -80,7 +80,6 @@ export class UwsResponse implements ClientResponse, Writer {
    */
   private readonly queued: (string | Buffer)[] = [];
   private queuedBytes = 0;
-  private flushScheduled = false;
 
   constructor(
     private readonly res: HttpResponse,
@@ -145,16 +144,11 @@ export class UwsResponse implements ClientResponse, Writer {
       return false;
     }
     if (!this.handedOver && this.fitsQueue(bytes.length, 1)) {
-      this.queued.push(bytes);
       this.queuedBytes += bytes.length;
-      if (!this.flushScheduled) {
-        this.flushScheduled = true;
-        queueMicrotask(this.flushTurn);
-      }
+      if (this.queued.push(bytes) === 1) queueMicrotask(this.flushTurn);
       return true;
     }
     if (this.queued.length > 0 && !this.flushQueued()) {
-      this.block();
       this.held.push(typeof bytes === 'string' ? Buffer.from(bytes) : bytes);
       return false;
     }
@@ -175,16 +169,15 @@ export class UwsResponse implements ClientResponse, Writer {
    * per slow client stays within slow-clients.test's bound).
    */
   private readonly flushTurn = (): void => {
-    this.flushScheduled = false;
-    if (this.queued.length === 0 || this.closed) return;
-    if (!this.flushQueued()) this.block();
+    if (this.queued.length > 0 && !this.closed) this.flushQueued();
   };
 
-  /** The queued writes, in one cork (one syscall); false when uWS could not pass them all on (it keeps the rest). */
+  /** The queued writes, in one cork (one syscall); false, and blocked, when uWS could not pass them all on (it keeps the rest). */
   private flushQueued(): boolean {
     this.handOver();
-    if (this.pendingHead && this.queuedBytes > SLICE_BYTES / 2) this.res.cork(this.flushHead);
+    this.headAloneBefore(this.queuedBytes);
     this.res.cork(this.writeQueued);
+    if (!this.corkedOk) this.block();
     return this.corkedOk;
   }
 
@@ -205,11 +198,8 @@ export class UwsResponse implements ClientResponse, Writer {
 
   end(bytes?: string | Buffer): void {
     if (this.closed) return;
-    if (this.queued.length > 0 && !this.blocked) {
-      // The queued writes and the end in one cork, when the last bytes fit it too.
-      if (this.fitsQueue(bytes?.length ?? 0, 1)) return this.endWith(bytes, this.queued);
-      if (!this.flushQueued()) this.block();
-    }
+    // The queued writes leave with the end (in endWith) when the last bytes fit their cork too.
+    if (this.queued.length > 0 && !this.fitsQueue(bytes?.length ?? 0, 1)) this.flushQueued();
     if (bytes && bytes.length > SLICE_BYTES && !this.blocked) {
       // All but the last slice now; the last leaves with the end, in one syscall.
       const buf = typeof bytes === 'string' ? Buffer.from(bytes) : bytes;
@@ -222,23 +212,23 @@ export class UwsResponse implements ClientResponse, Writer {
       this.ending = true;
       return;
     }
-    this.endWith(bytes, []);
+    this.endWith(bytes);
   }
 
-  /** Ends the response in one cork: `first` written, then `bytes` with the end (after a large head of its own, as in corkedWrite). */
-  private endWith(bytes: string | Buffer | undefined, first: (string | Buffer)[]): void {
+  /** Ends the response in one cork: what is queued, then `bytes` with the end. */
+  private endWith(bytes: string | Buffer | undefined): void {
     this.closed = true;
     this.forget();
-    if (this.pendingHead && this.queuedBytes + (bytes?.length ?? 0) > SLICE_BYTES / 2) this.res.cork(this.flushHead);
+    this.headAloneBefore(this.queuedBytes + (bytes?.length ?? 0));
     this.res.cork(() => {
       this.flushHead();
       // Reading again, for the next request on this connection (end(…, true) would write its
       // Connection header into the chunked body).
       if (this.paused) this.res.resume();
-      for (const piece of first) this.res.write(piece);
+      for (const piece of this.queued) this.res.write(piece);
       this.res.end(bytes);
     });
-    first.length = 0;
+    this.queued.length = 0;
     this.queuedBytes = 0;
   }
 
@@ -322,7 +312,7 @@ export class UwsResponse implements ClientResponse, Writer {
 
   /** One corked write: it and its chunk framing fit uWS's cork buffer, so it leaves in one syscall. */
   private corkedWrite(bytes: string | Buffer): boolean {
-    if (this.pendingHead && bytes.length > SLICE_BYTES / 2) this.res.cork(this.flushHead);
+    this.headAloneBefore(bytes.length);
     this.corking = bytes;
     this.res.cork(this.writeCorking);
     this.corking = '';
@@ -381,6 +371,11 @@ export class UwsResponse implements ClientResponse, Writer {
   private releaseBody(): void {
     this.context.bodyBytesInFlight -= this.bodyReserved;
     this.bodyReserved = 0;
+  }
+
+  /** A head not yet sent goes in a cork of its own before more than half a slice: together they would overflow uWS's cork buffer. */
+  private headAloneBefore(bytes: number): void {
+    if (this.pendingHead && bytes > SLICE_BYTES / 2) this.res.cork(this.flushHead);
   }
 
   private readonly flushHead = (): void => {
