@@ -162,6 +162,46 @@ t.test('indexOfQuoted finds what a plain search for the quoted bytes finds, keys
   t.pass('5000 strings dense with quotes and partial keys');
 });
 
+/** Every object held by `key` at any depth of a parsed JSON value, the top level's first. */
+function objectsUnder(value: unknown, key: string, found: unknown[] = []): unknown[] {
+  if (Array.isArray(value)) for (const item of value) objectsUnder(item, key, found);
+  else if (value !== null && typeof value === 'object') {
+    const held = (value as Record<string, unknown>)[key];
+    if (held !== null && typeof held === 'object' && !Array.isArray(held)) found.push(held);
+    for (const item of Object.values(value)) objectsUnder(item, key, found);
+  }
+  return found;
+}
+
+t.test("an answer's field read alone (objectIn) is what parsing the whole answer reads", async (t) => {
+  const needle = new ObjectKeyNeedle('usage');
+  // Keys from a small set, so that "usage" holds objects, arrays, null and numbers at any depth;
+  // strings full of what the brace walk must step over: braces, quotes, backslashes, the key itself.
+  const text = fc.constantFrom('', 'x', '{', '}', '[', ']', '"', '\\', '\\"', '"usage":{', '"usage": {', 'usage', '\\u007b', 'é');
+  const leaf = fc.oneof(fc.array(text, { maxLength: 4 }).map((parts) => parts.join('')), fc.integer(), fc.constant(null), fc.boolean(), fc.double({ noNaN: true, noDefaultInfinity: true }));
+  const { value } = fc.letrec((tie) => ({
+    value: fc.oneof({ depthSize: 'small', withCrossShrink: true }, leaf, fc.array(tie('value'), { maxLength: 3 }), fc.dictionary(fc.constantFrom('usage', 'id', 'choices', 'a', 'usage_'), tie('value'), { maxKeys: 4 })),
+  }));
+  const answer = fc.dictionary(fc.constantFrom('usage', 'id', 'choices', 'model', 'a'), value, { maxKeys: 5 });
+  fc.assert(
+    fc.property(answer, fc.constantFrom<'compact' | 'python' | 'indented'>('compact', 'python', 'indented'), (generated, layout) => {
+      // As JSON.parse gives it back (fast-check's dictionaries have no prototype).
+      const parsed = JSON.parse(JSON.stringify(generated));
+      const body = Buffer.from(layout === 'compact' ? JSON.stringify(parsed) : layout === 'python' ? pythonJson(parsed) : JSON.stringify(parsed, null, 2));
+      const held = objectsUnder(parsed, 'usage');
+      let hits = 0;
+      for (let at = needle.find(body, 0); at >= 0; at = needle.find(body, at + 1)) hits++;
+      // Only a key holding an object is found: never a piece of a string.
+      assert.equal(hits, held.length);
+      // One: that object (the top level's, or the sole nested one); more: the whole parse's top-level field; none: nothing.
+      const expected = held.length === 1 ? held[0] : held.length > 1 ? parsed.usage : undefined;
+      assert.deepEqual(needle.objectIn(body), expected);
+    }),
+    { numRuns: 5000 },
+  );
+  t.pass('5000 answers, compact, spaced and indented');
+});
+
 /** JSON as Python's json.dumps writes it: ", " between items, ": " after keys. */
 const pythonJson = (v: unknown): string =>
   Array.isArray(v)

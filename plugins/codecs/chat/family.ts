@@ -11,6 +11,7 @@ import {
   frameJson,
   GatewayError,
   jsonOrUndefined,
+  ObjectKeyNeedle,
   lengthOf,
   looksLikeJsonObject,
   parseRequestJson,
@@ -26,6 +27,9 @@ import { canonicalToChatResponse, chatToCanonical, readChatUsage } from './canon
 import { chatPassthrough, chatStreamWriter } from './stream.js';
 import { type ChatRequest, chatRequestSchema } from './schema.js';
 import type { UpstreamChatChunk, UpstreamChatUsage } from './wire.js';
+
+/** An answer's usage, read without parsing the rest of the answer (ObjectKeyNeedle.objectIn). */
+const ANSWER_USAGE = new ObjectKeyNeedle('usage');
 
 const validate = compileValidator(chatRequestSchema);
 
@@ -89,7 +93,7 @@ const passthrough: FamilyPassthrough = {
     return chatPassthrough(ex, { dropUsageChunk: ex.get(usageInjected) === true, wantsUsage: requestOf(ex).stream_options?.include_usage === true }, openAiErrorBody);
   },
 
-  bodyUsage: (body) => readChatUsage(jsonOrUndefined<{ usage?: UpstreamChatUsage }>(body)?.usage),
+  bodyUsage: (body) => readChatUsage(ANSWER_USAGE.objectIn(body) as UpstreamChatUsage | undefined),
 
   isAnswer: looksLikeJsonObject,
 

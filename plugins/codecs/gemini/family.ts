@@ -12,6 +12,7 @@ import {
   frameJson,
   GatewayError,
   jsonOrUndefined,
+  ObjectKeyNeedle,
   lengthOf,
   looksLikeJsonObject,
   type ModelConfig,
@@ -26,6 +27,9 @@ import { RETRY_INFO, upstreamPath } from './dialect.js';
 import { type GeminiRequest, validateGenerateContent } from './schema.js';
 import { geminiPassthrough, geminiStreamWriter, sseMode } from './stream.js';
 import type { UpstreamGeminiAnswer, UpstreamGeminiUsage } from './wire.js';
+
+/** An answer's usage, read without parsing the rest of the answer (ObjectKeyNeedle.objectIn). */
+const ANSWER_USAGE = new ObjectKeyNeedle('usageMetadata');
 
 /** The request decode checked against the schema the type is derived from. */
 const requestOf = (ex: Exchange) => ex.request as GeminiRequest;
@@ -130,7 +134,7 @@ const passthrough: FamilyPassthrough = {
 
   stream: (ex) => geminiPassthrough(ex, errorBody),
 
-  bodyUsage: (body) => readGeminiUsage(jsonOrUndefined<{ usageMetadata?: UpstreamGeminiUsage }>(body)?.usageMetadata),
+  bodyUsage: (body) => readGeminiUsage(ANSWER_USAGE.objectIn(body) as UpstreamGeminiUsage | undefined),
 
   deliveredText(frames) {
     let text = '';

@@ -10,6 +10,7 @@ import {
   type FamilyPassthrough,
   frameJson,
   jsonOrUndefined,
+  ObjectKeyNeedle,
   lengthOf,
   looksLikeJsonObject,
   type ModelConfig,
@@ -27,6 +28,9 @@ import { canonicalToMessagesResponse } from './response.js';
 import { type MessagesRequest, validateCountTokens, validateMessagesRequest } from './schema.js';
 import { messagesPassthrough, messagesStreamWriter } from './stream.js';
 import { type MessagesBlock, type MessagesMessage, messagesErrorBody, messagesErrorStatus, readMessagesUsage, type UpstreamMessagesEvent, type UpstreamMessagesUsage } from './wire.js';
+
+/** An answer's usage, read without parsing the rest of the answer (ObjectKeyNeedle.objectIn). */
+const ANSWER_USAGE = new ObjectKeyNeedle('usage');
 
 /** The request decode checked against the schema the type is derived from (a count_tokens request has no max_tokens). */
 const requestOf = (ex: Exchange) => ex.request as MessagesRequest;
@@ -170,7 +174,7 @@ const passthrough: FamilyPassthrough = {
 
   stream: (ex) => messagesPassthrough(ex),
 
-  bodyUsage: (body) => readMessagesUsage(jsonOrUndefined<{ usage?: UpstreamMessagesUsage }>(body)?.usage),
+  bodyUsage: (body) => readMessagesUsage(ANSWER_USAGE.objectIn(body) as UpstreamMessagesUsage | undefined),
 
   deliveredText(frames) {
     let text = '';

@@ -10,6 +10,7 @@ import {
   frameJson,
   GatewayError,
   jsonOrUndefined,
+  ObjectKeyNeedle,
   lengthOf,
   looksLikeJsonObject,
   parseRequestJson,
@@ -24,6 +25,9 @@ import { canonicalToResponsesBody, readResponsesUsage, responsesToCanonical, too
 import { itemType, type ResponsesRequest, validateResponsesRequest } from './schema.js';
 import { responsesPassthrough, responsesStreamWriter } from './stream.js';
 import type { CallOutputItem, CustomToolCallItem, FunctionCallItem, InputItem, MessageItem, UpstreamResponsesEvent, UpstreamResponsesUsage } from './wire.js';
+
+/** An answer's usage, read without parsing the rest of the answer (ObjectKeyNeedle.objectIn). */
+const ANSWER_USAGE = new ObjectKeyNeedle('usage');
 
 /** The request decode checked against the schema the type is derived from. */
 const requestOf = (ex: Exchange) => ex.request as ResponsesRequest;
@@ -74,7 +78,7 @@ const passthrough: FamilyPassthrough = {
 
   stream: (ex) => responsesPassthrough(ex),
 
-  bodyUsage: (body) => readResponsesUsage(jsonOrUndefined<{ usage?: UpstreamResponsesUsage }>(body)?.usage),
+  bodyUsage: (body) => readResponsesUsage(ANSWER_USAGE.objectIn(body) as UpstreamResponsesUsage | undefined),
 
   deliveredText(frames) {
     let text = '';
