@@ -4,7 +4,8 @@
  * never counts a record twice.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
-import { appendFileSync, copyFileSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import fs, { appendFileSync, copyFileSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { syncBuiltinESMExports } from 'node:module';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Writable } from 'node:stream';
@@ -209,6 +210,8 @@ t.test('a crash between the store commit and the journal truncate does not count
   const dir = scratchDir();
   const store = await openJournaled(dir);
   for (let i = 0; i < 100; i++) store.recordUsage(record(i));
+  // The records are appended at the end of the turn that made them.
+  await new Promise((resolve) => setImmediate(resolve));
   // The journal as it was when the batch committed, before its truncate.
   copyFileSync(join(dir, 'usage.journal'), join(dir, 'journal.copy'));
   await store.close();
@@ -221,6 +224,7 @@ t.test('a crash between the store commit and the journal truncate does not count
   const release = holdWriteLock(dir);
   const reopened = await openJournaled(dir);
   reopened.recordUsage(record(101));
+  await new Promise((resolve) => setImmediate(resolve));
   release();
   // What a restart would replay now, from the file alone.
   const { log: readerLog, lines } = captureLog();
@@ -258,6 +262,33 @@ t.test('an open exchange ends at its record, with the ticket or found by id; one
   t.same(outcomes.map((r) => r.outcome), ['finished', 'finished', 'interrupted'], 'only the unrecorded one is interrupted');
   t.match(lines.find((l) => l.msg?.includes('interrupted')), { exchanges: 1 });
   await next.close();
+});
+
+t.test("a turn's open lines and records are appended together at its end, open lines first, in one write", async (t) => {
+  const dir = scratchDir();
+  const store = await openJournaled(dir);
+  const journal = join(dir, 'usage.journal');
+  // Every write of this process, seen through the binding the journal imported.
+  const writes: number[] = [];
+  const writeSync = fs.writeSync;
+  fs.writeSync = ((fd: number, ...rest: unknown[]) => (writes.push(fd), (writeSync as (...args: unknown[]) => number)(fd, ...rest))) as typeof fs.writeSync;
+  syncBuiltinESMExports();
+  t.teardown(() => {
+    fs.writeSync = writeSync;
+    syncBuiltinESMExports();
+  });
+  const { time, keyId, group, model, upstream, family, streamed } = record(0);
+  const tickets = Array.from({ length: 20 }, (_, i) => store.beginExchange({ time, requestId: `open-${i}`, keyId, group, model, upstream, family, streamed }));
+  for (let i = 0; i < 50; i++) store.recordUsage(record(i));
+  // One of the open exchanges ends in the turn it began: it needs no open line.
+  store.recordUsage({ ...record(0), requestId: 'open-0' }, tickets[0]);
+  t.equal(readFileSync(journal, 'utf8'), '', 'nothing is appended during the turn');
+  await new Promise((resolve) => setImmediate(resolve));
+  const lines = readFileSync(journal, 'utf8').split('\n').filter(Boolean).map((line) => JSON.parse(line));
+  t.equal(writes.length, 1, 'one write for the turn');
+  t.same(lines.slice(0, 19).map((l) => l.open.requestId), Array.from({ length: 19 }, (_, i) => `open-${i + 1}`), 'the open lines first');
+  t.same(lines.slice(19).map((l) => l.requestId), [...Array.from({ length: 50 }, (_, i) => `req-${i}`), 'open-0'], 'then the records, in order');
+  await store.close();
 });
 
 t.test('under load the store gets full batches: what arrives during a write waits for a full batch or the timer', async (t) => {

@@ -1,15 +1,17 @@
 /**
  * What UwsResponse hands to uWS, cork by cork (each cork leaves in one syscall when it fits uWS's
  * 16 KB cork buffer): the writes of a response's first turn go out together, with the end when it
- * comes in the same turn, and a response that ends with its first bytes is never paused. uWS's response is a
- * recording stand-in here; the real server's behaviour is covered by the slow-client and edge
- * tests.
+ * comes in the same turn, and a response that ends with its first bytes is never paused. An answer
+ * an upstream gave leaves only after the turn's commits (the usage journal's append). uWS's
+ * response is a recording stand-in here; the real server's behaviour is covered by the slow-client
+ * and edge tests.
  */
 import t from 'tap';
 import { Exchange } from '../src/exchange.js';
 import { LiveSet } from '../src/live-set.js';
 import type { ServerContext } from '../src/server/context.js';
 import { UwsResponse } from '../src/server/response.js';
+import { commitAtTurnEnd } from '../src/turn-end.js';
 import type { HttpResponse } from '../src/uws.js';
 
 type Call = string;
@@ -42,10 +44,16 @@ function recordingResponse(refuse = false) {
   return { res: res as unknown as HttpResponse, corks, outside };
 }
 
-function streamResponse(res: HttpResponse): UwsResponse {
+/** A generation's response; `upstreamCalls` is how many calls its exchange made (none: the gateway answers it itself). */
+function generationResponse(res: HttpResponse, upstreamCalls = 0): UwsResponse {
   const context = { writers: new LiveSet(), overheadHeader: false, writeStallMs: 60_000, pipeline: {} } as unknown as ServerContext;
   const ex = new Exchange({} as never, { method: 'get', path: '/', kind: 'generate' }, 'GET', '/', '', {}, []);
-  const out = new UwsResponse(res, context, ex, { length: 0 });
+  ex.attempts = upstreamCalls;
+  return new UwsResponse(res, context, ex, { length: 0 });
+}
+
+function streamResponse(res: HttpResponse, upstreamCalls = 0): UwsResponse {
+  const out = generationResponse(res, upstreamCalls);
   out.startStream(200, { 'content-type': 'text/event-stream' });
   return out;
 }
@@ -99,4 +107,43 @@ t.test('a refusal found at the end of the turn blocks the next write', async (t)
   await turn();
   t.equal(out.write(frames(100)), false, 'the client is behind: the upstream waits');
   out.end();
+});
+
+t.test('an answer an upstream gave leaves after the commits of its turn, even those made after it', async (t) => {
+  const { res, corks } = recordingResponse();
+  const out = generationResponse(res, 1);
+  out.reply(200, { 'content-type': 'application/json' }, '{"usage":{}}');
+  // As the usage plugin's done does, after the reply: the journal's append for this turn.
+  commitAtTurnEnd(() => corks.push(['commit']));
+  t.same(corks, [], 'nothing reaches uWS during the turn');
+  await turn();
+  t.same(corks, [['commit'], ['status 200 OK', 'header x-request-id', 'header content-type', 'end 12']]);
+
+  const streamed = recordingResponse();
+  const stream = streamResponse(streamed.res, 1);
+  stream.write(frames(100));
+  stream.end('data: [DONE]\n\n');
+  commitAtTurnEnd(() => streamed.corks.push(['commit']));
+  await turn();
+  t.same(streamed.corks, [['commit'], ['status 200 OK', 'header x-request-id', 'header content-type', 'write 100', 'end 14']], "a stream's last bytes too");
+});
+
+t.test("a refusal the gateway made itself leaves at once (it may be inside uWS's handler, before a pipelined request)", async (t) => {
+  const { res, corks } = recordingResponse();
+  generationResponse(res, 0).reply(401, { 'content-type': 'application/json' }, '{}');
+  t.same(corks, [['status 401 Unauthorized', 'header x-request-id', 'header content-type', 'end 2']]);
+});
+
+t.test('an answer whose client left before the end of the turn is not sent', async (t) => {
+  const { res, corks } = recordingResponse();
+  let aborted: (() => void) | undefined;
+  (res as unknown as { onAborted: (cb: () => void) => void }).onAborted = (cb) => void (aborted = cb);
+  const context = { writers: new LiveSet(), overheadHeader: false, writeStallMs: 60_000, pipeline: { interrupt() {} } } as unknown as ServerContext;
+  const ex = new Exchange({} as never, { method: 'get', path: '/', kind: 'generate' }, 'GET', '/', '', {}, []);
+  ex.attempts = 1;
+  const out = new UwsResponse(res, context, ex, { length: 0 });
+  out.reply(200, { 'content-type': 'application/json' }, '{}');
+  aborted!();
+  await turn();
+  t.same(corks, [], 'uWS is not touched after it reported the connection gone');
 });

@@ -7,6 +7,7 @@
 import type { ClientResponse } from '../client-response.js';
 import { GatewayError } from '../errors.js';
 import type { Exchange } from '../exchange.js';
+import { sendAtTurnEnd } from '../turn-end.js';
 import type { HttpResponse } from '../uws.js';
 import { BodyReader, type BodyFraming } from './body.js';
 import { bodiesOverloaded, statusLine, takeBodyBudget, type ServerContext, type Writer } from './context.js';
@@ -80,6 +81,11 @@ export class UwsResponse implements ClientResponse, Writer {
    */
   private readonly queued: (string | Buffer)[] = [];
   private queuedBytes = 0;
+  /** What a reply or a stream's end waits with until the end of the turn (see waitsForCommit). */
+  private last: { status: number; headers: Record<string, string>; body: string | Buffer; closeConnection: boolean } | undefined;
+  private lastBytes: string | Buffer | undefined;
+  /** uWS reported the connection gone: the response object must not be touched again. */
+  private aborted = false;
 
   constructor(
     private readonly res: HttpResponse,
@@ -88,6 +94,7 @@ export class UwsResponse implements ClientResponse, Writer {
     private readonly framing: BodyFraming,
   ) {
     res.onAborted(() => {
+      this.aborted = true;
       this.closed = true;
       this.forget();
       context.pipeline.interrupt(ex, this, 'aborted');
@@ -125,10 +132,40 @@ export class UwsResponse implements ClientResponse, Writer {
     this.closed = true;
     // A reply sent before the body was read leaves unread bytes on the connection: close it.
     const closeConnection = this.framing.error !== undefined || (this.body !== undefined && !this.body.complete);
-    this.res.cork(() => {
-      this.head(status, headers);
-      this.res.end(body, closeConnection);
-    });
+    this.last = { status, headers, body, closeConnection };
+    if (this.waitsForCommit()) sendAtTurnEnd(this.sendReply);
+    else this.sendReply();
+  }
+
+  private readonly sendReply = (): void => {
+    const last = this.last!;
+    this.last = undefined;
+    this.sendUnlessGone(() =>
+      this.res.cork(() => {
+        this.head(last.status, last.headers);
+        this.res.end(last.body, last.closeConnection);
+      }),
+    );
+  };
+
+  /**
+   * An answer an upstream gave (a reply, or a stream's last bytes) leaves at the end of the turn,
+   * after the usage journal has appended the turn's records (src/turn-end.ts), so a client that has
+   * it has a record too. A refusal the gateway made itself leaves at once: it cost nothing, and one
+   * made inside uWS's request handler must end before uWS reads the next pipelined request.
+   */
+  private waitsForCommit(): boolean {
+    return this.ex.attempts > 0 && this.ex.endpoint.kind === 'generate';
+  }
+
+  /** A send deferred to the end of the turn: skipped for a client gone since; a failure is logged, never thrown into the turn's other sends. */
+  private sendUnlessGone(send: () => void): void {
+    if (this.aborted) return;
+    try {
+      send();
+    } catch (err) {
+      this.context.pipeline.log.error({ err, req: this.ex.id }, 'sending an answer failed');
+    }
   }
 
   startStream(status: number, headers: Record<string, string>): void {
@@ -215,22 +252,32 @@ export class UwsResponse implements ClientResponse, Writer {
     this.endWith(bytes);
   }
 
-  /** Ends the response in one cork: what is queued, then `bytes` with the end. */
+  /** Ends the response in one cork: what is queued, then `bytes` with the end (for a generation, at the end of the turn). */
   private endWith(bytes: string | Buffer | undefined): void {
     this.closed = true;
     this.forget();
-    this.headAloneBefore(this.queuedBytes + (bytes?.length ?? 0));
-    this.res.cork(() => {
-      this.flushHead();
-      // Reading again, for the next request on this connection (end(…, true) would write its
-      // Connection header into the chunked body).
-      if (this.paused) this.res.resume();
-      for (const piece of this.queued) this.res.write(piece);
-      this.res.end(bytes);
+    this.lastBytes = bytes;
+    if (this.waitsForCommit()) sendAtTurnEnd(this.sendEnd);
+    else this.sendEnd();
+  }
+
+  private readonly sendEnd = (): void => {
+    const bytes = this.lastBytes;
+    this.lastBytes = undefined;
+    this.sendUnlessGone(() => {
+      this.headAloneBefore(this.queuedBytes + (bytes?.length ?? 0));
+      this.res.cork(() => {
+        this.flushHead();
+        // Reading again, for the next request on this connection (end(…, true) would write its
+        // Connection header into the chunked body).
+        if (this.paused) this.res.resume();
+        for (const piece of this.queued) this.res.write(piece);
+        this.res.end(bytes);
+      });
     });
     this.queued.length = 0;
     this.queuedBytes = 0;
-  }
+  };
 
   /** Called by the server's timer: probes a client that is behind, or sends a heartbeat on a quiet stream. */
   tick(now: number): void {

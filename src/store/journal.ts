@@ -2,8 +2,9 @@
  * The usage journal: the layer in front of any StoreBackend that makes usage records durable
  * before the store has them, and turns the backend into the Store the gateway uses.
  *
- * `recordUsage` appends the record as one JSON line to an append-only file in the data directory
- * (`fs.writeSync` on an `O_APPEND` descriptor) before it returns, then queues it; the backend
+ * `recordUsage` queues the record and its JSON line; the lines of every record made in one turn of
+ * the event loop are appended together at its end (group commit, src/turn-end.ts: one `fs.writeSync`
+ * on an `O_APPEND` descriptor per turn), before the answers of those exchanges are sent. The backend
  * receives batches of BATCH_SIZE records or every FLUSH_INTERVAL_MS. Once everything queued is
  * committed, the file is truncated (in the same tick as memory is seen empty, so no append slips
  * in between); a store that is always busy gets the file rewritten to what is still queued once it
@@ -11,12 +12,14 @@
  * ids it already holds, so a crash between a commit and the truncate counts nothing twice.
  *
  * `beginExchange` journals an exchange that is about to call its upstream (an `{"open": …}` line,
- * kept across truncations while it runs; the exchanges begun in one turn of the event loop are
- * appended together at its end). An open exchange without a record when the next owner
- * starts died with the thread or process that served it: it is recorded as `interrupted`.
+ * kept across truncations while it runs), in the same append at the end of its turn, ahead of the
+ * records. An open exchange without a record when the next owner starts died with the thread or
+ * process that served it: it is recorded as `interrupted`.
  *
- * What it promises: a record whose `recordUsage` returned survives a crash of the process (kill -9,
- * an out-of-memory kill), because its bytes are in the kernel before the request's `done` ends.
+ * What it promises: a record survives a crash of the process (kill -9, an out-of-memory kill) once
+ * the turn that made it has ended, which is before its exchange's answer (or a stream's last bytes)
+ * leaves: a client that has its answer has a record in the kernel. A crash earlier in the turn
+ * leaves the exchange's open line, so it is recorded as interrupted.
  * It survives power loss or a kernel crash only with `fsync` (config `usage.journalFsync`), which
  * syncs each append to the disk.
  *
@@ -37,6 +40,7 @@ import { dirname } from 'node:path';
 import { StringDecoder } from 'node:string_decoder';
 import { pino, type Logger } from 'pino';
 import { LiveSet } from '../live-set.js';
+import { commitAtTurnEnd } from '../turn-end.js';
 import { createLogger } from '../log.js';
 import { NO_TOKENS, type ApiKey, type AuditEntry, type AuditQuery, type Group, type GroupInput, type KeyPatch, type OpenExchange, type OpenTicket, type Store, type StoreBackend, type UpstreamActivity, type UsagePoint, type UsageQuery, type UsageRecord, type UsageTotals } from './store.js';
 
@@ -277,25 +281,47 @@ export class JournaledStore implements Store {
     if (!this.journal) throw new Error('usage is recorded only by the process that owns the usage journal');
     const entry = new OpenEntry(exchange);
     this.open.add(entry);
-    // One append per event-loop turn for all the exchanges begun in it, not one each.
-    if (this.opening.push(entry) === 1) setImmediate(this.appendOpening);
+    this.opening.push(entry);
+    this.commitAtTurnEnd();
     return entry;
   }
 
   /** Open exchanges not yet appended: those begun in this turn of the event loop. */
   private readonly opening: OpenEntry[] = [];
+  /** The lines of the records made in this turn, not yet appended. */
+  private recordLines = '';
+  /** Of those, the records memory could not hold: once appended they are only in the file. */
+  private recordsBeyondBound = 0;
+  private commitScheduled = false;
   private closed = false;
 
-  private readonly appendOpening = () => {
-    const opening = this.opening.filter((e) => e.liveSlot >= 0);
+  private commitAtTurnEnd(): void {
+    if (this.commitScheduled) return;
+    this.commitScheduled = true;
+    commitAtTurnEnd(this.commitTurn);
+  }
+
+  /**
+   * Appends what this turn journaled, in one write: the open lines first (an exchange that began
+   * and ended in the turn has none), then the records. Also run before anything reads or rewrites
+   * the file (a batch's replay, a compaction, the close), so that it never misses them.
+   */
+  private readonly commitTurn = (): void => {
+    this.commitScheduled = false;
+    const beyond = this.recordsBeyondBound;
+    let text = '';
+    for (const open of this.opening) if (open.liveSlot >= 0) text += `{"open":${JSON.stringify(open.exchange)}}\n`;
+    const opened = this.opening.length;
+    text += this.recordLines;
     this.opening.length = 0;
-    if (opening.length === 0 || this.closed) return;
+    this.recordLines = '';
+    this.recordsBeyondBound = 0;
+    if (text.length === 0 || this.closed) return;
     try {
-      let text = '';
-      for (const open of opening) text += `{"open":${JSON.stringify(open.exchange)}}\n`;
       this.journal!.appendLines(text);
     } catch (err) {
-      this.log.error({ err, exchanges: opening.length }, 'usage journal append failed: these exchanges are not recorded if the gateway dies during them');
+      this.log.error({ err, exchanges: opened }, 'usage journal append failed: the records of this turn are held in memory only, and its exchanges are not recorded if the gateway dies during them');
+      if (beyond > 0) this.log.error({ records: beyond }, 'usage records lost: the journal cannot be written and memory is full');
     }
   };
 
@@ -305,18 +331,13 @@ export class JournaledStore implements Store {
     const entry = opened instanceof OpenEntry ? opened : this.open.find((e) => e.exchange.requestId === record.requestId);
     if (entry) this.open.delete(entry);
     const line = JSON.stringify(record);
-    let journaled = true;
-    try {
-      this.journal.appendLines(line + '\n');
-    } catch (err) {
-      journaled = false;
-      this.log.error({ err, req: record.requestId }, 'usage journal append failed: the record is held in memory only');
-    }
+    this.recordLines += line + '\n';
+    this.commitAtTurnEnd();
     if (this.pending.length < this.maxHeld) this.hold(record, line);
-    else if (!journaled) this.log.error({ req: record.requestId }, 'usage record lost: the journal cannot be written and memory is full');
-    else if (!this.fileAhead) {
+    else {
+      this.recordsBeyondBound++;
+      if (!this.fileAhead) this.log.warn({ maxHeldRecords: this.maxHeld }, 'usage records beyond the memory bound are kept only in the journal until the store takes writes again');
       this.fileAhead = true;
-      this.log.warn({ maxHeldRecords: this.maxHeld }, 'usage records beyond the memory bound are kept only in the journal until the store takes writes again');
     }
     if (this.failures > 0 || this.writing) return;
     if (this.pending.length >= BATCH_SIZE) void this.flush(false);
@@ -350,6 +371,8 @@ export class JournaledStore implements Store {
   }
 
   private async write(whole: boolean): Promise<void> {
+    // What the file is read back from or rewritten to must include this turn's lines.
+    this.commitTurn();
     try {
       // The file holds every record memory holds (but those it failed to take), and more.
       if (this.fileAhead) {
@@ -388,6 +411,7 @@ export class JournaledStore implements Store {
 
   /** Rewrites the file to what is not stored (memory holds it all unless `fileAhead`): queued records and open exchanges. */
   private compact(): void {
+    this.commitTurn();
     let text = '';
     for (const line of this.pendingLines) text += line + '\n';
     for (const open of this.open.values()) text += `{"open":${JSON.stringify(open.exchange)}}\n`;
@@ -417,7 +441,7 @@ export class JournaledStore implements Store {
   }
 
   async close(): Promise<void> {
-    this.appendOpening();
+    this.commitTurn();
     await this.flush();
     clearTimeout(this.timer);
     this.closed = true;
