@@ -237,8 +237,8 @@ export interface Store extends SharedState {
    */
   beginExchange(exchange: OpenExchange): OpenTicket;
   /**
-   * Journals a usage record (it survives a crash once this returns, so it stays synchronous) and
-   * queues it for the store. `opened` is what beginExchange returned for this exchange, if it
+   * Journals a usage record (appended with the rest of its turn's at the end of the turn, before the
+   * exchange's answer leaves: see src/turn-end.ts) and queues it for the store. `opened` is what beginExchange returned for this exchange, if it
    * began: it ends the open exchange at once (without it, the open exchanges are searched by id).
    */
   recordUsage(record: UsageRecord, opened?: OpenTicket): void;
