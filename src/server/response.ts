@@ -81,7 +81,7 @@ export class UwsResponse implements ClientResponse, Writer {
    */
   private readonly queued: (string | Buffer)[] = [];
   private queuedBytes = 0;
-  /** What a reply or a stream's end waits with until the end of the turn (see waitsForCommit). */
+  /** What a reply or a stream's end waits with until the end of the turn (see leave). */
   private last: { status: number; headers: Record<string, string>; body: string | Buffer; closeConnection: boolean } | undefined;
   private lastBytes: string | Buffer | undefined;
   /** uWS reported the connection gone: the response object must not be touched again. */
@@ -133,8 +133,7 @@ export class UwsResponse implements ClientResponse, Writer {
     // A reply sent before the body was read leaves unread bytes on the connection: close it.
     const closeConnection = this.framing.error !== undefined || (this.body !== undefined && !this.body.complete);
     this.last = { status, headers, body, closeConnection };
-    if (this.waitsForCommit()) sendAtTurnEnd(this.sendReply);
-    else this.sendReply();
+    this.leave(this.sendReply);
   }
 
   private readonly sendReply = (): void => {
@@ -149,16 +148,18 @@ export class UwsResponse implements ClientResponse, Writer {
   };
 
   /**
-   * An answer an upstream gave (a reply, or a stream's last bytes) leaves at the end of the turn,
-   * after the usage journal has appended the turn's records (src/turn-end.ts), so a client that has
-   * it has a record too. A refusal the gateway made itself leaves at once: it cost nothing, and one
-   * made inside uWS's request handler must end before uWS reads the next pipelined request.
+   * Hands the response's last cork (`send`: the reply, or a stream's end) to uWS. An answer an
+   * upstream gave leaves at the end of the turn, after the usage journal has appended the turn's
+   * records (src/turn-end.ts), so a client that has it has a record too. A refusal the gateway made
+   * itself leaves at once: it cost nothing, and one made inside uWS's request handler must end
+   * before uWS reads the next pipelined request.
    */
-  private waitsForCommit(): boolean {
-    return this.ex.attempts > 0 && this.ex.endpoint.kind === 'generate';
+  private leave(send: () => void): void {
+    if (this.ex.attempts > 0 && this.ex.endpoint.kind === 'generate') sendAtTurnEnd(send);
+    else send();
   }
 
-  /** A send deferred to the end of the turn: skipped for a client gone since; a failure is logged, never thrown into the turn's other sends. */
+  /** A last cork, skipped for a client gone since it was made; a failure is logged, never thrown into the turn's other sends. */
   private sendUnlessGone(send: () => void): void {
     if (this.aborted) return;
     try {
@@ -257,8 +258,7 @@ export class UwsResponse implements ClientResponse, Writer {
     this.closed = true;
     this.forget();
     this.lastBytes = bytes;
-    if (this.waitsForCommit()) sendAtTurnEnd(this.sendEnd);
-    else this.sendEnd();
+    this.leave(this.sendEnd);
   }
 
   private readonly sendEnd = (): void => {

@@ -441,7 +441,7 @@ export class JournaledStore implements Store {
   }
 
   async close(): Promise<void> {
-    this.commitTurn();
+    // The flush commits this turn's lines first (write does).
     await this.flush();
     clearTimeout(this.timer);
     this.closed = true;

@@ -13,7 +13,6 @@ import {
   jsonOrUndefined,
   lengthOf,
   looksLikeJsonObject,
-  ObjectKeyNeedle,
   parseRequestJson,
   partsIn,
   positiveNumber,
@@ -24,12 +23,9 @@ import {
 } from '../../../src/plugin-api.js';
 import { bearerCredential, openAiErrorBody } from '../openai-common.js';
 import { canonicalToChatResponse, chatToCanonical, readChatUsage } from './canonical.js';
-import { chatPassthrough, chatStreamWriter } from './stream.js';
+import { chatPassthrough, chatStreamWriter, USAGE_OBJECT } from './stream.js';
 import { type ChatRequest, chatRequestSchema } from './schema.js';
 import type { UpstreamChatChunk, UpstreamChatUsage } from './wire.js';
-
-/** An answer's usage, read without parsing the rest of the answer (ObjectKeyNeedle.objectIn). */
-const ANSWER_USAGE = new ObjectKeyNeedle('usage');
 
 const validate = compileValidator(chatRequestSchema);
 
@@ -49,7 +45,6 @@ const requestOf = (ex: Exchange) => ex.request as ChatRequest;
 
 /** Set when Sluice asked the upstream for stream usage that the client did not ask for. */
 const usageInjected = new StateKey<boolean>('chat usage injected');
-
 
 function textOf(content: unknown): string {
   if (typeof content === 'string') return content;
@@ -93,7 +88,7 @@ const passthrough: FamilyPassthrough = {
     return chatPassthrough(ex, { dropUsageChunk: ex.get(usageInjected) === true, wantsUsage: requestOf(ex).stream_options?.include_usage === true }, openAiErrorBody);
   },
 
-  bodyUsage: (body) => readChatUsage(ANSWER_USAGE.objectIn(body) as UpstreamChatUsage | undefined),
+  bodyUsage: (body) => readChatUsage(USAGE_OBJECT.objectIn(body) as UpstreamChatUsage | undefined),
 
   isAnswer: looksLikeJsonObject,
 

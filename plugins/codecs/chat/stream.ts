@@ -25,7 +25,8 @@ import type { ChatRequest } from './schema.js';
 import type { ChatChunkHead, ChatDelta, ChatUsageChunk, UpstreamChatChunk } from './wire.js';
 
 const USAGE_KEY = Buffer.from('"usage"');
-const USAGE_OBJECT = new ObjectKeyNeedle('usage');
+/** `"usage":{`: the chunk that carries a stream's usage, and a complete answer's usage (family.ts's bodyUsage). */
+export const USAGE_OBJECT = new ObjectKeyNeedle('usage');
 const USAGE_FRAMES: SparseScan = { key: USAGE_OBJECT, lastFrame: false };
 /** Usage frames, and each chunk's last frame: where `[DONE]` is, to be held back while usage is owed. */
 const USAGE_AND_LAST_FRAMES: SparseScan = { key: USAGE_OBJECT, lastFrame: true };

@@ -15,7 +15,6 @@ import {
   lengthOf,
   looksLikeJsonObject,
   type ModelConfig,
-  ObjectKeyNeedle,
   parseRequestJson,
   positiveNumber,
   type RequestCaps,
@@ -25,11 +24,8 @@ import {
 import { canonicalToGeminiBody, geminiToCanonical, readGeminiUsage } from './canonical.js';
 import { RETRY_INFO, upstreamPath } from './dialect.js';
 import { type GeminiRequest, validateGenerateContent } from './schema.js';
-import { geminiPassthrough, geminiStreamWriter, sseMode } from './stream.js';
+import { geminiPassthrough, geminiStreamWriter, sseMode, USAGE_METADATA } from './stream.js';
 import type { UpstreamGeminiAnswer, UpstreamGeminiUsage } from './wire.js';
-
-/** An answer's usage, read without parsing the rest of the answer (ObjectKeyNeedle.objectIn). */
-const ANSWER_USAGE = new ObjectKeyNeedle('usageMetadata');
 
 /** The request decode checked against the schema the type is derived from. */
 const requestOf = (ex: Exchange) => ex.request as GeminiRequest;
@@ -134,7 +130,7 @@ const passthrough: FamilyPassthrough = {
 
   stream: (ex) => geminiPassthrough(ex, errorBody),
 
-  bodyUsage: (body) => readGeminiUsage(ANSWER_USAGE.objectIn(body) as UpstreamGeminiUsage | undefined),
+  bodyUsage: (body) => readGeminiUsage(USAGE_METADATA.objectIn(body) as UpstreamGeminiUsage | undefined),
 
   deliveredText(frames) {
     let text = '';

@@ -27,7 +27,9 @@ import type { GeminiAnswer, GeminiPart, GeminiUsage, UpstreamGeminiAnswer, Upstr
 export const sseMode = new StateKey<boolean>('gemini sse');
 
 const USAGE_KEY = Buffer.from('"usageMetadata"');
-const USAGE_FRAMES: SparseScan = { key: new ObjectKeyNeedle('usageMetadata'), lastFrame: false };
+/** `"usageMetadata":{`: in a stream's frames, and in a complete answer (family.ts's bodyUsage). */
+export const USAGE_METADATA = new ObjectKeyNeedle('usageMetadata');
+const USAGE_FRAMES: SparseScan = { key: USAGE_METADATA, lastFrame: false };
 
 /** Frames events as SSE, or as the elements of one JSON array. */
 export class GeminiFraming {

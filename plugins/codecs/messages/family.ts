@@ -13,7 +13,6 @@ import {
   lengthOf,
   looksLikeJsonObject,
   type ModelConfig,
-  ObjectKeyNeedle,
   parseRequestJson,
   partsIn,
   positiveNumber,
@@ -26,11 +25,8 @@ import { bearerCredential } from '../openai-common.js';
 import { messagesToCanonical } from './request.js';
 import { canonicalToMessagesResponse } from './response.js';
 import { type MessagesRequest, validateCountTokens, validateMessagesRequest } from './schema.js';
-import { messagesPassthrough, messagesStreamWriter } from './stream.js';
+import { messagesPassthrough, messagesStreamWriter, USAGE_OBJECT } from './stream.js';
 import { type MessagesBlock, type MessagesMessage, messagesErrorBody, messagesErrorStatus, readMessagesUsage, type UpstreamMessagesEvent, type UpstreamMessagesUsage } from './wire.js';
-
-/** An answer's usage, read without parsing the rest of the answer (ObjectKeyNeedle.objectIn). */
-const ANSWER_USAGE = new ObjectKeyNeedle('usage');
 
 /** The request decode checked against the schema the type is derived from (a count_tokens request has no max_tokens). */
 const requestOf = (ex: Exchange) => ex.request as MessagesRequest;
@@ -174,7 +170,7 @@ const passthrough: FamilyPassthrough = {
 
   stream: (ex) => messagesPassthrough(ex),
 
-  bodyUsage: (body) => readMessagesUsage(ANSWER_USAGE.objectIn(body) as UpstreamMessagesUsage | undefined),
+  bodyUsage: (body) => readMessagesUsage(USAGE_OBJECT.objectIn(body) as UpstreamMessagesUsage | undefined),
 
   deliveredText(frames) {
     let text = '';

@@ -40,7 +40,9 @@ import {
 
 const USAGE_KEY = Buffer.from('"usage"');
 /** Usage frames, and each chunk's last frame: whether the stream ended properly is read from it. */
-const USAGE_AND_LAST_FRAMES: SparseScan = { key: new ObjectKeyNeedle('usage'), lastFrame: true };
+/** `"usage":{`: in a stream's frames, and in a complete answer (family.ts's bodyUsage). */
+export const USAGE_OBJECT = new ObjectKeyNeedle('usage');
+const USAGE_AND_LAST_FRAMES: SparseScan = { key: USAGE_OBJECT, lastFrame: true };
 /** How the last events of a complete stream begin (Anthropic writes the event line first). */
 const LAST_EVENTS = ['event: message_stop', 'event: error'].map((s) => Buffer.from(s));
 
