@@ -6,13 +6,13 @@
  * the event loop are appended together at its end (group commit, src/turn-end.ts: one `fs.writeSync`
  * on an `O_APPEND` descriptor per turn), before the answers of those exchanges are sent. The backend
  * receives batches of BATCH_SIZE records or every FLUSH_INTERVAL_MS. Once everything queued is
- * committed, the file is truncated (in the same tick as memory is seen empty, so no append slips
+ * committed, the file is emptied (in the same tick as memory is seen empty, so no append slips
  * in between); a store that is always busy gets the file rewritten to what is still queued once it
  * passes COMPACT_BYTES. At start the file is replayed into the backend, whose writes skip request
- * ids it already holds, so a crash between a commit and the truncate counts nothing twice.
+ * ids it already holds, so a crash between a commit and the emptying counts nothing twice.
  *
  * `beginExchange` journals an exchange that is about to call its upstream (an `{"open": …}` line,
- * kept across truncations while it runs), in the same append at the end of its turn, ahead of the
+ * kept across those rewrites while it runs), in the same append at the end of its turn, ahead of the
  * records. An open exchange without a record when the next owner starts died with the thread or
  * process that served it: it is recorded as `interrupted`.
  *
@@ -31,11 +31,11 @@
  * is lost, and that is logged.
  *
  * One thread owns a file: the gateway (each worker thread its own file), which appends and
- * truncates. Others (the CLI) replay it without changing it, harmless beside a running owner
- * because replay is idempotent. Two gateways must not share a data directory: each would truncate
+ * rewrites it. Others (the CLI) replay it without changing it, harmless beside a running owner
+ * because replay is idempotent. Two gateways must not share a data directory: each would empty
  * the other's records.
  */
-import { closeSync, fdatasyncSync, fstatSync, fsyncSync, ftruncateSync, openSync, readSync, renameSync, writeSync } from 'node:fs';
+import { close, closeSync, fdatasyncSync, fstatSync, fsyncSync, openSync, readSync, renameSync, writeSync } from 'node:fs';
 import { dirname } from 'node:path';
 import { StringDecoder } from 'node:string_decoder';
 import { pino, type Logger } from 'pino';
@@ -57,7 +57,7 @@ const OPEN_ONLY_COMPACT_BYTES = 256 << 10;
 const DEFAULT_MAX_HELD_RECORDS = 10_000;
 
 export interface JournalOptions {
-  /** Only the owner appends, writes batches and truncates; others just replay at open. */
+  /** Only the owner appends, writes batches and rewrites the file; others just replay at open. */
   owner: boolean;
   /** Sync each append to disk, so records survive power loss too (measured in bench/micro.ts). */
   fsync?: boolean;
@@ -77,6 +77,9 @@ class OpenEntry implements OpenTicket {
  * where a Buffer of it would be garbage per write. A short write (a full disk, a file size limit)
  * goes on from where it stopped, or throws.
  */
+/** The old file's descriptor, closed after a rewrite: nothing is left to lose if that close fails. */
+const ignoreCloseError = () => {};
+
 function writeWhole(fd: number, text: string): void {
   const bytes = Buffer.byteLength(text);
   let at = writeSync(fd, text);
@@ -116,15 +119,13 @@ class JournalFile {
 
   /**
    * Replaces the file's contents with `lines` (whole lines, each ended by a newline), atomically:
-   * a crash leaves either the old file or the new one, never a mix. With nothing to keep, a
-   * truncate does.
+   * a crash leaves either the old file or the new one, never a mix. Always by a rename, never a
+   * truncate, and the old file's last descriptor is closed on libuv's pool: freeing its blocks is
+   * the kernel's work at that close (or at a truncate), and on a filesystem mounted with `discard`
+   * it waits for the disk. Done on the serving thread, a compaction per batch (80 a second at
+   * 20,000 req/s) had it asleep in that wait 185 times in 4 s.
    */
   rewrite(lines: string): void {
-    if (lines.length === 0) {
-      ftruncateSync(this.fd, 0);
-      this.torn = false;
-      return;
-    }
     const next = `${this.path}.next`;
     const fd = openSync(next, 'w', 0o600);
     try {
@@ -136,7 +137,7 @@ class JournalFile {
     renameSync(next, this.path);
     // Opened before the old one is closed, so the descriptor is never left pointing at nothing.
     const fresh = openSync(this.path, 'a+', 0o600);
-    closeSync(this.fd);
+    close(this.fd, ignoreCloseError);
     this.fd = fresh;
     this.torn = false;
     // With fsync, the rename itself must reach the disk too, or a power loss brings the old file back.
