@@ -1,0 +1,69 @@
+/**
+ * What an HTTP upstream sends as headers (src/http-upstream.ts): the request's own, the upstream's
+ * configured ones and its key, the trace headers, and a large body's length, each name once, a
+ * configured header winning over the request's. A real HTTP server on 127.0.0.1 reads them raw.
+ */
+import { once } from 'node:events';
+import { createServer, type IncomingMessage } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import t from 'tap';
+import type { GatewayError } from '../src/errors.js';
+import { createHttpUpstream } from '../src/plugin-api.js';
+
+const seen: IncomingMessage[] = [];
+const server = createServer((req, res) => {
+  seen.push(req);
+  req.resume();
+  req.on('end', () => res.writeHead(200, { 'content-type': 'application/json' }).end('{}'));
+});
+server.listen(0, '127.0.0.1');
+await once(server, 'listening');
+const { port } = server.address() as AddressInfo;
+t.teardown(() => server.close());
+
+const kind = { family: 'chat', authHeaders: (key: string) => ({ authorization: `Bearer ${key}` }) };
+const upstream = createHttpUpstream(kind, 'headers', {
+  baseUrl: `http://127.0.0.1:${port}/v1`,
+  apiKey: 'sk-upstream',
+  headers: { 'x-tenant': 'acme', 'content-type': 'application/vnd.acme+json' },
+});
+t.teardown(() => upstream.close?.());
+
+/** Sends `body` and resolves with the headers the server read, as [name, value] pairs in order. */
+async function sent(body: string): Promise<[string, string][]> {
+  const done = new Promise<void>((resolve, reject) =>
+    upstream.send(
+      {
+        method: 'POST',
+        path: '/chat/completions',
+        headers: { 'content-type': 'application/json', 'x-request-only': 'yes' },
+        body,
+        traceparent: '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01',
+        tracestate: 'vendor=1',
+      },
+      { start() {}, data: () => true, end: resolve, error: (err: GatewayError) => reject(err) },
+    ),
+  );
+  await done;
+  const raw = seen.at(-1)!.rawHeaders;
+  return Array.from({ length: raw.length / 2 }, (_, i) => [raw[2 * i]!.toLowerCase(), raw[2 * i + 1]!]);
+}
+
+for (const [shape, body] of [
+  ['a small body', '{"model":"m"}'],
+  ['a body past 16 KB, sent as a stream of chunks', JSON.stringify({ model: 'm', text: 'x'.repeat(20_000) })],
+] as const) {
+  t.test(`${shape}: every header once, the configured ones winning`, async (t) => {
+    const headers = await sent(body);
+    const names = headers.map(([name]) => name);
+    t.same(names.filter((name, i) => names.indexOf(name) !== i), [], 'no header name twice');
+    const value = (name: string) => headers.find(([n]) => n === name)?.[1];
+    t.equal(value('content-type'), 'application/vnd.acme+json', "the upstream's configured header wins over the request's");
+    t.equal(value('x-request-only'), 'yes', "the request's other headers go through");
+    t.equal(value('x-tenant'), 'acme', "the upstream's configured headers go through");
+    t.equal(value('authorization'), 'Bearer sk-upstream', "the upstream's key");
+    t.equal(value('traceparent'), '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01', 'the trace');
+    t.equal(value('tracestate'), 'vendor=1', 'and its state');
+    t.equal(value('content-length'), String(Buffer.byteLength(body)), 'the length of the body, whichever way it was sent');
+  });
+}
