@@ -77,9 +77,6 @@ class OpenEntry implements OpenTicket {
  * where a Buffer of it would be garbage per write. A short write (a full disk, a file size limit)
  * goes on from where it stopped, or throws.
  */
-/** The old file's descriptor, closed after a rewrite: nothing is left to lose if that close fails. */
-const ignoreCloseError = () => {};
-
 function writeWhole(fd: number, text: string): void {
   const bytes = Buffer.byteLength(text);
   let at = writeSync(fd, text);
@@ -87,6 +84,9 @@ function writeWhole(fd: number, text: string): void {
   const rest = Buffer.from(text);
   while (at < bytes) at += writeSync(fd, rest, at);
 }
+
+/** The old file's descriptor, closed after a rewrite: nothing is left to lose if that close fails. */
+const ignoreCloseError = () => {};
 
 /** The owner's append-only file. */
 class JournalFile {
