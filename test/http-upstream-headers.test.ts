@@ -5,7 +5,10 @@
  */
 import { once } from 'node:events';
 import { createServer, type IncomingMessage } from 'node:http';
+import { Session } from 'node:inspector';
 import type { AddressInfo } from 'node:net';
+import v8 from 'node:v8';
+import { runInNewContext } from 'node:vm';
 import t from 'tap';
 import type { GatewayError } from '../src/errors.js';
 import { createHttpUpstream } from '../src/plugin-api.js';
@@ -66,4 +69,39 @@ for (const [shape, body] of [
     t.equal(value('tracestate'), 'vendor=1', 'and its state');
     t.equal(value('content-length'), String(Buffer.byteLength(body)), 'the length of the body, whichever way it was sent');
   });
+}
+
+t.test('what a call allocates in http-upstream.ts dies young: nothing of it is left for a mark-compact', async (t) => {
+  // V8's sampling heap profiler, keeping what major collections took and dropping what minor ones
+  // did; two minor collections before it stops leave only what outlived the young generation or
+  // was allocated outside it. A spread of two objects (the headers once were one) is allocated in
+  // the old generation on Node 20: 815–878 bytes a call here, against 0–23 since (a call in flight
+  // at a collection), and a mark-compact every 2 to 4 s at 10,000 req/s in the gateway.
+  v8.setFlagsFromString('--expose-gc');
+  const gc = runInNewContext('gc') as (options: { type: 'minor' }) => void;
+  const session = new Session();
+  session.connect();
+  const post = <T>(method: string, params?: object) =>
+    new Promise<T>((resolve, reject) => session.post(method, params, (err, result) => (err ? reject(err) : resolve(result as T))));
+  const calls = 2000;
+  for (let i = 0; i < 200; i++) await sent('{"model":"m"}');
+  await post('HeapProfiler.startSampling', { samplingInterval: 256, includeObjectsCollectedByMajorGC: true, includeObjectsCollectedByMinorGC: false });
+  for (let i = 0; i < calls; i++) await sent('{"model":"m"}');
+  gc({ type: 'minor' });
+  gc({ type: 'minor' });
+  const { profile } = await post<{ profile: { head: SamplingNode } }>('HeapProfiler.stopSampling');
+  session.disconnect();
+  let bytes = 0;
+  const visit = (node: SamplingNode) => {
+    if (node.callFrame.url.endsWith('/src/http-upstream.js')) bytes += node.selfSize;
+    node.children.forEach(visit);
+  };
+  visit(profile.head);
+  t.ok(bytes / calls < 100, `${(bytes / calls).toFixed(1)} bytes a call allocated in http-upstream.ts outlived the young generation (at most 100)`);
+});
+
+interface SamplingNode {
+  callFrame: { url: string };
+  selfSize: number;
+  children: SamplingNode[];
 }
