@@ -13,6 +13,7 @@ import { openSqlite } from '../src/store/sqlite-driver.js';
 import t from 'tap';
 import { createLogger } from '../src/log.js';
 import { JournaledStore } from '../src/store/journal.js';
+import { decodeLine, encodeOpen, encodeRecord } from '../src/store/journal-lines.js';
 import { SqliteStore } from '../src/store/sqlite.js';
 import type { UsageRecord } from '../src/store/store.js';
 import { childEnv, distRoot, eventually, runCommand, watchProcess } from './helpers.js';
@@ -264,6 +265,34 @@ t.test('an open exchange ends at its record, with the ticket or found by id; one
   await next.close();
 });
 
+t.test('journal lines carry every field of a record and of an open exchange, and lines of the earlier object format still replay', async (t) => {
+  // Every field distinct, so that two fields swapped between the encoder and the decoder show.
+  const full: UsageRecord = {
+    time: 1_700_000_000_123, requestId: 'req-full', keyId: 'key_9', group: 'team "a"', model: 'm\nx', upstream: 'up', family: 'messages',
+    status: 429, promptTokens: 11, completionTokens: 22, cachedInputTokens: 3, cacheWriteTokens: 4, reasoningTokens: 5, cost: 0.0625,
+    channel: 'ch', attempts: 2, estimated: true, latencyMs: 12.5, ttfbMs: 7.25, streamed: true, outcome: 'aborted',
+    error: 'rate_limited: slow down', notes: 'dropped tools: web_search',
+  };
+  t.strictSame(decodeLine(encodeRecord(full)), { record: full }, 'a record survives its line');
+  const { time, requestId, keyId, group, model, upstream, family, streamed } = full;
+  const opened = { time, requestId, keyId, group, model, upstream, family, streamed };
+  t.strictSame(decodeLine(encodeOpen(opened)), { open: opened }, 'so does an open exchange');
+  t.ok(encodeRecord(record(1)).length < JSON.stringify(record(1)).length / 2, 'a line is under half the object it replaces');
+  for (const bad of ['', '[', '[1]', '[2,1,"x"]', '[1,1,2]', 'null', '{"open":{}}', '"text"']) t.equal(decodeLine(bad), undefined, `not a line: ${bad}`);
+
+  // A journal an earlier version left: object lines, one exchange still open.
+  const dir = scratchDir();
+  const old = [record(0), record(1)].map((r) => JSON.stringify(r)).join('\n') + `\n{"open":${JSON.stringify({ ...opened, requestId: 'req-2' })}}\n`;
+  fs.writeFileSync(join(dir, 'usage.journal'), old);
+  const store = await openJournaled(dir);
+  t.same(storedIds(dir), ['req-0', 'req-1', 'req-2'], 'its records and its open exchange are stored');
+  const db = openSqlite(join(dir, 'sluice.db'), { readonly: true });
+  const rows = db.prepare<{ request_id: string; outcome: string; completion_tokens: number }>('SELECT request_id, outcome, completion_tokens FROM usage ORDER BY request_id').all();
+  db.close();
+  t.same(rows.map((r) => [r.outcome, r.completion_tokens]), [['finished', 0], ['finished', 1], ['interrupted', 0]], 'with their fields, the open one as interrupted');
+  await store.close();
+});
+
 t.test("a turn's open lines and records are appended together at its end, open lines first, in one write", async (t) => {
   const dir = scratchDir();
   const store = await openJournaled(dir);
@@ -284,10 +313,10 @@ t.test("a turn's open lines and records are appended together at its end, open l
   store.recordUsage({ ...record(0), requestId: 'open-0' }, tickets[0]);
   t.equal(readFileSync(journal, 'utf8'), '', 'nothing is appended during the turn');
   await new Promise((resolve) => setImmediate(resolve));
-  const lines = readFileSync(journal, 'utf8').split('\n').filter(Boolean).map((line) => JSON.parse(line));
+  const lines = readFileSync(journal, 'utf8').split('\n').filter(Boolean).map((line) => decodeLine(line));
   t.equal(writes.length, 1, 'one write for the turn');
-  t.same(lines.slice(0, 19).map((l) => l.open.requestId), Array.from({ length: 19 }, (_, i) => `open-${i + 1}`), 'the open lines first');
-  t.same(lines.slice(19).map((l) => l.requestId), [...Array.from({ length: 50 }, (_, i) => `req-${i}`), 'open-0'], 'then the records, in order');
+  t.same(lines.slice(0, 19).map((l) => l && 'open' in l && l.open.requestId), Array.from({ length: 19 }, (_, i) => `open-${i + 1}`), 'the open lines first');
+  t.same(lines.slice(19).map((l) => l && 'record' in l && l.record.requestId), [...Array.from({ length: 50 }, (_, i) => `req-${i}`), 'open-0'], 'then the records, in order');
   await store.close();
 });
 

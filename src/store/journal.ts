@@ -2,7 +2,7 @@
  * The usage journal: the layer in front of any StoreBackend that makes usage records durable
  * before the store has them, and turns the backend into the Store the gateway uses.
  *
- * `recordUsage` queues the record and its JSON line; the lines of every record made in one turn of
+ * `recordUsage` queues the record and its line (src/store/journal-lines.ts); the lines of every record made in one turn of
  * the event loop are appended together at its end (group commit, src/turn-end.ts: one `fs.writeSync`
  * on an `O_APPEND` descriptor per turn), before the answers of those exchanges are sent. The backend
  * receives batches of BATCH_SIZE records or every FLUSH_INTERVAL_MS. Once everything queued is
@@ -40,6 +40,7 @@ import { dirname } from 'node:path';
 import { StringDecoder } from 'node:string_decoder';
 import { pino, type Logger } from 'pino';
 import { LiveSet } from '../live-set.js';
+import { decodeLine, encodeOpen, encodeRecord } from './journal-lines.js';
 import { commitAtTurnEnd } from '../turn-end.js';
 import { createLogger } from '../log.js';
 import { NO_TOKENS, type ApiKey, type AuditEntry, type AuditQuery, type Group, type GroupInput, type KeyPatch, type OpenExchange, type OpenTicket, type Store, type StoreBackend, type UpstreamActivity, type UsagePoint, type UsageQuery, type UsageRecord, type UsageTotals } from './store.js';
@@ -182,10 +183,10 @@ function* readJournal(path: string, unreadable: { lines: number }, opens?: Map<s
       carry = lines.pop()!;
       for (const line of lines) {
         if (!line) continue;
-        const entry = parseEntry(line);
+        const entry = decodeLine(line);
         if (!entry) unreadable.lines++;
         else if ('open' in entry) opens?.set(entry.open.requestId, entry.open);
-        else if ((opens?.delete(entry.requestId), batch.push(entry) === BATCH_SIZE)) {
+        else if ((opens?.delete(entry.record.requestId), batch.push(entry.record) === BATCH_SIZE)) {
           yield batch;
           batch = [];
         }
@@ -195,15 +196,6 @@ function* readJournal(path: string, unreadable: { lines: number }, opens?: Map<s
     if (batch.length) yield batch;
   } finally {
     closeSync(fd);
-  }
-}
-
-function parseEntry(line: string): UsageRecord | { open: OpenExchange } | undefined {
-  try {
-    const entry = JSON.parse(line);
-    return typeof entry?.requestId === 'string' || typeof entry?.open?.requestId === 'string' ? entry : undefined;
-  } catch {
-    return undefined;
   }
 }
 
@@ -311,7 +303,7 @@ export class JournaledStore implements Store {
     this.commitScheduled = false;
     const beyond = this.recordsBeyondBound;
     let text = '';
-    for (const open of this.opening) if (open.liveSlot >= 0) text += `{"open":${JSON.stringify(open.exchange)}}\n`;
+    for (const open of this.opening) if (open.liveSlot >= 0) text += encodeOpen(open.exchange) + '\n';
     const opened = this.opening.length;
     text += this.recordLines;
     this.opening.length = 0;
@@ -331,7 +323,7 @@ export class JournaledStore implements Store {
     // An exchange that ends in the turn it began needs no open line.
     const entry = opened instanceof OpenEntry ? opened : this.open.find((e) => e.exchange.requestId === record.requestId);
     if (entry) this.open.delete(entry);
-    const line = JSON.stringify(record);
+    const line = encodeRecord(record);
     this.recordLines += line + '\n';
     this.commitAtTurnEnd();
     if (this.pending.length < this.maxHeld) this.hold(record, line);
@@ -345,7 +337,7 @@ export class JournaledStore implements Store {
     else this.timer ??= setTimeout(() => void this.flush(), FLUSH_INTERVAL_MS).unref();
   }
 
-  private hold(record: UsageRecord, line = JSON.stringify(record)): void {
+  private hold(record: UsageRecord, line = encodeRecord(record)): void {
     this.pending.push(record);
     this.pendingLines.push(line);
   }
@@ -415,7 +407,7 @@ export class JournaledStore implements Store {
     this.commitTurn();
     let text = '';
     for (const line of this.pendingLines) text += line + '\n';
-    for (const open of this.open.values()) text += `{"open":${JSON.stringify(open.exchange)}}\n`;
+    for (const open of this.open.values()) text += encodeOpen(open.exchange) + '\n';
     this.journal?.rewrite(text);
   }
 

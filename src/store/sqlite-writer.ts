@@ -6,12 +6,12 @@
  */
 import { parentPort, workerData } from 'node:worker_threads';
 import { SqliteStore, type WriterReply, type WriterRequest } from './sqlite.js';
-import type { UsageRecord } from './store.js';
+import { decodeRecord } from './journal-lines.js';
 
 const store = new SqliteStore(workerData.file as string, workerData.options);
 parentPort!.on('message', async ({ id, lines }: WriterRequest) => {
   try {
-    await store.writeUsage(lines.map((line) => JSON.parse(line) as UsageRecord));
+    await store.writeUsage(lines.map(decodeRecord));
     parentPort!.postMessage({ id } satisfies WriterReply);
   } catch (err) {
     parentPort!.postMessage({ id, error: (err as Error).message } satisfies WriterReply);

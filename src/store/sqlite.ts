@@ -14,6 +14,7 @@ import { resolve } from 'node:path';
 import { BroadcastChannel, Worker } from 'node:worker_threads';
 import { jsonText, toGroup, toKey, toUsage, type GroupRow, type KeyRow, type UsageRow } from './rows.js';
 import { hashSecret, mintKey } from './secrets.js';
+import { encodeRecord } from './journal-lines.js';
 import { openSqlite, type SqliteConnection } from './sqlite-driver.js';
 import type { ApiKey, AuditEntry, AuditQuery, Budget, Group, GroupInput, KeyPatch, Limits, StoreBackend, UpstreamActivity, UsagePoint, UsageQuery, UsageRecord, UsageTotals } from './store.js';
 
@@ -368,7 +369,7 @@ export class SqliteStore implements StoreBackend {
   }
 
   async writeUsage(records: readonly UsageRecord[], lines?: readonly string[]): Promise<void> {
-    if (this.writer) return this.writer.write(lines ?? records.map((r) => JSON.stringify(r)));
+    if (this.writer) return this.writer.write(lines ?? records.map(encodeRecord));
     const lastUsed = new Map<string, number>();
     for (const r of records) if (r.keyId) lastUsed.set(r.keyId, Math.max(r.time, lastUsed.get(r.keyId) ?? 0));
     this.db.transaction(() => {
