@@ -62,7 +62,7 @@ export async function openStore(config: Pick<Config, 'dataDir' | 'store'>, journ
 }
 
 async function openBackend(config: Pick<Config, 'dataDir' | 'store'>, log?: Logger, serving = false): Promise<StoreBackend> {
-  if (config.store.kind === 'sqlite') return new SqliteStore(join(config.dataDir, 'sluice.db'), { usageWriter: serving ? 'thread' : 'inline' });
+  if (config.store.kind === 'sqlite') return new SqliteStore(join(config.dataDir, 'sluice.db'), { usageWriter: serving ? 'thread' : 'inline', ...(log && { log }) });
   // Loaded only when configured: the embedded default starts without pg's modules.
   const { PostgresStore } = await import('./store/postgres.js');
   return PostgresStore.open(config.store.url, { poolSize: config.store.poolSize, ...(log && { log }) });

@@ -11,11 +11,13 @@
  * caches' TTL covers it).
  */
 import { resolve } from 'node:path';
-import { BroadcastChannel, Worker } from 'node:worker_threads';
+import { BroadcastChannel } from 'node:worker_threads';
+import type { Logger } from 'pino';
 import { jsonText, toGroup, toKey, toUsage, type GroupRow, type KeyRow, type UsageRow } from './rows.js';
 import { hashSecret, mintKey } from './secrets.js';
 import { encodeRecord } from './journal-lines.js';
 import { openSqlite, type SqliteConnection } from './sqlite-driver.js';
+import { UsageWriter } from './usage-writer.js';
 import type { ApiKey, AuditEntry, AuditQuery, Budget, Group, GroupInput, KeyPatch, Limits, StoreBackend, UpstreamActivity, UsagePoint, UsageQuery, UsageRecord, UsageTotals } from './store.js';
 
 /** Each entry moves the schema one version forward; never edit a released one, append. */
@@ -152,63 +154,8 @@ export interface SqliteOptions {
    * loop that serves requests: what the gateway uses. `inline` (the default) writes them here.
    */
   usageWriter?: 'inline' | 'thread';
-}
-
-/** A batch for the writer thread (sqlite-writer.ts) as JSON texts, and its answer; defined here, the side that starts it. */
-export type WriterRequest = { id: number; lines: readonly string[] };
-export type WriterReply = { id: number; error?: string };
-
-/** The usage-writing thread of a store, and the batches sent to it awaiting their answer. */
-class UsageWriter {
-  private worker: Worker | undefined;
-  private nextId = 1;
-  private readonly waiting = new Map<number, { resolve(): void; reject(err: Error): void }>();
-
-  constructor(
-    private readonly file: string,
-    private readonly options: SqliteOptions,
-  ) {}
-
-  /** `lines`: the batch's records as JSON texts, strings to copy rather than objects to clone field by field. */
-  write(lines: readonly string[]): Promise<void> {
-    const worker = (this.worker ??= this.start());
-    const id = this.nextId++;
-    return new Promise((resolve, reject) => {
-      this.waiting.set(id, { resolve, reject });
-      // Held while a batch is under way, so a flush at shutdown completes.
-      worker.ref();
-      worker.postMessage({ id, lines } satisfies WriterRequest);
-    });
-  }
-
-  async close(): Promise<void> {
-    const worker = this.worker;
-    this.worker = undefined;
-    await worker?.terminate();
-  }
-
-  private start(): Worker {
-    const worker = new Worker(new URL('./sqlite-writer.js', import.meta.url), { workerData: { file: this.file, options: { busyTimeoutMs: this.options.busyTimeoutMs } } });
-    worker.on('message', ({ id, error }: WriterReply) => {
-      const waiter = this.waiting.get(id);
-      this.waiting.delete(id);
-      if (error === undefined) waiter?.resolve();
-      else waiter?.reject(new Error(error));
-      if (this.waiting.size === 0) worker.unref();
-    });
-    // A thread that dies fails what it was given (the journal keeps those records and tries
-    // again) and is started anew by the next batch.
-    let failure: Error | undefined;
-    // Why it died (a bad path, a lock) is what its waiters are told.
-    worker.on('error', (err) => (failure = err));
-    worker.once('exit', (code) => {
-      if (this.worker === worker) this.worker = undefined;
-      for (const waiter of this.waiting.values()) waiter.reject(failure ?? new Error(`the usage writer thread exited (${code})`));
-      this.waiting.clear();
-    });
-    worker.unref();
-    return worker;
-  }
+  /** Where the writer thread's notices go (it could not run at idle priority, it starved); unsaid without. */
+  log?: Logger;
 }
 
 export class SqliteStore implements StoreBackend {
@@ -252,7 +199,9 @@ export class SqliteStore implements StoreBackend {
     // Watching is no reason to stay alive: the gateway's server keeps the process up.
     this.changes.unref();
     // Its thread starts with the first batch, once the schema is in place.
-    if (options.usageWriter === 'thread') this.writer = new UsageWriter(file, options);
+    if (options.usageWriter === 'thread') {
+      this.writer = new UsageWriter(file, { busyTimeoutMs: options.busyTimeoutMs, log: options.log });
+    }
   }
 
   private migrate(): void {
