@@ -13,6 +13,8 @@ import type { Usage } from './usage.js';
 
 let counter = 0;
 const idPrefix = randomBytes(4).toString('hex');
+/** Every exchange's body until one is read: shared, as an empty Buffer cannot change (a new one per exchange was half of the constructor's 0.35 µs). */
+const NO_BODY = Buffer.alloc(0);
 
 export class Exchange implements ExchangeView {
   readonly id = `${idPrefix}${(++counter).toString(36).padStart(6, '0')}`;
@@ -22,7 +24,7 @@ export class Exchange implements ExchangeView {
   /** Its slot among the pipeline's exchanges in flight (src/live-set.ts); -1 when not there. */
   liveSlot = -1;
 
-  body: Buffer = Buffer.alloc(0);
+  body: Buffer = NO_BODY;
   /** The parsed client request, in the family's own shape: the family that decoded it reads it with its own type. */
   request: unknown = {};
   modelId = '';

@@ -307,7 +307,8 @@ export class Relay implements ResponseSink {
           this.failover.succeeded();
         }
       } else {
-        const body = Buffer.concat(this.collected, this.collectedBytes);
+        // An answer that came in one read is that read's own bytes (a Buffer of its own, never reused).
+        const body = this.collected.length === 1 ? this.collected[0]! : Buffer.concat(this.collected, this.collectedBytes);
         const failure = this.channelFailure(body);
         // Nothing has reached the client yet: another channel may answer instead.
         if (failure && this.failover.failed(failure, this.retryAfterMs(failure), true, this.status === 429)) return;
