@@ -2,16 +2,16 @@
  * The usage journal: the layer in front of any StoreBackend that makes usage records durable
  * before the store has them, and turns the backend into the Store the gateway uses.
  *
- * `recordUsage` queues the record and its line (src/store/journal-lines.ts); the lines of every record made in one turn of
- * the event loop are appended together at its end (group commit, src/turn-end.ts: one `fs.writeSync`
- * on an `O_APPEND` descriptor per turn), before the answers of those exchanges are sent. The backend
- * receives batches of BATCH_SIZE records or every FLUSH_INTERVAL_MS. Once everything queued is
- * committed, the file is emptied (in the same tick as memory is seen empty, so no append slips
- * in between); a store that is always busy gets the file rewritten to what is still queued once it
- * passes COMPACT_BYTES. At start the file is replayed into the backend, whose writes skip request
+ * `recordUsage` queues the record and its line (a JSON array, src/store/journal-lines.ts); the
+ * lines of every record made in one turn of the event loop are appended together at its end (group
+ * commit, src/turn-end.ts: one `fs.writeSync` on an `O_APPEND` descriptor per turn), before the
+ * answers of those exchanges are sent. The backend receives batches of BATCH_SIZE records or every
+ * FLUSH_INTERVAL_MS. Once everything queued is committed, the file is emptied (in the same tick as
+ * memory is seen empty, so no append slips in between); a store that is always busy gets the file
+ * rewritten to what is still queued once it passes COMPACT_BYTES. At start the file is replayed into the backend, whose writes skip request
  * ids it already holds, so a crash between a commit and the emptying counts nothing twice.
  *
- * `beginExchange` journals an exchange that is about to call its upstream (an `{"open": …}` line,
+ * `beginExchange` journals an exchange that is about to call its upstream (an open line,
  * kept across those rewrites while it runs), in the same append at the end of its turn, ahead of the
  * records. An open exchange without a record when the next owner starts died with the thread or
  * process that served it: it is recorded as `interrupted`.

@@ -49,7 +49,7 @@ export interface UsageWriterOptions {
   log?: Logger;
 }
 
-export type WriterPriority = 'idle' | 'normal';
+type WriterPriority = 'idle' | 'normal';
 
 interface Batch {
   lines: readonly string[];
@@ -75,19 +75,11 @@ export class UsageWriter {
   private watch: NodeJS.Timeout | undefined;
   /** Said once: the thread could not be made idle. */
   private toldNormal = false;
-  /** Threads replaced because they starved: what tests and the log read. */
-  replacements = 0;
 
   constructor(
     private readonly file: string,
     private readonly options: UsageWriterOptions,
   ) {}
-
-  /** The thread's kernel id and its priority, once it has started and said its id. */
-  get thread(): { tid: number | undefined; priority: WriterPriority } | undefined {
-    const running = this.running;
-    return running && { tid: running.tid, priority: running.priority };
-  }
 
   /** `lines`: the batch's records as JSON texts, strings to copy rather than objects to clone field by field. */
   write(lines: readonly string[]): Promise<void> {
@@ -189,7 +181,6 @@ export class UsageWriter {
 
   /** A starved idle thread gives way to one at normal priority, which gets the batches out. */
   private replace(starved: Running, waitedMs: number): void {
-    this.replacements++;
     this.options.log?.warn(
       { waitedMs: Math.round(waitedMs), batches: this.waiting.size },
       'usage writer thread starved at idle priority (every core busy): replaced by one at normal priority for a while',
