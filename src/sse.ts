@@ -181,7 +181,15 @@ export function frameData(frame: Buffer): string | null {
     let lineEnd = frame.indexOf(LF, lineStart);
     if (lineEnd < 0) lineEnd = frame.length;
     const contentEnd = lineEnd > lineStart && frame[lineEnd - 1] === CR ? lineEnd - 1 : lineEnd;
-    if (contentEnd - lineStart >= 5 && frame.toString('latin1', lineStart, lineStart + 5) === 'data:') {
+    // `data:` compared byte by byte: a string made of it for every line showed in translated streams.
+    if (
+      contentEnd - lineStart >= 5 &&
+      frame[lineStart] === 0x64 &&
+      frame[lineStart + 1] === 0x61 &&
+      frame[lineStart + 2] === 0x74 &&
+      frame[lineStart + 3] === 0x61 &&
+      frame[lineStart + 4] === 0x3a
+    ) {
       const valueStart = frame[lineStart + 5] === 0x20 ? lineStart + 6 : lineStart + 5;
       const value = frame.toString('utf8', valueStart, contentEnd);
       out = out === null ? value : out + '\n' + value;
