@@ -99,8 +99,8 @@ function mayHoldNullField(frames: Buffer, quotedKey: Buffer): boolean {
  */
 export function removeNullFields(frames: Buffer, quotedKey: Buffer): number {
   // Many upstreams never write the field as null: one search for the key says so, and no line is
-  // walked (a 100-chunk stream: 1.1 µs of walking its lines; OpenAI's chunks, which all hold it, find
-  // it in their first line).
+  // walked (16 KB of 100 chunks: 4.6 µs → 1.9–2.8, a copy of it included; OpenAI's chunks, which all
+  // hold it, find it in their first line).
   if (!mayHoldNullField(frames, quotedKey)) return frames.length;
   /** The next occurrence of the key at or after the current line, once searched (-2: not yet). */
   let nextKey = -2;
