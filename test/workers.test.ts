@@ -61,10 +61,12 @@ t.test('a console session started on one thread is known to the other', async (t
 
 t.test('a thread that fails is replaced; the exchanges it held end with a failure and a record, and their slots return', async (t) => {
   const { key, id } = await keyIn(cluster, { limits: { concurrency: 12 } });
-  // Twelve long streams, spread over both threads by the kernel.
+  // Twelve long streams, spread over both threads by the kernel. `max_tokens` asks for all 400:
+  // without it the model's default of 64 made them 1.6 s long, and on a busy machine the last one
+  // could begin after the first had ended, so that none was left to cut.
   let begun = 0;
   const streams = Array.from({ length: 12 }, () =>
-    call(gw.url, key, { messages: [{ role: 'user', content: 'Long [[sim tokens=400 tps=40]]' }], stream: true }, () => begun++).catch((err: Error) => ({ status: -1, id: null, text: err.message })),
+    call(gw.url, key, { messages: [{ role: 'user', content: 'Long [[sim tokens=400 tps=40]]' }], max_tokens: 400, stream: true }, () => begun++).catch((err: Error) => ({ status: -1, id: null, text: err.message })),
   );
   // The thread fails once all twelve answers have begun (each lasts ten seconds).
   await eventually(() => begun === 12, 'the twelve answers to begin');
