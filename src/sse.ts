@@ -173,6 +173,8 @@ export class SseSplitter {
   }
 }
 
+const DATA_FIELD = Buffer.from('data:');
+
 /** The joined `data:` payload of one frame, or null when it has none. */
 export function frameData(frame: Buffer): string | null {
   let out: string | null = null;
@@ -181,15 +183,8 @@ export function frameData(frame: Buffer): string | null {
     let lineEnd = frame.indexOf(LF, lineStart);
     if (lineEnd < 0) lineEnd = frame.length;
     const contentEnd = lineEnd > lineStart && frame[lineEnd - 1] === CR ? lineEnd - 1 : lineEnd;
-    // `data:` compared byte by byte: a string made of it for every line showed in translated streams.
-    if (
-      contentEnd - lineStart >= 5 &&
-      frame[lineStart] === 0x64 &&
-      frame[lineStart + 1] === 0x61 &&
-      frame[lineStart + 2] === 0x74 &&
-      frame[lineStart + 3] === 0x61 &&
-      frame[lineStart + 4] === 0x3a
-    ) {
+    // Compared in place: a string made of the field name for every line showed in translated streams.
+    if (contentEnd - lineStart >= DATA_FIELD.length && occursAt(frame, DATA_FIELD, lineStart)) {
       const valueStart = frame[lineStart + 5] === 0x20 ? lineStart + 6 : lineStart + 5;
       const value = frame.toString('utf8', valueStart, contentEnd);
       out = out === null ? value : out + '\n' + value;

@@ -8,8 +8,9 @@
  * answers of those exchanges are sent. The backend receives batches of BATCH_SIZE records or every
  * FLUSH_INTERVAL_MS. Once everything queued is committed, the file is emptied (in the same tick as
  * memory is seen empty, so no append slips in between); a store that is always busy gets the file
- * rewritten to what is still queued once it passes COMPACT_BYTES. At start the file is replayed into the backend, whose writes skip request
- * ids it already holds, so a crash between a commit and the emptying counts nothing twice.
+ * rewritten to what is still queued once it passes COMPACT_BYTES. At start the file is replayed
+ * into the backend, whose writes skip request ids it already holds, so a crash between a commit
+ * and the emptying counts nothing twice.
  *
  * `beginExchange` journals an exchange that is about to call its upstream (an open line,
  * kept across those rewrites while it runs), in the same append at the end of its turn, ahead of the

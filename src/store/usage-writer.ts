@@ -49,8 +49,6 @@ export interface UsageWriterOptions {
   log?: Logger;
 }
 
-type WriterPriority = 'idle' | 'normal';
-
 interface Batch {
   lines: readonly string[];
   resolve(): void;
@@ -61,7 +59,8 @@ interface Batch {
 interface Running {
   worker: Worker;
   tid: number | undefined;
-  priority: WriterPriority;
+  /** Moved to SCHED_IDLE (only then is it watched for starvation). */
+  idle: boolean;
   /** Set on a replacement: when it started at normal priority. */
   normalSince: number | undefined;
   /** The oldest batch out when the watch first saw it, and the thread's wait time (ns, from schedstat) then. */
@@ -107,7 +106,7 @@ export class UsageWriter {
     // only as it ends (its transaction rolled back), itself at idle priority: it waits for longer.
     const busyTimeoutMs = normalSince === undefined ? this.options.busyTimeoutMs : Math.max(this.options.busyTimeoutMs ?? 0, REPLACEMENT_BUSY_TIMEOUT_MS);
     const worker = new Worker(new URL('./sqlite-writer.js', import.meta.url), { workerData: { file: this.file, options: { busyTimeoutMs } } });
-    const running: Running = { worker, tid: undefined, priority: 'normal', normalSince, watched: undefined };
+    const running: Running = { worker, tid: undefined, idle: false, normalSince, watched: undefined };
     worker.on('message', (reply: WriterReply) => {
       // A replaced thread's late answers: its batches went to its replacement.
       if (this.running !== running) return;
@@ -147,7 +146,7 @@ export class UsageWriter {
     if (tid === undefined || waitNs(tid) === undefined) return this.stayNormal(running, 'its thread id or scheduling counters cannot be read (not Linux)');
     execFile('chrt', ['--idle', '--pid', '0', String(tid)], { timeout: 10_000 }, (err) => {
       if (err) return this.stayNormal(running, `chrt failed: ${(err as NodeJS.ErrnoException).code === 'ENOENT' ? 'not installed (util-linux)' : err.message.trim()}`);
-      running.priority = 'idle';
+      running.idle = true;
     });
   }
 
@@ -170,7 +169,7 @@ export class UsageWriter {
         this.watch = undefined;
         return;
       }
-      if (running.priority !== 'idle' || running.tid === undefined) return;
+      if (!running.idle || running.tid === undefined) return;
       const waited = waitNs(running.tid);
       const oldest = this.waiting.keys().next().value!;
       if (waited === undefined) return;
