@@ -85,10 +85,6 @@ const isInlineSpace = (byte: number | undefined) => byte === 0x20 || byte === 0x
  * (an event split over several `data:` lines) is left as it is.
  */
 export function removeNullFields(frames: Buffer, quotedKey: Buffer): number {
-  // Many upstreams never write the field as null: one search of the whole run for such a field says
-  // so, and no line is walked (16 KB of 100 chunks: 4.6 µs → 1.3, a copy of it included; OpenAI's
-  // chunks, which all hold it, find it in their first line).
-  if (nullFieldIn(frames, indexOfQuoted(frames, quotedKey), 0, frames.length, quotedKey) === undefined) return frames.length;
   /** The next occurrence of the key at or after the current line, once searched (-2: not yet). */
   let nextKey = -2;
   let lineStart = 0;
@@ -109,6 +105,13 @@ export function removeNullFields(frames: Buffer, quotedKey: Buffer): number {
       // One search serves every line up to its hit, so a run is searched once however many lines it has.
       if (nextKey !== -1 && nextKey < lineStart) nextKey = indexOfQuoted(frames, quotedKey, lineStart);
       if (nextKey < 0) break;
+      // No line before the key's can hold the field: the walk goes on from the key's line (a run
+      // from an upstream that never writes the field as null is not walked line by line: 16 KB of
+      // 100 chunks, 4.6 µs → 1.3, a copy of it included).
+      if (nextKey > lf) {
+        nextLine = frames.lastIndexOf(LF, nextKey) + 1;
+        continue;
+      }
       const field = nextKey < end ? nullFieldIn(frames, nextKey, lineStart, end, quotedKey) : undefined;
       if (!field) continue;
       [start, stop] = field;
