@@ -1,16 +1,14 @@
 /**
  * Start-up (issue 23): the tokenizer's tables, the largest load at start, wait for the first
  * estimate or for a moment after the gateway serves. Checked in a fresh process, whose module
- * cache shows what the start loaded (no wall-clock time is asserted). And the Node flags `npm
- * start` passes: this Node takes them, and the benches start Sluice with them.
+ * cache shows what the start loaded (no wall-clock time is asserted).
  */
 import { spawn } from 'node:child_process';
 import { once } from 'node:events';
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import t from 'tap';
-import { SERVE_FLAGS, startScriptFlags } from '../bench/e2e.js';
 import { childEnv, READY_BOUND_MS } from './helpers.js';
 
 const distRoot = new URL('..', import.meta.url);
@@ -43,21 +41,4 @@ t.test('the tokenizer is not loaded by the start, then loads on its own once the
   clearTimeout(killer);
   t.equal(code, 0, `the process ends (output: ${out})`);
   t.same(JSON.parse(out.trim().split('\n').pop()!), { atStart: false, later: true, tokens: 4 }, 'loaded after the start, and counts');
-});
-
-t.test("npm start's Node flags: this Node takes them, they queue one optimisation at a time, and the benches use them", async (t) => {
-  const flags = startScriptFlags(JSON.parse(readFileSync(new URL('../package.json', distRoot), 'utf8')).scripts.start);
-  // Without it, a fresh process under load ran up to 8 optimising compilations at once, whose
-  // threads took the serving thread's CPU on a busy machine (docs/architecture.md, seventh pass).
-  t.ok(flags.includes('--concurrent-recompilation-queue-length=1'), `one optimisation queued at a time (${flags.join(' ')})`);
-  t.same(SERVE_FLAGS, flags, 'the benches start Sluice with the same flags');
-  // An unknown flag would stop `npm start` with "bad option" on a Node that dropped it.
-  const child = spawn(process.execPath, [...flags, '-e', 'console.log(JSON.stringify(process.execArgv))'], { env: childEnv(), stdio: ['ignore', 'pipe', 'pipe'] });
-  let out = '';
-  let err = '';
-  child.stdout!.on('data', (d: Buffer) => (out += d.toString()));
-  child.stderr!.on('data', (d: Buffer) => (err += d.toString()));
-  const [code] = await once(child, 'exit');
-  t.equal(code, 0, `Node ${process.version} starts with them (stderr: ${err})`);
-  t.same(JSON.parse(out).slice(0, flags.length), flags, 'and runs with them');
 });
