@@ -16,7 +16,7 @@ const dist = fileURLToPath(new URL('..', import.meta.url));
 export const SERVE_FLAGS = startScriptFlags(JSON.parse(readFileSync(join(dist, '..', 'package.json'), 'utf8')).scripts.start);
 
 /** The flags between `node` and the script in a start script's command line. */
-export function startScriptFlags(script: string): string[] {
+function startScriptFlags(script: string): string[] {
   const [node, ...args] = script.trim().split(/\s+/);
   const main = args.findIndex((a) => !a.startsWith('-'));
   if (node !== 'node' || main < 0) throw new Error(`the start script is not \`node FLAGS SCRIPT\`: ${script}`);
