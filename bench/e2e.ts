@@ -9,19 +9,12 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Pool } from 'undici';
 import { scaleRows } from './scale.js';
+import { readStartScript } from './start-script.js';
 
 const dist = fileURLToPath(new URL('..', import.meta.url));
 
-/** Node's flags for a gateway: those `npm start` passes (package.json's start script), so that the benches run what users run. */
-export const SERVE_FLAGS = startScriptFlags(JSON.parse(readFileSync(join(dist, '..', 'package.json'), 'utf8')).scripts.start);
-
-/** The flags between `node` and the script in a start script's command line. */
-function startScriptFlags(script: string): string[] {
-  const [node, ...args] = script.trim().split(/\s+/);
-  const main = args.findIndex((a) => !a.startsWith('-'));
-  if (node !== 'node' || main < 0) throw new Error(`the start script is not \`node FLAGS SCRIPT\`: ${script}`);
-  return args.slice(0, main);
-}
+/** Node's flags for a gateway: those `npm start` passes, so that the benches run what users run. */
+export const SERVE_FLAGS = readStartScript(join(dist, '..')).flags;
 
 interface Spawned {
   child: ChildProcess;

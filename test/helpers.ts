@@ -1,6 +1,6 @@
 /** Real parts for end-to-end tests: the simulator as its own process, a gateway on port 0. */
 import { execFile, spawn, type ChildProcess } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Writable } from 'node:stream';
@@ -14,6 +14,7 @@ import type { GatewayError } from '../src/errors.js';
 import type { Gateway } from '../src/boot.js';
 import { startGateway } from '../src/gateway.js';
 import { createLogger } from '../src/log.js';
+import { readStartScript } from '../bench/start-script.js';
 
 export const distRoot = fileURLToPath(new URL('..', import.meta.url));
 
@@ -138,14 +139,10 @@ export function watchProcess(child: ChildProcess, options: { echoStderr?: boolea
   };
 }
 
-/** `npm start` without npm: the start script's own command line, from package.json. */
-/** The start script's arguments, with `nodeFlags` after its own (a later flag wins) and before the script. */
+/** `npm start` without npm: the start script's arguments, with `nodeFlags` after its own (a later flag wins) and before the script. */
 function startScript(nodeFlags: string[] = []): string[] {
-  const script: string = JSON.parse(readFileSync(join(distRoot, '..', 'package.json'), 'utf8')).scripts.start;
-  const [node, ...args] = script.split(/\s+/);
-  if (node !== 'node') throw new Error(`the start script no longer begins with node: ${script}`);
-  const main = args.findIndex((a) => a.startsWith('dist/'));
-  return [...args.slice(0, main), ...nodeFlags, ...args.slice(main)].map((a) => (a.startsWith('dist/') ? join(distRoot, '..', a) : a));
+  const { flags, script } = readStartScript(join(distRoot, '..'));
+  return [...flags, ...nodeFlags, ...script];
 }
 
 /**

@@ -199,9 +199,7 @@ export class SqliteStore implements StoreBackend {
     // Watching is no reason to stay alive: the gateway's server keeps the process up.
     this.changes.unref();
     // Its thread starts with the first batch, once the schema is in place.
-    if (options.usageWriter === 'thread') {
-      this.writer = new UsageWriter(file, { busyTimeoutMs: options.busyTimeoutMs, log: options.log });
-    }
+    if (options.usageWriter === 'thread') this.writer = new UsageWriter(file, { busyTimeoutMs: options.busyTimeoutMs, log: options.log });
   }
 
   private migrate(): void {

@@ -171,8 +171,8 @@ export class UsageWriter {
       }
       if (!running.idle || running.tid === undefined) return;
       const waited = waitNs(running.tid);
-      const oldest = this.waiting.keys().next().value!;
       if (waited === undefined) return;
+      const oldest = this.waiting.keys().next().value!;
       if (running.watched?.id !== oldest) running.watched = { id: oldest, waitNs: waited };
       else if (waited - running.watched.waitNs >= STARVED_WAIT_MS * 1e6) this.replace(running, (waited - running.watched.waitNs) / 1e6);
     }, CHECK_MS).unref();
