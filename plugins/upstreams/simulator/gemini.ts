@@ -307,13 +307,6 @@ function blockedReply(request: GeminiRequest, p: Plan, head: ResponseHead): SimR
   return script.reply(request.stream === 'sse' ? SSE_HEADERS : JSON_HEADERS, false);
 }
 
-/** One candidate's entry in a stream chunk. */
-interface StreamEntry {
-  index: number;
-  parts: object[];
-  finishReason?: string;
-}
-
 /**
  * Each chunk is a complete GenerateContentResponse holding only the new parts, with running usage
  * totals. Text goes out a token per tick; a call goes out whole at the tick of its last argument
@@ -334,6 +327,9 @@ function* streamFrames(request: GeminiRequest, p: Plan, head: ResponseHead): Gen
   const answers = p.choices.map(units);
   const lastTick = answers.map((answer) => Math.max(0, thoughts.length + answer.length - 1));
   const ticks = Math.max(0, ...lastTick) + 1;
+  // Chunks are written as text, a token's frame being most of the simulator's work on a long stream;
+  // the keys keep the order JSON.stringify gave them: candidates, usageMetadata, then the head.
+  const headTail = `,${JSON.stringify(head).slice(1)}`;
 
   const clock = new TickClock(p);
   const at = function* (tick: number, frame: string): Generator<ScriptItem, void, undefined> {
@@ -346,37 +342,35 @@ function* streamFrames(request: GeminiRequest, p: Plan, head: ResponseHead): Gen
   let thoughtTokens = 0;
   let answerTokens = 0;
   for (let tick = 0; tick < ticks; tick++) {
-    const entries: StreamEntry[] = [];
-    p.choices.forEach((choice, index) => {
-      const answer = answers[index];
-      const parts: object[] = [];
+    let candidates = '';
+    for (let index = 0; index < p.choices.length; index++) {
+      const choice = p.choices[index]!;
+      const answer = answers[index]!;
+      let parts = '';
       if (tick < thoughts.length) {
-        parts.push({ text: thoughts[tick], thought: true });
+        parts = `{"text":${JSON.stringify(thoughts[tick])},"thought":true}`;
         thoughtTokens++;
       } else if (tick - thoughts.length < answer.length) {
         answerTokens++;
-        if (choice.kind === 'text') parts.push({ text: answer[tick - thoughts.length] });
+        if (choice.kind === 'text') parts = `{"text":${JSON.stringify(answer[tick - thoughts.length])}}`;
       }
       // Every call of the turn goes out whole, together in one chunk, as Google streams parallel calls.
       if (choice.kind === 'tool_call' && tick === lastTick[index] && choice.finishReason !== 'length') {
-        parts.push(...calls(choice).map((call) => callPart(request, call)));
+        for (const call of calls(choice)) parts += (parts === '' ? '' : ',') + JSON.stringify(callPart(request, call));
       }
-      if (tick !== lastTick[index]) {
-        if (parts.length > 0) entries.push({ index, parts });
-      } else if (!cut) {
-        entries.push({ index, parts: parts.length > 0 ? parts : [{ text: '' }], finishReason: FINISH[choice.finishReason] });
-      } else if (parts.length > 0) {
-        entries.push({ index, parts });
+      let finish = '';
+      if (tick === lastTick[index] && !cut) {
+        if (parts === '') parts = '{"text":""}';
+        finish = `,"finishReason":"${FINISH[choice.finishReason]}"`;
+      } else if (parts === '') {
+        continue;
       }
-    });
-    if (entries.length === 0) continue;
+      candidates += `${candidates === '' ? '' : ','}{"content":{"role":"model","parts":[${parts}]}${finish},"index":${index}}`;
+    }
+    if (candidates === '') continue;
     if (cut && chunks >= cutAfter) break;
-    const chunk = {
-      candidates: entries.map((e) => ({ content: { role: 'model', parts: e.parts }, ...(e.finishReason ? { finishReason: e.finishReason } : {}), index: e.index })),
-      ...(!p.wire.noUsage && { usageMetadata: usage(p.usage, answerTokens, request.thoughts ? thoughtTokens : undefined) }),
-      ...head,
-    };
-    const json = JSON.stringify(chunk);
+    const usageMetadata = p.wire.noUsage ? '' : `,"usageMetadata":${JSON.stringify(usage(p.usage, answerTokens, request.thoughts ? thoughtTokens : undefined))}`;
+    const json = `{"candidates":[${candidates}]${usageMetadata}${headTail}`;
     yield* at(tick, sse ? dataFrame(json) : `${chunks === 0 ? '[' : ARRAY_SEPARATOR}${json}`);
     chunks++;
   }
