@@ -156,10 +156,11 @@ export function chatStreamWriter(ex: Exchange, errorBody: (err: GatewayError) =>
       switch (e.type) {
         case 'start':
           return opening();
+        // Deltas of text are most of a stream: their JSON is written around the text's.
         case 'text':
-          return opening() + chunk({ content: e.delta });
+          return opening() + before + '{"content":' + JSON.stringify(e.delta) + '}' + afterOpen;
         case 'reasoning':
-          return opening() + chunk({ reasoning_content: e.delta });
+          return opening() + before + '{"reasoning_content":' + JSON.stringify(e.delta) + '}' + afterOpen;
         case 'tool_call':
           toolCalls++;
           return opening() + chunk({ tool_calls: [{ index: e.index, id: e.id, type: 'function', function: { name: e.name, arguments: '' } }] });

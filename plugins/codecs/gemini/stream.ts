@@ -90,7 +90,7 @@ export function geminiStreamReader(): C.StreamReader {
   let started = false;
   let calls = 0;
   let finish: string | undefined;
-  let usage: Usage | undefined;
+  let usageMetadata: UpstreamGeminiUsage | undefined;
   return {
     frame(data) {
       const chunk: UpstreamGeminiAnswer | undefined = jsonOrUndefined(data);
@@ -116,12 +116,14 @@ export function geminiStreamReader(): C.StreamReader {
       }
       if (candidate?.finishReason) finish = candidate.finishReason;
       // Totals are cumulative: a chunk without them must not erase what is known (7.11 item 5).
-      usage = readGeminiUsage(chunk.usageMetadata) ?? usage;
+      // Every chunk carries them, so the last that readGeminiUsage accepts is read once, at the end.
+      if (typeof chunk.usageMetadata?.promptTokenCount === 'number') usageMetadata = chunk.usageMetadata;
       return events;
     },
     end() {
       // A stream that never said why it stopped still ends with a finish for the client, marked assumed.
       const events: C.Event[] = [{ type: 'finish', reason: readFinishReason(finish, calls), ...(finish === undefined && { assumed: true }) }];
+      const usage = readGeminiUsage(usageMetadata);
       if (usage) events.push({ type: 'usage', usage });
       return events;
     },
@@ -140,13 +142,19 @@ export function geminiStreamWriter(ex: Exchange, errorBody: (err: GatewayError) 
   let usage: Usage | undefined;
   const chunk = (parts: GeminiPart[], extra: { candidate?: { finishReason: string }; top?: { usageMetadata?: GeminiUsage } } = {}) =>
     framing.event(JSON.stringify({ candidates: [{ content: { role: 'model', parts }, index: 0, ...extra.candidate }], ...extra.top, modelVersion: ex.modelId, responseId } satisfies GeminiAnswer));
+  // A text increment is the same JSON around its text: serialised once, so a token costs one
+  // JSON.stringify of its text (the same bytes as `chunk`, which took as long as reading the
+  // upstream's event).
+  const textBefore = '{"candidates":[{"content":{"role":"model","parts":[{"text":';
+  const textAfter = `}]},"index":0}],"modelVersion":${JSON.stringify(ex.modelId)},"responseId":${JSON.stringify(responseId)}}`;
+  const thoughtAfter = `,"thought":true${textAfter}`;
   return {
     event(e) {
       switch (e.type) {
         case 'text':
-          return chunk([{ text: e.delta }]);
+          return framing.event(textBefore + JSON.stringify(e.delta) + textAfter);
         case 'reasoning':
-          return chunk([{ text: e.delta, thought: true }]);
+          return framing.event(textBefore + JSON.stringify(e.delta) + thoughtAfter);
         case 'tool_call':
           calls[e.index] = { id: e.id, name: e.name, arguments: '', ...(e.signature && { signature: e.signature }) };
           return '';
