@@ -134,6 +134,8 @@ interface OpenItem {
   index: number;
   id: string;
   text: string;
+  /** Its delta events' JSON from after the sequence number up to the delta (see `delta`). */
+  deltaFields: string;
 }
 
 interface CallState {
@@ -161,6 +163,13 @@ export function responsesStreamWriter(ex: Exchange): C.StreamWriter {
   let usage: Usage | undefined;
 
   const frame = <T extends keyof ResponsesEvents>(type: T, payload: ResponsesEvents[T]) => eventFrame(type, JSON.stringify({ type, sequence_number: sequence++, ...payload }));
+  // Deltas of text are most of a stream: written around the delta's JSON, the same bytes as
+  // `frame` makes of them (which spent as long on the event's other fields as on the delta).
+  const delta = (item: OpenItem, text: string) =>
+    item.kind === 'message'
+      ? `event: response.output_text.delta\ndata: {"type":"response.output_text.delta","sequence_number":${sequence++}${item.deltaFields}${JSON.stringify(text)},"logprobs":[]}\n\n`
+      : `event: response.reasoning_summary_text.delta\ndata: {"type":"response.reasoning_summary_text.delta","sequence_number":${sequence++}${item.deltaFields}${JSON.stringify(text)}}\n\n`;
+  const deltaFields = (id: string, index: number, part: 'content_index' | 'summary_index') => `,"item_id":${JSON.stringify(id)},"output_index":${index},"${part}":0,"delta":`;
   const snapshot = (status: string, extra: Partial<ResponseObject> = {}) =>
     responseObject(ex, { id, created_at: createdAt, status, output: output.filter((x): x is OutputItem => !!x), ...extra });
   const opening = () => {
@@ -195,12 +204,14 @@ export function responsesStreamWriter(ex: Exchange): C.StreamWriter {
     const index = output.length;
     output.push(undefined);
     if (kind === 'message') {
-      open = { kind, index, id: newId('msg_'), text: '' };
+      const id = newId('msg_');
+      open = { kind, index, id, text: '', deltaFields: deltaFields(id, index, 'content_index') };
       out +=
         frame('response.output_item.added', { output_index: index, item: { type: 'message', id: open.id, status: 'in_progress', role: 'assistant', content: [] } }) +
         frame('response.content_part.added', { item_id: open.id, output_index: index, content_index: 0, part: { type: 'output_text', text: '', annotations: [] } });
     } else {
-      open = { kind, index, id: newId('rs_'), text: '' };
+      const id = newId('rs_');
+      open = { kind, index, id, text: '', deltaFields: deltaFields(id, index, 'summary_index') };
       out +=
         frame('response.output_item.added', { output_index: index, item: { type: 'reasoning', id: open.id, summary: [] } }) +
         frame('response.reasoning_summary_part.added', { item_id: open.id, output_index: index, summary_index: 0, part: { type: 'summary_text', text: '' } });
@@ -233,12 +244,12 @@ export function responsesStreamWriter(ex: Exchange): C.StreamWriter {
         case 'text': {
           const out = open?.kind === 'message' ? '' : openItem('message');
           open!.text += e.delta;
-          return out + frame('response.output_text.delta', { item_id: open!.id, output_index: open!.index, content_index: 0, delta: e.delta, logprobs: [] });
+          return out + delta(open!, e.delta);
         }
         case 'reasoning': {
           const out = open?.kind === 'reasoning' ? '' : openItem('reasoning');
           open!.text += e.delta;
-          return out + frame('response.reasoning_summary_text.delta', { item_id: open!.id, output_index: open!.index, summary_index: 0, delta: e.delta });
+          return out + delta(open!, e.delta);
         }
         case 'tool_call': {
           const out = opening() + closeOpen();
