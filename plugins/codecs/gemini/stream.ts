@@ -141,7 +141,7 @@ export function geminiStreamWriter(ex: Exchange, errorBody: (err: GatewayError) 
   let finish: C.FinishReason = 'stop';
   let usage: Usage | undefined;
   const chunk = (parts: GeminiPart[], extra: { candidate?: { finishReason: string }; top?: { usageMetadata?: GeminiUsage } } = {}) =>
-    framing.event(JSON.stringify({ candidates: [{ content: { role: 'model', parts }, index: 0, ...extra.candidate }], ...extra.top, modelVersion: ex.modelId, responseId } satisfies GeminiAnswer));
+    framing.event(JSON.stringify({ candidates: [{ content: { role: 'model', parts }, ...extra.candidate, index: 0 }], ...extra.top, modelVersion: ex.modelId, responseId } satisfies GeminiAnswer));
   // A text increment is the same JSON around its text: serialised once, so a token costs one
   // JSON.stringify of its text (the same bytes as `chunk`, which took as long as reading the
   // upstream's event).
