@@ -28,6 +28,15 @@ const BUDGET_KB = { plain: 30, stream: 34 };
 /** KB promoted to the old generation per exchange, at most: what outlived its exchange (src/live-set.ts). */
 const PROMOTED_BUDGET_KB = 2;
 const EXCHANGES = 3000;
+/**
+ * Bytes allocated per token of a translated stream, at most: reading the upstream's chat chunk and
+ * writing the client's Gemini increment. 1,490–1,620 since the writers template each text delta
+ * (docs/architecture.md, "Translated streams, eighth pass"); 2,060–2,180 when the Gemini writer
+ * serialised an increment object per token.
+ */
+const TRANSLATED_BUDGET_BYTES = 1800;
+const TRANSLATED_TOKENS = 400;
+const TRANSLATED_STREAMS = 300;
 const WRAPPED = (2n ** 64n - 50n).toString();
 const CONCURRENCY = 16;
 const ADMIN_TOKEN = 'cost-guard-admin-token';
@@ -114,21 +123,34 @@ models:
   };
 }
 
-/** `count` chat completions, `CONCURRENCY` at a time over kept-alive connections; each must succeed. */
-async function drive(gw: Measured, count: number, stream: boolean): Promise<void> {
+interface Call {
+  path: string;
+  headers: Record<string, string>;
+  body: string;
+}
+
+/** A chat completion: 100 chunks of one token each when streamed, 16 tokens otherwise (the reference bench's two shapes). */
+const completion = (gw: Measured, stream: boolean): Call => ({
+  path: '/v1/chat/completions',
+  headers: { authorization: `Bearer ${gw.key}`, 'content-type': 'application/json' },
+  body: JSON.stringify({ model: 'm', stream, messages: [{ role: 'user', content: stream ? 'hi [[sim tokens=100]]' : 'hi [[sim tokens=16]]' }] }),
+});
+
+/** A Gemini client's stream of `tokens` tokens on the chat upstream: a translated stream, an event per token each way. */
+const geminiOnChat = (gw: Measured, tokens: number): Call => ({
+  path: '/v1beta/models/m:streamGenerateContent?alt=sse',
+  headers: { 'x-goog-api-key': gw.key, 'content-type': 'application/json' },
+  body: JSON.stringify({ contents: [{ role: 'user', parts: [{ text: `hi [[sim tokens=${tokens}]]` }] }] }),
+});
+
+/** `count` calls, `CONCURRENCY` at a time over kept-alive connections; each must succeed. */
+async function drive(gw: Measured, count: number, call: Call): Promise<void> {
   const dispatcher = new Agent({ connections: CONCURRENCY });
-  // 100 chunks of one token each when streamed, 16 tokens otherwise: the reference bench's two shapes.
-  const body = JSON.stringify({ model: 'm', stream, messages: [{ role: 'user', content: stream ? 'hi [[sim tokens=100]]' : 'hi [[sim tokens=16]]' }] });
   let next = 0;
   const worker = async () => {
     while (next < count) {
       next++;
-      const res = await request(`${gw.url}/v1/chat/completions`, {
-        method: 'POST',
-        dispatcher,
-        headers: { authorization: `Bearer ${gw.key}`, 'content-type': 'application/json' },
-        body,
-      });
+      const res = await request(gw.url + call.path, { method: 'POST', dispatcher, headers: call.headers, body: call.body });
       const text = await res.body.text();
       if (res.statusCode !== 200) throw new Error(`${res.statusCode}: ${text.slice(0, 300)}`);
     }
@@ -139,9 +161,9 @@ async function drive(gw: Measured, count: number, stream: boolean): Promise<void
 
 /** KB allocated and promoted per exchange over `EXCHANGES`, after a warm-up (compilation, caches, first connections). */
 async function kbPerExchange(gw: Measured, stream: boolean): Promise<{ allocated: number; promoted: number }> {
-  await drive(gw, 500, stream);
+  await drive(gw, 500, completion(gw, stream));
   const before = { allocated: gw.allocated(), promoted: gw.promoted() };
-  await drive(gw, EXCHANGES, stream);
+  await drive(gw, EXCHANGES, completion(gw, stream));
   const per = (bytes: number) => bytes / EXCHANGES / 1024;
   return { allocated: per(gw.allocated() - before.allocated), promoted: per(gw.promoted() - before.promoted) };
 }
@@ -158,6 +180,17 @@ for (const shape of ['plain', 'stream'] as const) {
     t.ok(promoted <= PROMOTED_BUDGET_KB, `${promoted.toFixed(2)} KB promoted per exchange is within the ${PROMOTED_BUDGET_KB} KB budget`);
   });
 }
+
+t.test(`a Gemini stream on the chat upstream allocates at most ${TRANSLATED_BUDGET_BYTES} bytes per token`, async (t) => {
+  const call = geminiOnChat(gw, TRANSLATED_TOKENS);
+  await drive(gw, 50, call);
+  const before = gw.allocated();
+  await drive(gw, TRANSLATED_STREAMS, call);
+  const perToken = (gw.allocated() - before) / TRANSLATED_STREAMS / TRANSLATED_TOKENS;
+  t.comment(`Gemini on chat: ${perToken.toFixed(0)} bytes allocated per token`);
+  t.ok(perToken > 100, 'the trace was read (a token allocates something)');
+  t.ok(perToken <= TRANSLATED_BUDGET_BYTES, `${perToken.toFixed(0)} bytes per token is within the ${TRANSLATED_BUDGET_BYTES}-byte budget`);
+});
 
 t.test('the guard sees a plugin that allocates 32 KB per exchange', async (t) => {
   const dir = mkdtempSync(join(tmpdir(), 'sluice-cost-plugin-'));
