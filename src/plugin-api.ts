@@ -51,6 +51,7 @@ export { unreadableEvent } from './canonical.js';
 // Reading and writing the wire: JSON bodies, request caps, server-sent events, bytes.
 export { jsonOrUndefined, looksLikeJsonObject, parseRequestJson, parseUpstreamJson, positiveNumber, withFields } from './json-body.js';
 export { removeNullFields } from './json-splice.js';
+export { HOLE, jsonTemplate } from './json-template.js';
 export { checkDepth, checkModelId, echoed, lengthOf, partsIn } from './request-caps.js';
 export type { RequestCaps, RequestShape } from './request-caps.js';
 export { ObjectKeyNeedle, dataFrame, eventFrame, firstMalformedFrame, frameData, frameJson, hasObjectField } from './sse.js';

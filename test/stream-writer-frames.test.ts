@@ -1,5 +1,5 @@
 /**
- * The four stream writers write a text delta as a template around the text's JSON, not by
+ * The four stream writers write a text delta through a template (src/json-template.ts), not by
  * serialising the event object (docs/architecture.md, "Translated streams, eighth pass"). Every
  * frame they write must still be exactly what `JSON.stringify` makes of its own parse (no stray
  * space, the same escaping), with a delta's fields in the order the provider sends them. Random
@@ -10,6 +10,7 @@ import fc from 'fast-check';
 import t from 'tap';
 import type { Event, StreamWriter } from '../src/canonical.js';
 import { Exchange } from '../src/exchange.js';
+import { HOLE, jsonTemplate } from '../src/json-template.js';
 import { defaultRequestCaps } from '../src/request-caps.js';
 import { chatStreamWriter } from '../plugins/codecs/chat/stream.js';
 import { family as chatFamily } from '../plugins/codecs/chat/family.js';
@@ -121,6 +122,13 @@ const writers: Writer[] = [
 const anyText = fc.string({ unit: fc.oneof(fc.constantFrom('"', '\\', '\n', '\u2028', '\u0000', '\ud800', '\udc00', '😀'), fc.integer({ min: 0, max: 0xffff }).map((c) => String.fromCharCode(c))), minLength: 1, maxLength: 12 });
 const stream = fc.array(fc.record({ type: fc.constantFrom('text' as const, 'reasoning' as const), delta: anyText }), { minLength: 1, maxLength: 12 });
 const modelId = fc.oneof(fc.constant('client-model'), anyText);
+
+t.test('a template is the JSON cut at its holes, wherever they are', async (t) => {
+  const pieces = jsonTemplate({ a: HOLE, b: { c: [1, HOLE] }, d: 'sluice:hole', e: '\u0000' });
+  t.same(pieces, ['{"a":', ',"b":{"c":[1,', ']},"d":"sluice:hole","e":"\\u0000"}']);
+  t.equal(pieces[0] + JSON.stringify('x"y') + pieces[1] + 7 + pieces[2], JSON.stringify({ a: 'x"y', b: { c: [1, 7] }, d: 'sluice:hole', e: '\u0000' }));
+  t.same(jsonTemplate({ a: 1 }), ['{"a":1}'], 'no hole, one piece');
+});
 
 for (const writer of writers) {
   t.test(`${writer.name}: every frame is its own JSON.stringify, and the text comes back whole`, async (t) => {

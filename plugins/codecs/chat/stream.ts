@@ -8,7 +8,9 @@ import {
   firstMalformedFrame,
   frameData,
   GatewayError,
+  HOLE,
   jsonOrUndefined,
+  jsonTemplate,
   LF,
   newId,
   ObjectKeyNeedle,
@@ -143,12 +145,13 @@ export function chatStreamWriter(ex: Exchange, errorBody: (err: GatewayError) =>
   let finished = false;
   let toolCalls = 0;
   let usage: Usage | undefined;
-  // Every chunk is the same JSON around its delta: serialised once, so an event costs one
-  // JSON.stringify of its delta (the same bytes as serialising the whole chunk object).
-  const before = `data: ${JSON.stringify(head).slice(0, -1)},"choices":[{"index":0,"delta":`;
-  const after = (finish: string | null) => `,"logprobs":null,"finish_reason":${JSON.stringify(finish)}}]${includeUsage ? ',"usage":null' : ''}}\n\n`;
-  const afterOpen = after(null);
-  const chunk = (delta: ChatDelta, finish: string | null = null) => before + JSON.stringify(delta) + (finish === null ? afterOpen : after(finish));
+  // Every chunk is the same JSON around its delta and finish reason, and a text delta the same
+  // around its text: templates of it (jsonTemplate), so an event costs the JSON of what changes.
+  const chunkOf = (delta: unknown, finish: unknown) => ({ ...head, choices: [{ index: 0, delta, logprobs: null, finish_reason: finish }], ...(includeUsage && { usage: null }) });
+  const [before, between, after] = jsonTemplate(chunkOf(HOLE, HOLE));
+  const chunk = (delta: ChatDelta, finish: string | null = null) => dataFrame(before + JSON.stringify(delta) + between + JSON.stringify(finish) + after);
+  const [contentBefore, contentAfter] = jsonTemplate(chunkOf({ content: HOLE }, null));
+  const [reasoningBefore, reasoningAfter] = jsonTemplate(chunkOf({ reasoning_content: HOLE }, null));
   const opening = () => (started ? '' : ((started = true), chunk({ role: 'assistant', content: '' })));
 
   return {
@@ -156,11 +159,10 @@ export function chatStreamWriter(ex: Exchange, errorBody: (err: GatewayError) =>
       switch (e.type) {
         case 'start':
           return opening();
-        // Deltas of text are most of a stream: their JSON is written around the text's.
         case 'text':
-          return opening() + before + '{"content":' + JSON.stringify(e.delta) + '}' + afterOpen;
+          return opening() + dataFrame(contentBefore + JSON.stringify(e.delta) + contentAfter);
         case 'reasoning':
-          return opening() + before + '{"reasoning_content":' + JSON.stringify(e.delta) + '}' + afterOpen;
+          return opening() + dataFrame(reasoningBefore + JSON.stringify(e.delta) + reasoningAfter);
         case 'tool_call':
           toolCalls++;
           return opening() + chunk({ tool_calls: [{ index: e.index, id: e.id, type: 'function', function: { name: e.name, arguments: '' } }] });

@@ -11,7 +11,9 @@ import {
   frameData,
   GatewayError,
   hasObjectField,
+  HOLE,
   jsonOrUndefined,
+  jsonTemplate,
   newId,
   ObjectKeyNeedle,
   type SparseScan,
@@ -140,21 +142,24 @@ export function geminiStreamWriter(ex: Exchange, errorBody: (err: GatewayError) 
   const calls: C.ToolCall[] = [];
   let finish: C.FinishReason = 'stop';
   let usage: Usage | undefined;
-  const chunk = (parts: GeminiPart[], extra: { candidate?: { finishReason: string }; top?: { usageMetadata?: GeminiUsage } } = {}) =>
-    framing.event(JSON.stringify({ candidates: [{ content: { role: 'model', parts }, ...extra.candidate, index: 0 }], ...extra.top, modelVersion: ex.modelId, responseId } satisfies GeminiAnswer));
-  // A text increment is the same JSON around its text: serialised once, so a token costs one
-  // JSON.stringify of its text (the same bytes as `chunk`, which took as long as reading the
-  // upstream's event).
-  const textBefore = '{"candidates":[{"content":{"role":"model","parts":[{"text":';
-  const textAfter = `}]},"index":0}],"modelVersion":${JSON.stringify(ex.modelId)},"responseId":${JSON.stringify(responseId)}}`;
-  const thoughtAfter = `,"thought":true${textAfter}`;
+  const increment = (parts: GeminiPart[], extra: { candidate?: { finishReason: string }; top?: { usageMetadata?: GeminiUsage } } = {}): GeminiAnswer => ({
+    candidates: [{ content: { role: 'model', parts }, ...extra.candidate, index: 0 }],
+    ...extra.top,
+    modelVersion: ex.modelId,
+    responseId,
+  });
+  const chunk = (...args: Parameters<typeof increment>) => framing.event(JSON.stringify(increment(...args)));
+  // A token's increment is the same JSON around its text: a template (jsonTemplate), so a token
+  // costs the JSON of its text, where serialising the increment took as long as reading it.
+  const [textBefore, textAfter] = jsonTemplate(increment([{ text: HOLE }]));
+  const [thoughtBefore, thoughtAfter] = jsonTemplate(increment([{ text: HOLE, thought: true }]));
   return {
     event(e) {
       switch (e.type) {
         case 'text':
           return framing.event(textBefore + JSON.stringify(e.delta) + textAfter);
         case 'reasoning':
-          return framing.event(textBefore + JSON.stringify(e.delta) + thoughtAfter);
+          return framing.event(thoughtBefore + JSON.stringify(e.delta) + thoughtAfter);
         case 'tool_call':
           calls[e.index] = { id: e.id, name: e.name, arguments: '', ...(e.signature && { signature: e.signature }) };
           return '';

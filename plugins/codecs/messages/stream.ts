@@ -8,8 +8,10 @@ import {
   type Exchange,
   frameData,
   GatewayError,
+  HOLE,
   hasObjectField,
   jsonOrUndefined,
+  jsonTemplate,
   newId,
   ObjectKeyNeedle,
   type SparseScan,
@@ -237,10 +239,11 @@ export function messagesStreamWriter(ex: Exchange): C.StreamWriter {
     return out + event('content_block_start', { index, content_block: block });
   };
   const delta = (delta: MessagesDelta) => event('content_block_delta', { index, delta });
-  // Deltas of text are most of a stream: written around the text's JSON, the same bytes as `delta`
-  // makes of them (which spent as long on the event's other fields as on the text).
-  const textDelta = (kind: 'text_delta' | 'thinking_delta', field: 'text' | 'thinking', text: string) =>
-    `event: content_block_delta\ndata: {"type":"content_block_delta","index":${index},"delta":{"type":"${kind}","${field}":${JSON.stringify(text)}}}\n\n`;
+  // Deltas of text are most of a stream: templates of `delta`'s event (jsonTemplate), so a delta
+  // costs the JSON of its text, where `delta` spent as long on the event's other fields.
+  const deltaTemplate = (delta: MessagesDelta) => jsonTemplate({ type: 'content_block_delta', index: HOLE, delta });
+  const [textHead, textMiddle, textTail] = deltaTemplate({ type: 'text_delta', text: HOLE });
+  const [thinkingHead, thinkingMiddle, thinkingTail] = deltaTemplate({ type: 'thinking_delta', thinking: HOLE });
 
   return {
     event(e) {
@@ -249,10 +252,10 @@ export function messagesStreamWriter(ex: Exchange): C.StreamWriter {
           return opening();
         case 'text':
           if (!e.delta) return opening();
-          return (open === 'text' ? '' : begin('text', { type: 'text', text: '' })) + textDelta('text_delta', 'text', e.delta);
+          return (open === 'text' ? '' : begin('text', { type: 'text', text: '' })) + eventFrame('content_block_delta', textHead + index + textMiddle + JSON.stringify(e.delta) + textTail);
         case 'reasoning':
           if (!e.delta) return opening();
-          return (open === 'thinking' ? '' : begin('thinking', { type: 'thinking', thinking: '', signature: '' })) + textDelta('thinking_delta', 'thinking', e.delta);
+          return (open === 'thinking' ? '' : begin('thinking', { type: 'thinking', thinking: '', signature: '' })) + eventFrame('content_block_delta', thinkingHead + index + thinkingMiddle + JSON.stringify(e.delta) + thinkingTail);
         case 'tool_call': {
           const out = begin('tool', { type: 'tool_use', id: clientToolId(e.id, e.signature), name: e.name, input: {} });
           toolBlocks.set(e.index, index);

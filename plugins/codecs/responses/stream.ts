@@ -6,8 +6,10 @@ import {
   type Exchange,
   frameData,
   GatewayError,
+  HOLE,
   hasObjectField,
   jsonOrUndefined,
+  jsonTemplate,
   newId,
   unixNow,
   unreadableEvent,
@@ -134,8 +136,8 @@ interface OpenItem {
   index: number;
   id: string;
   text: string;
-  /** Its delta events' JSON from after the sequence number up to the delta (see `delta`). */
-  deltaFields: string;
+  /** Its delta events' JSON around the sequence number and the delta (see `delta`). */
+  deltaTemplate: string[];
 }
 
 interface CallState {
@@ -163,13 +165,19 @@ export function responsesStreamWriter(ex: Exchange): C.StreamWriter {
   let usage: Usage | undefined;
 
   const frame = <T extends keyof ResponsesEvents>(type: T, payload: ResponsesEvents[T]) => eventFrame(type, JSON.stringify({ type, sequence_number: sequence++, ...payload }));
-  // Deltas of text are most of a stream: written around the delta's JSON, the same bytes as
-  // `frame` makes of them (which spent as long on the event's other fields as on the delta).
-  const delta = (item: OpenItem, text: string) =>
-    item.kind === 'message'
-      ? `event: response.output_text.delta\ndata: {"type":"response.output_text.delta","sequence_number":${sequence++}${item.deltaFields}${JSON.stringify(text)},"logprobs":[]}\n\n`
-      : `event: response.reasoning_summary_text.delta\ndata: {"type":"response.reasoning_summary_text.delta","sequence_number":${sequence++}${item.deltaFields}${JSON.stringify(text)}}\n\n`;
-  const deltaFields = (id: string, index: number, part: 'content_index' | 'summary_index') => `,"item_id":${JSON.stringify(id)},"output_index":${index},"${part}":0,"delta":`;
+  // Deltas of text are most of a stream: each open item's delta event is a template (jsonTemplate),
+  // so a delta costs the JSON of its text, where `frame` spent as long on the other fields.
+  const DELTA = { message: 'response.output_text.delta', reasoning: 'response.reasoning_summary_text.delta' } as const;
+  const deltaTemplate = (kind: OpenItem['kind'], id: string, index: number) =>
+    jsonTemplate(
+      kind === 'message'
+        ? { type: DELTA.message, sequence_number: HOLE, item_id: id, output_index: index, content_index: 0, delta: HOLE, logprobs: [] }
+        : { type: DELTA.reasoning, sequence_number: HOLE, item_id: id, output_index: index, summary_index: 0, delta: HOLE },
+    );
+  const delta = (item: OpenItem, text: string) => {
+    const [head, middle, tail] = item.deltaTemplate;
+    return eventFrame(DELTA[item.kind], head + sequence++ + middle + JSON.stringify(text) + tail);
+  };
   const snapshot = (status: string, extra: Partial<ResponseObject> = {}) =>
     responseObject(ex, { id, created_at: createdAt, status, output: output.filter((x): x is OutputItem => !!x), ...extra });
   const opening = () => {
@@ -205,13 +213,13 @@ export function responsesStreamWriter(ex: Exchange): C.StreamWriter {
     output.push(undefined);
     if (kind === 'message') {
       const id = newId('msg_');
-      open = { kind, index, id, text: '', deltaFields: deltaFields(id, index, 'content_index') };
+      open = { kind, index, id, text: '', deltaTemplate: deltaTemplate(kind, id, index) };
       out +=
         frame('response.output_item.added', { output_index: index, item: { type: 'message', id: open.id, status: 'in_progress', role: 'assistant', content: [] } }) +
         frame('response.content_part.added', { item_id: open.id, output_index: index, content_index: 0, part: { type: 'output_text', text: '', annotations: [] } });
     } else {
       const id = newId('rs_');
-      open = { kind, index, id, text: '', deltaFields: deltaFields(id, index, 'summary_index') };
+      open = { kind, index, id, text: '', deltaTemplate: deltaTemplate(kind, id, index) };
       out +=
         frame('response.output_item.added', { output_index: index, item: { type: 'reasoning', id: open.id, summary: [] } }) +
         frame('response.reasoning_summary_part.added', { item_id: open.id, output_index: index, summary_index: 0, part: { type: 'summary_text', text: '' } });
