@@ -9,8 +9,12 @@ import { geminiSchemaToJsonSchema } from './json-schema.js';
 import type { GeminiGenerationConfig, GeminiRequest, GeminiRequestPart } from './schema.js';
 import type { GeminiAnswer, GeminiContent, GeminiGenerationOut, GeminiPart, GeminiUpstreamBody, GeminiUsage, UpstreamGeminiAnswer, UpstreamGeminiPart, UpstreamGeminiUsage } from './wire.js';
 
+/** Whether a chunk's `usageMetadata` holds totals (a prompt count at least); readGeminiUsage reads only those. */
+export const hasGeminiUsage = (u: UpstreamGeminiUsage | null | undefined): u is UpstreamGeminiUsage & { promptTokenCount: number } =>
+  !!u && typeof u === 'object' && typeof u.promptTokenCount === 'number';
+
 export function readGeminiUsage(u: UpstreamGeminiUsage | null | undefined): Usage | undefined {
-  if (!u || typeof u !== 'object' || typeof u.promptTokenCount !== 'number') return undefined;
+  if (!hasGeminiUsage(u)) return undefined;
   const thoughts = u.thoughtsTokenCount ?? 0;
   return {
     inputTokens: u.promptTokenCount + (u.toolUsePromptTokenCount ?? 0),

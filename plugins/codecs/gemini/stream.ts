@@ -21,7 +21,7 @@ import {
   unreadableEvent,
   type Usage,
 } from '../../../src/plugin-api.js';
-import { blockedPrompt, readFinishReason, readGeminiUsage, readParts, writeAnswerParts, writeFinishReason, writeGeminiUsage } from './canonical.js';
+import { blockedPrompt, hasGeminiUsage, readFinishReason, readGeminiUsage, readParts, writeAnswerParts, writeFinishReason, writeGeminiUsage } from './canonical.js';
 import type { GeminiAnswer, GeminiPart, GeminiUsage, UpstreamGeminiAnswer, UpstreamGeminiUsage } from './wire.js';
 
 
@@ -118,8 +118,8 @@ export function geminiStreamReader(): C.StreamReader {
       }
       if (candidate?.finishReason) finish = candidate.finishReason;
       // Totals are cumulative: a chunk without them must not erase what is known (7.11 item 5).
-      // Every chunk carries them, so the last that readGeminiUsage accepts is read once, at the end.
-      if (typeof chunk.usageMetadata?.promptTokenCount === 'number') usageMetadata = chunk.usageMetadata;
+      // Every chunk carries them, so only the last is read, once, at the end.
+      if (hasGeminiUsage(chunk.usageMetadata)) usageMetadata = chunk.usageMetadata;
       return events;
     },
     end() {
