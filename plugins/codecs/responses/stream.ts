@@ -32,6 +32,9 @@ const USAGE_KEY = Buffer.from('"usage"');
 
 const errorOf = (err: GatewayError) => ({ code: err.upstreamCode ?? err.code, message: err.message });
 
+/** Each open item's kind of delta event. */
+const DELTA = { message: 'response.output_text.delta', reasoning: 'response.reasoning_summary_text.delta' } as const;
+
 /** The terminal failure event, so a stream never just stops (2.6, pitfall 9). */
 function failedFrame(ex: Exchange, sequence: number, id: string, createdAt: number, err: GatewayError, output: OutputItem[]): string {
   const response = responseObject(ex, { id, created_at: createdAt, status: 'failed', error: errorOf(err), output });
@@ -167,7 +170,6 @@ export function responsesStreamWriter(ex: Exchange): C.StreamWriter {
   const frame = <T extends keyof ResponsesEvents>(type: T, payload: ResponsesEvents[T]) => eventFrame(type, JSON.stringify({ type, sequence_number: sequence++, ...payload }));
   // Deltas of text are most of a stream: each open item's delta event is a template (jsonTemplate),
   // so a delta costs the JSON of its text, where `frame` spent as long on the other fields.
-  const DELTA = { message: 'response.output_text.delta', reasoning: 'response.reasoning_summary_text.delta' } as const;
   const deltaTemplate = (kind: OpenItem['kind'], id: string, index: number) =>
     jsonTemplate(
       kind === 'message'
