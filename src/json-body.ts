@@ -67,11 +67,21 @@ export function looksLikeJsonObject(body: Buffer): boolean {
 
 /** An upstream's complete answer body. */
 export function parseUpstreamJson(body: Buffer): JsonObject {
+  let parsed: any;
   try {
-    return JSON.parse(body.toString('utf8'));
+    parsed = JSON.parse(body.toString('utf8'));
   } catch {
     throw new GatewayError('upstream_error', 'The upstream answered with a body that is not JSON.');
   }
+  if (!parsed || typeof parsed !== 'object' || Array.isArray(parsed)) throw new GatewayError('upstream_error', 'The upstream answered with JSON that is not an object.');
+  // A success status around an error (`{"error": {…}}`, Anthropic's `{"type": "error", …}`, a failed
+  // response) is a failure: no family's answer carries an error otherwise (Responses' is null).
+  const error = parsed.error;
+  if (error) {
+    const message = typeof error === 'string' ? error : typeof error.message === 'string' ? error.message : JSON.stringify(error).slice(0, 200);
+    throw new GatewayError('upstream_error', `The upstream answered with an error: ${message}`);
+  }
+  return parsed;
 }
 
 /** A positive number from a client's field, or undefined. */

@@ -23,6 +23,7 @@ import { echoed } from './request-caps.js';
 import { estimateTokens } from './tokens.js';
 import { costOf } from './cost.js';
 import { estimateUsage } from './usage-estimate.js';
+import { implausibleCount } from './usage.js';
 import { upstreamTraceparent } from './trace.js';
 
 /** What the config says to serve: replaced whole by a reload, while exchanges keep the one they began with. */
@@ -190,6 +191,18 @@ export class Pipeline implements RelayOwner {
       try {
         ex.usage = estimateUsage(ex);
       } catch (err) {
+        this.log.error({ err, req: ex.id }, 'estimating usage failed');
+      }
+    }
+    // An upstream's count no upstream could make is not billed: a negative one would refund a
+    // budget, a huge one exhaust it for good. The gateway's estimate stands in, and the lie is logged.
+    const impossible = ex.usage && !ex.usage.estimated ? implausibleCount(ex.usage) : undefined;
+    if (impossible) {
+      this.log.warn({ req: ex.id, upstream: ex.upstream?.name, count: impossible }, 'the upstream reported a token count that cannot be real: the usage is estimated instead');
+      try {
+        ex.usage = estimateUsage(ex);
+      } catch (err) {
+        ex.usage = undefined;
         this.log.error({ err, req: ex.id }, 'estimating usage failed');
       }
     }

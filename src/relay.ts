@@ -7,7 +7,7 @@ import { AnswerCollector, type Event, type FinishReason, type Response, type Str
 import type { ClientResponse } from './client-response.js';
 import { retryAfterMs, type Failover } from './channels/failover.js';
 import type { ClientStream, FamilyPassthrough, Plugin, ResponseSink, Upstream, UpstreamCall, UpstreamDialect } from './contracts.js';
-import type { Usage } from './usage.js';
+import { implausibleCount, type Usage } from './usage.js';
 import { errorHeaders, GatewayError, withRetryAfter } from './errors.js';
 import { StateKey } from './state-key.js';
 import type { Exchange } from './exchange.js';
@@ -269,6 +269,13 @@ export class Relay implements ResponseSink {
       this.writeRenamed();
       const own = this.stream!.take?.();
       if (own) this.write(own);
+      // A translated stream's failure event has ended it for the client: the upstream is not
+      // waited on to close (a silent one would hold the client until its idle deadline).
+      if (ex.error && !this.passthrough) {
+        this.call?.abort();
+        this.end();
+        return false;
+      }
       if (!this.writable) res.onWritable(this.resume);
       return this.writable;
     } catch (err) {
@@ -309,11 +316,24 @@ export class Relay implements ResponseSink {
       } else {
         // An answer that came in one read is that read's own bytes (a Buffer of its own, never reused).
         const body = this.collected.length === 1 ? this.collected[0]! : Buffer.concat(this.collected, this.collectedBytes);
-        const failure = this.channelFailure(body);
+        let failure = this.channelFailure(body);
+        // A translated answer is read before the channel is judged: a 200 the dialect cannot read
+        // (an error in it, no answer) is the channel failing. A refusal (a blocked prompt) is not.
+        let answer: Response | undefined;
+        let refusal: unknown;
+        if (!failure && !this.passthrough && this.status >= 200 && this.status < 300) {
+          try {
+            answer = this.dialect.readResponse(body, ex);
+          } catch (err) {
+            if (err instanceof GatewayError && err.code === 'upstream_error') failure = new GatewayError('upstream_error', `Upstream \`${this.upstream.name}\` answered ${this.status}: ${err.message}`);
+            else refusal = err;
+          }
+        }
         // Nothing has reached the client yet: another channel may answer instead.
         if (failure && this.failover.failed(failure, this.retryAfterMs(failure), true, this.status === 429)) return;
         if (!failure) this.failover.succeeded();
-        this.finishCollected(body, failure);
+        if (refusal) throw refusal;
+        this.finishCollected(body, failure, answer);
       }
       this.pipeline.finish(ex, res);
     });
@@ -396,7 +416,7 @@ export class Relay implements ResponseSink {
   }
 
   /** A complete upstream body: the answer in the client's family, or a failure in its terms. */
-  private finishCollected(body: Buffer, failure: GatewayError | undefined): void {
+  private finishCollected(body: Buffer, failure: GatewayError | undefined, translated: Response | undefined): void {
     const { ex, res, upstream, dialect, status, passthrough } = this;
     if (status >= 200 && status < 300) {
       if (failure) return this.failed(failure);
@@ -405,15 +425,17 @@ export class Relay implements ResponseSink {
       if (passthrough) {
         ex.usage = passthrough.bodyUsage(body);
         if (ex.keptAnswerLimit !== undefined) ex.answer = readKept(dialect, body, ex);
+        // The done phase estimates what an impossible count would have billed: from this answer's text.
+        if (ex.usage && implausibleCount(ex.usage)) ex.set(deliveredOutput, () => answerTextOf(ex.answer ?? readKept(dialect, body, ex)));
         if (ex.answer) ex.answeredBecause([ex.answer.finishReason]);
         else if (this.pipeline.tracesCalls) ex.answeredBecause(() => finishReasonOf(() => dialect.readResponse(body, ex).finishReason));
         res.reply(status, { 'content-type': 'application/json' }, this.rename ? this.rename(body) : body);
         return;
       }
-      // A 200 can still be a refusal (a blocked prompt) or an unreadable body: readResponse throws.
-      const answer: Response = dialect.readResponse(body, ex);
+      const answer: Response = translated!;
       answer.usage ??= estimateUsage(ex, answerText(answer));
       ex.usage = answer.usage;
+      if (implausibleCount(answer.usage)) ex.set(deliveredOutput, () => answerText(answer));
       if (ex.keptAnswerLimit !== undefined) ex.answer = answer;
       ex.answeredBecause([answer.finishReason]);
       res.reply(status, { 'content-type': 'application/json' }, ex.clientFamily.writeResponse(answer, ex));
@@ -470,6 +492,8 @@ function framesOf(sample: Buffer): Buffer[] {
   new SseSplitter().push(sample, (frame) => (frames.push(frame), true), () => {});
   return frames;
 }
+
+const answerTextOf = (answer: Response | undefined) => (answer ? answerText(answer) : '');
 
 /** A relayed passthrough answer in canonical form, to keep; undefined when the dialect cannot read it as an answer. */
 function readKept(dialect: UpstreamDialect, body: Buffer, ex: Exchange): Response | undefined {

@@ -18,3 +18,27 @@ export interface Usage {
   /** True when counted locally with a tokenizer because the upstream never reported it. */
   estimated?: boolean;
 }
+
+/**
+ * The most tokens one exchange can count: ten times the largest context window on offer today
+ * (10 million). Above it a count is not a count, whatever the upstream says.
+ */
+export const MAX_EXCHANGE_TOKENS = 100_000_000;
+
+const REQUIRED_COUNTS = ['inputTokens', 'outputTokens'] as const;
+const OPTIONAL_COUNTS = ['cachedTokens', 'cacheWriteTokens', 'reasoningTokens'] as const;
+const isCount = (n: unknown) => Number.isSafeInteger(n) && (n as number) >= 0 && (n as number) <= MAX_EXCHANGE_TOKENS;
+
+/**
+ * The first count in `usage` that no upstream could have made (negative, fractional, not a number,
+ * above MAX_EXCHANGE_TOKENS), named with its value; undefined when each could be real. Billing an
+ * upstream's negative count would refund a budget, and a huge one would exhaust it for good.
+ */
+export function implausibleCount(usage: Usage): string | undefined {
+  for (const field of REQUIRED_COUNTS) if (!isCount(usage[field])) return `${field}: ${String(usage[field])}`;
+  for (const field of OPTIONAL_COUNTS) {
+    const n = usage[field];
+    if (n !== undefined && n !== null && !isCount(n)) return `${field}: ${String(n)}`;
+  }
+  return undefined;
+}

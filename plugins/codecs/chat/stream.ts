@@ -92,11 +92,13 @@ export function chatPassthrough(
 /** Upstream chat chunks → canonical events. Tool calls are renumbered 0, 1, … by first sight. */
 export function chatStreamReader(): C.StreamReader {
   let started = false;
+  let finished = false;
   const toolIndex = new Map<number, number>();
   const withArguments = new Set<number>();
   return {
     frame(data) {
-      if (data === '[DONE]') return [];
+      // [DONE] ends a stream as surely as a finish_reason does.
+      if (data === '[DONE]') return ((finished = true), []);
       const chunk: UpstreamChatChunk | undefined = jsonOrUndefined(data);
       if (!chunk) return [unreadableEvent()];
       if (chunk.error) return [{ type: 'error', error: readOpenAiError(502, data) }];
@@ -128,12 +130,14 @@ export function chatStreamReader(): C.StreamReader {
         // Some servers send no arguments for a tool without parameters; other families need the JSON `{}`.
         for (const index of toolIndex.values()) if (!withArguments.has(index)) events.push({ type: 'tool_arguments', index, delta: '{}' });
         events.push({ type: 'finish', reason: readFinishReason(choice.finish_reason) });
+        finished = true;
       }
       const usage = readChatUsage(chunk.usage);
       if (usage) events.push({ type: 'usage', usage });
       return events;
     },
-    end: () => [],
+    // A stream that ended with neither was cut short: the client gets the failure, not a finish.
+    end: () => (finished ? [] : [{ type: 'error', error: new GatewayError('upstream_error', 'The upstream stream ended before its finish_reason or [DONE]: it was cut short.') }]),
   };
 }
 

@@ -123,8 +123,9 @@ export function geminiStreamReader(): C.StreamReader {
       return events;
     },
     end() {
-      // A stream that never said why it stopped still ends with a finish for the client, marked assumed.
-      const events: C.Event[] = [{ type: 'finish', reason: readFinishReason(finish, calls), ...(finish === undefined && { assumed: true }) }];
+      // A stream that never said why it stopped was cut short: the client gets the failure, not a finish.
+      if (finish === undefined) return [{ type: 'error', error: new GatewayError('upstream_error', 'The upstream stream ended before its finishReason: it was cut short.') }];
+      const events: C.Event[] = [{ type: 'finish', reason: readFinishReason(finish, calls) }];
       const usage = readGeminiUsage(usageMetadata);
       if (usage) events.push({ type: 'usage', usage });
       return events;

@@ -74,10 +74,15 @@ export function responsesStreamReader(): C.StreamReader {
   const calls = new Map<string | undefined, { index: number; streamed: boolean }>();
   const byOutputIndex = new Map<number | undefined, string | undefined>();
   const call = (e: UpstreamResponsesEvent) => calls.get(e.item_id ?? byOutputIndex.get(e.output_index));
+  let ended = false;
   return {
     frame(data) {
       const e: UpstreamResponsesEvent | undefined = jsonOrUndefined(data);
       if (!e) return [unreadableEvent()];
+      // An error without a type (`{"error": {…}}`) is still one: the SDKs raise it.
+      if (e.type === undefined && e.error) {
+        return [{ type: 'error', error: new GatewayError('upstream_error', e.error.message ?? 'The upstream failed.', null, undefined, e.error.code) }];
+      }
       switch (e.type) {
         case 'response.created':
           return [{ type: 'start', id: e.response?.id, model: e.response?.model, created: e.response?.created_at }];
@@ -114,6 +119,7 @@ export function responsesStreamReader(): C.StreamReader {
         case 'response.completed':
         case 'response.incomplete':
         case 'response.done': {
+          ended = true;
           const r = e.response ?? {};
           const events: C.Event[] = [{ type: 'finish', reason: finishFromStatus(r.status, r.incomplete_details?.reason, calls.size) }];
           const usage = readResponsesUsage(r.usage);
@@ -130,7 +136,8 @@ export function responsesStreamReader(): C.StreamReader {
           return [];
       }
     },
-    end: () => [],
+    // Without its terminal event the stream was cut short: the client gets the failure, not a completion.
+    end: () => (ended ? [] : [{ type: 'error', error: new GatewayError('upstream_error', 'The upstream stream ended before response.completed: it was cut short.') }]),
   };
 }
 

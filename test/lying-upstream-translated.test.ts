@@ -1,0 +1,219 @@
+/**
+ * Upstreams that lie, seen through translation (a client of one family on an upstream of another)
+ * and in what is billed. A stream cut before its end (no finish_reason or [DONE], no
+ * response.completed, no finishReason) ends with the client family's failure, not a finish; an
+ * error frame without a type is an error too; a 200 that carries an error is the channel failing
+ * (another channel answers when there is one); a failure event ends the client's stream and the
+ * upstream call at once, even when the upstream then stays silent; and a token count no upstream
+ * could make (negative, fractional, past any context) is not billed: the gateway's estimate is.
+ * The liar is a small HTTP server on 127.0.0.1; the healthy channel is a simulator process.
+ */
+import { createServer, type IncomingMessage } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import t from 'tap';
+import { eventually, simulatorUpstreams, startStack } from './helpers.js';
+
+const chunk = (delta: object, finish: string | null = null, usage?: object) =>
+  `data: ${JSON.stringify({ id: 'chatcmpl-liar', object: 'chat.completion.chunk', created: 1767225600, model: 'liar', choices: [{ index: 0, delta, finish_reason: finish }], ...(usage && { usage }) })}\n\n`;
+const completion = (usage: object) =>
+  JSON.stringify({ id: 'chatcmpl-liar', object: 'chat.completion', created: 1767225600, model: 'liar', choices: [{ index: 0, message: { role: 'assistant', content: 'Four words of answer.' }, finish_reason: 'stop' }], usage });
+const responsesEvent = (type: string, fields: object = {}) => `event: ${type}\ndata: ${JSON.stringify({ type, ...fields })}\n\n`;
+
+const NEGATIVE = { prompt_tokens: -5, completion_tokens: -3, total_tokens: -8 };
+const HUGE = { prompt_tokens: 1e20, completion_tokens: 9007199254740993, total_tokens: 1e20 };
+const FRACTIONAL = { prompt_tokens: 1.5, completion_tokens: 2.7, total_tokens: 4.2 };
+
+/** What the liar answers for each upstream model: a whole body, or stream pieces; `hold` leaves the stream open. */
+const answers: Record<string, { body?: string; stream?: string[]; hold?: boolean }> = {
+  'negative-usage': { body: completion(NEGATIVE), stream: [chunk({ role: 'assistant', content: 'Four words' }), chunk({}, 'stop'), chunk({}, null, NEGATIVE), 'data: [DONE]\n\n'] },
+  'huge-usage': { body: completion(HUGE) },
+  'fractional-usage': { body: completion(FRACTIONAL) },
+  'cut-chat': { stream: [chunk({ role: 'assistant', content: '' }), chunk({ content: 'Half an ans' })] },
+  'cut-responses': {
+    stream: [
+      responsesEvent('response.created', { response: { id: 'resp_liar', model: 'liar', created_at: 1767225600, status: 'in_progress' } }),
+      responsesEvent('response.output_text.delta', { item_id: 'msg_1', output_index: 0, content_index: 0, delta: 'Half an ans' }),
+    ],
+  },
+  'untyped-error': {
+    stream: [
+      responsesEvent('response.created', { response: { id: 'resp_liar', model: 'liar', created_at: 1767225600, status: 'in_progress' } }),
+      `event: error\ndata: ${JSON.stringify({ error: { message: 'the model fell over', code: 'server_error' } })}\n\n`,
+      responsesEvent('response.completed', { response: { id: 'resp_liar', status: 'completed', output: [] } }),
+    ],
+  },
+  'cut-gemini': { stream: [`data: ${JSON.stringify({ candidates: [{ content: { role: 'model', parts: [{ text: 'Half an ans' }] }, index: 0 }] })}\n\n`] },
+  'error-200': { body: JSON.stringify({ error: { message: 'upstream exploded', type: 'server_error' } }) },
+  'error-then-silent': { stream: [chunk({ role: 'assistant', content: 'Half' }), `data: ${JSON.stringify({ error: { message: 'mid-stream boom', type: 'server_error' } })}\n\n`], hold: true },
+};
+
+/** Calls whose upstream connection the gateway closed, by upstream model. */
+const closedByGateway = new Set<string>();
+
+const liar = createServer((req: IncomingMessage, res) => {
+  let raw = '';
+  req.on('data', (d) => (raw += d));
+  req.on('end', async () => {
+    const fromPath = /\/models\/([^:/]+):/.exec(req.url ?? '')?.[1];
+    const model: string = fromPath ?? JSON.parse(raw).model;
+    const answer = answers[model];
+    if (!answer) {
+      res.writeHead(404, { 'content-type': 'application/json' });
+      return res.end(JSON.stringify({ error: { message: `no such model ${model}` } }));
+    }
+    const stream = fromPath ? req.url!.includes('streamGenerateContent') : JSON.parse(raw).stream === true;
+    if (!stream) {
+      res.writeHead(200, { 'content-type': 'application/json' });
+      return res.end(answer.body);
+    }
+    res.writeHead(200, { 'content-type': 'text/event-stream' });
+    res.on('close', () => {
+      if (!res.writableFinished) closedByGateway.add(model);
+    });
+    for (const piece of answer.stream!) {
+      res.write(piece);
+      await new Promise((resolve) => setTimeout(resolve, 10));
+    }
+    if (!answer.hold) res.end();
+  });
+});
+await new Promise<void>((resolve) => liar.listen(0, '127.0.0.1', resolve));
+t.teardown(() => {
+  liar.closeAllConnections();
+  return new Promise((resolve) => liar.close(resolve));
+});
+const liarUrl = `http://127.0.0.1:${(liar.address() as AddressInfo).port}`;
+const prices = '{ input: 1000000, output: 1000000 }';
+
+const { gw } = await startStack(
+  (simUrl) => `${simulatorUpstreams(simUrl)}  liar-chat: { kind: openai-chat, baseUrl: "${liarUrl}/v1", breaker: { failures: 1000 } }
+  liar-responses: { kind: openai-responses, baseUrl: "${liarUrl}/v1", breaker: { failures: 1000 } }
+  liar-gemini: { kind: gemini, baseUrl: "${liarUrl}/v1beta", apiKey: k, breaker: { failures: 1000 } }
+models:
+  - { id: negative-usage, upstream: liar-chat, prices: ${prices} }
+  - { id: huge-usage, upstream: liar-chat, prices: ${prices} }
+  - { id: fractional-usage, upstream: liar-chat, prices: ${prices} }
+  - { id: cut-chat, upstream: liar-chat }
+  - { id: cut-responses, upstream: liar-responses }
+  - { id: untyped-error, upstream: liar-responses }
+  - { id: cut-gemini, upstream: liar-gemini }
+  - { id: error-200, upstream: liar-chat }
+  - { id: error-then-silent, upstream: liar-chat }
+  - id: error-200-then-healthy
+    channels: [{ upstream: liar-chat, upstreamModel: error-200 }, { upstream: chat, upstreamModel: sim-chat, priority: 1 }]
+`,
+);
+
+const chat = (body: Record<string, unknown>) =>
+  fetch(`${gw.url}/v1/chat/completions`, {
+    method: 'POST',
+    headers: { authorization: `Bearer ${gw.key}`, 'content-type': 'application/json' },
+    body: JSON.stringify({ messages: [{ role: 'user', content: 'hi' }], ...body }),
+  });
+const messages = (body: Record<string, unknown>) =>
+  fetch(`${gw.url}/v1/messages`, {
+    method: 'POST',
+    headers: { 'x-api-key': gw.key, 'anthropic-version': '2023-06-01', 'content-type': 'application/json' },
+    body: JSON.stringify({ max_tokens: 100, messages: [{ role: 'user', content: 'hi' }], ...body }),
+  });
+
+async function usageRecord(res: Response): Promise<any> {
+  const id = res.headers.get('x-request-id');
+  return eventually(async () => (await gw.admin('GET', '/admin/usage')).body.records.find((r: any) => r.requestId === id), 'usage record');
+}
+
+/** The data of each event of a stream, parsed. */
+const datas = (text: string) =>
+  text
+    .split('\n\n')
+    .map((frame) => /^data: (.*)$/m.exec(frame)?.[1])
+    .filter((d): d is string => d !== undefined && d !== '[DONE]')
+    .map((d) => JSON.parse(d));
+
+t.test('a token count no upstream could make is not billed: the estimate is, never below zero', async (t) => {
+  const cases: [string, Promise<Response>][] = [
+    ['negative, chat passthrough', chat({ model: 'negative-usage' })],
+    ['negative, chat passthrough stream', chat({ model: 'negative-usage', stream: true, stream_options: { include_usage: true } })],
+    ['negative, Messages on a chat upstream', messages({ model: 'negative-usage' })],
+    ['past any context, chat passthrough', chat({ model: 'huge-usage' })],
+    ['past any context, Messages on a chat upstream', messages({ model: 'huge-usage' })],
+    ['fractional, chat passthrough', chat({ model: 'fractional-usage' })],
+  ];
+  for (const [what, pending] of cases) {
+    const res = await pending;
+    t.equal(res.status, 200, `${what}: the answer still reaches the client`);
+    await res.text();
+    const record = await usageRecord(res);
+    t.equal(record.estimated, true, `${what}: recorded as estimated`);
+    for (const field of ['promptTokens', 'completionTokens'] as const) {
+      t.ok(Number.isSafeInteger(record[field]) && record[field] >= 0 && record[field] < 1000, `${what}: ${field} ${record[field]} is a count`);
+    }
+    t.ok(record.completionTokens > 0, `${what}: the answer's text is counted`);
+    t.equal(record.cost, record.promptTokens + record.completionTokens, `${what}: the cost is the estimate's (a unit a token)`);
+  }
+});
+
+t.test('a translated stream cut before its end fails in the client family, and is recorded as failed', async (t) => {
+  const cases: [string, () => Promise<Response>, (text: string) => void][] = [
+    [
+      'Messages client, chat upstream with no finish_reason or [DONE]',
+      () => messages({ model: 'cut-chat', stream: true }),
+      (text) => {
+        t.match(text, /event: error\ndata: \{"type":"error","error":\{"type":"api_error","message":"[^"]*cut short/, 'ends with the Messages error event');
+        t.notMatch(text, /message_stop/, 'no message_stop');
+      },
+    ],
+    [
+      'chat client, Responses upstream with no response.completed',
+      () => chat({ model: 'cut-responses', stream: true }),
+      (text) => {
+        t.match(datas(text).at(-1), { error: { message: /response\.completed: it was cut short/ } }, 'ends with the chat error frame');
+        t.notMatch(text, /\[DONE\]|"finish_reason":"stop"/, 'no finish, no [DONE]');
+      },
+    ],
+    [
+      'chat client, Gemini upstream with no finishReason',
+      () => chat({ model: 'cut-gemini', stream: true }),
+      (text) => {
+        t.match(datas(text).at(-1), { error: { message: /finishReason: it was cut short/ } }, 'ends with the chat error frame');
+        t.notMatch(text, /\[DONE\]|"finish_reason":"stop"/, 'no finish, no [DONE]');
+      },
+    ],
+    [
+      'chat client, Responses upstream sending an error with no type',
+      () => chat({ model: 'untyped-error', stream: true }),
+      (text) => {
+        t.match(datas(text).at(-1), { error: { message: /the model fell over/ } }, 'ends with the chat error frame');
+        t.notMatch(text, /\[DONE\]/, 'no [DONE]');
+      },
+    ],
+  ];
+  for (const [what, send, check] of cases) {
+    const res = await send();
+    t.equal(res.status, 200, `${what}: the stream had started`);
+    check(await res.text());
+    t.match(await usageRecord(res), { outcome: 'error' }, `${what}: recorded as failed`);
+  }
+});
+
+t.test('a 200 that carries an error is the channel failing: 502, or the next channel answers', async (t) => {
+  const res = await messages({ model: 'error-200' });
+  t.equal(res.status, 502, 'a Messages client on a chat upstream gets a 502');
+  t.match(await res.json(), { type: 'error', error: { message: /^Upstream `liar-chat` answered 200: The upstream answered with an error: upstream exploded/ } });
+  t.match(await usageRecord(res), { outcome: 'error' }, 'recorded as failed');
+  const rescued = await messages({ model: 'error-200-then-healthy' });
+  t.equal(rescued.status, 200, 'with a second channel, that channel answers');
+  t.match(await rescued.json(), { type: 'message', content: [{ type: 'text' }] });
+  t.match(await usageRecord(rescued), { outcome: 'finished', channel: /sim-chat|chat/, attempts: 2 }, 'the second attempt served it');
+});
+
+t.test('a failure event ends the client stream and the upstream call, though the upstream stays silent', async (t) => {
+  const res = await messages({ model: 'error-then-silent', stream: true });
+  t.equal(res.status, 200);
+  // Before, the client waited for the upstream's idle deadline (120 s by default) after the error.
+  const text = await res.text();
+  t.match(text, /event: error\ndata: \{"type":"error","error":\{"type":"api_error","message":"[^"]*mid-stream boom/, 'the upstream error reaches the client');
+  t.equal(text.match(/event: error/g)?.length, 1, 'one failure event, no second one for a timeout');
+  await eventually(() => closedByGateway.has('error-then-silent'), 'the gateway closing the upstream call');
+  t.match(await usageRecord(res), { outcome: 'error', error: /mid-stream boom/ }, 'recorded with the upstream error');
+});
