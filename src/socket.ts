@@ -12,7 +12,7 @@ import { STATUS_CODES } from 'node:http';
 import type { HttpRequest, HttpResponse, TemplatedApp, WebSocket } from './uws.js';
 import type { WebSocketLimits } from './config/types.js';
 import { socketTurn, type ClientFamily, type SocketProtocol } from './contracts.js';
-import { GatewayError, asGatewayError, type ErrorCode } from './errors.js';
+import { GatewayError, asGatewayError, catalog, codeForStatus, type ErrorCode } from './errors.js';
 import { Exchange } from './exchange.js';
 import type { ClientResponse } from './client-response.js';
 import type { Pipeline } from './pipeline.js';
@@ -167,6 +167,12 @@ export function addSocketRoutes(app: TemplatedApp, family: ClientFamily, pipelin
       turn = protocol.request(next.message, lane.state);
     } catch (err) {
       return pipeline.reject(ex, res, asGatewayError(err));
+    }
+    // A turn may carry a history (Responses chaining) that no single message shows: the whole
+    // request is held to the limit an HTTP body is, so chaining cannot grow it without bound.
+    if (turn.body.length > options.maxMessageBytes) {
+      const err = new GatewayError('request_too_large', `This turn's request, with the history it continues, is ${turn.body.length} bytes: over the limit of ${options.maxMessageBytes} bytes (server.maxBodyBytes). Start a new conversation, or send less.`);
+      return pipeline.reject(ex, res, err);
     }
     ex.body = turn.body;
     const answer = turn.answer;
@@ -328,11 +334,14 @@ function socketResponse(ws: WebSocket<Connection>, turn: TurnContext, lane: Pick
     reply(status, headers, body) {
       if (status < 400) return void send(ws, body.toString());
       // An error before the stream began, already in the family's body shape; its Retry-After goes with it.
+      // Read back into the same error: a code of the catalog keeps its kind (an upstream failure is
+      // not the client's mistake), any other (an upstream's own) is shown as it came.
       let error: GatewayError;
       try {
         const parsed = JSON.parse(body.toString()).error ?? {};
         const retryAfter = headers['retry-after'] === undefined ? undefined : Number(headers['retry-after']);
-        error = new GatewayError('invalid_request', parsed.message ?? 'request failed', parsed.param ?? null, status, parsed.code ?? undefined, retryAfter);
+        const known = typeof parsed.code === 'string' && Object.hasOwn(catalog, parsed.code);
+        error = new GatewayError(known ? (parsed.code as ErrorCode) : codeForStatus(status), parsed.message ?? 'request failed', parsed.param ?? null, status, known ? undefined : (parsed.code ?? undefined), retryAfter);
       } catch {
         error = new GatewayError('internal_error', body.toString().slice(0, 300));
       }

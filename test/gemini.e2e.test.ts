@@ -190,8 +190,10 @@ t.test('400s in Gemini shape', async (t) => {
   t.match(await badJson.json(), { error: { code: 400, status: 'INVALID_ARGUMENT' } });
   const badRole = await post('/v1beta/models/sim-gemini:generateContent', { contents: [{ role: 'assistant', parts: [{ text: 'x' }] }] });
   t.match(await badRole.json(), { error: { code: 400, status: 'INVALID_ARGUMENT', message: /contents\[0\]\.role/ } });
+  // As Google answers it: an unknown model is 404 NOT_FOUND, not a 400.
   const unknown = await post('/v1beta/models/nope:generateContent', { contents: [{ parts: [{ text: 'x' }] }] });
-  t.match(await unknown.json(), { error: { code: 400, message: /nope/ } });
+  t.equal(unknown.status, 404);
+  t.match(await unknown.json(), { error: { code: 404, status: 'NOT_FOUND', message: /nope/ } });
   const method = await post('/v1beta/models/sim-gemini:embedContent', { contents: [{ parts: [{ text: 'x' }] }] });
   t.equal(method.status, 404);
   t.match(await method.json(), { error: { status: 'NOT_FOUND' } });

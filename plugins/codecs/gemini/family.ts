@@ -83,11 +83,15 @@ function parseTarget(target: string): { model: string; method?: string } {
   return colon < 0 ? { model: decoded } : { model: decoded.slice(0, colon), method: decoded.slice(colon + 1) };
 }
 
+/** Google answers an unknown model with 404 NOT_FOUND (protocols.md 4.8), where the catalog says 400. */
+const errorStatus = (err: GatewayError): number => (err.code === 'model_not_found' ? 404 : err.status);
+
 function errorBody(err: GatewayError): string {
-  const status = statusNames[err.status] ?? (err.status >= 500 ? 'INTERNAL' : 'INVALID_ARGUMENT');
+  const code = errorStatus(err);
+  const status = statusNames[code] ?? (code >= 500 ? 'INTERNAL' : 'INVALID_ARGUMENT');
   // Google says how long to wait in the body too (google.rpc.RetryInfo), where its SDKs and CLI look.
   const details = err.retryAfterSeconds === undefined ? undefined : [{ '@type': RETRY_INFO, retryDelay: `${err.retryAfterSeconds}s` }];
-  return JSON.stringify({ error: { code: err.status, message: err.message, status, ...(details && { details }) } });
+  return JSON.stringify({ error: { code, message: err.message, status, ...(details && { details }) } });
 }
 
 function modelEntry(m: ModelConfig): GeminiModel {
@@ -167,6 +171,7 @@ export const family: Omit<ClientFamily, 'decode'> = {
   },
 
   errorBody,
+  errorStatus,
 
   requestedOutputTokens: (ex) => positiveNumber(requestOf(ex).generationConfig?.maxOutputTokens),
 

@@ -91,6 +91,13 @@ export const responsesSocket = (caps: RequestCaps): SocketProtocol<Lane> => ({
 
   request(message, chain) {
     const { type: _type, stream: _stream, stream_id: _lane, generate, previous_response_id: previous, ...body } = message as ResponseCreate;
+    // Checked here as the schema checks them over HTTP: the items are assembled before it sees them.
+    if (body.input !== undefined && typeof body.input !== 'string' && !Array.isArray(body.input)) {
+      throw new GatewayError('invalid_request', `Invalid request: 'input' must be a string or an array of items.`, 'input');
+    }
+    if (previous != null && typeof previous !== 'string') {
+      throw new GatewayError('invalid_request', `Invalid request: 'previous_response_id' must be a string.`, 'previous_response_id');
+    }
     let history: JsonValue[] = [];
     if (previous != null) {
       const last = chain.last;

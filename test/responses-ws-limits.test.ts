@@ -1,0 +1,88 @@
+/**
+ * The Responses WebSocket channel held to what HTTP holds a request to. A chained turn resends
+ * the whole conversation it continues: past `server.maxBodyBytes` it is refused with
+ * `request_too_large`, and the chain stays at the response before it (over HTTP such a body is a
+ * 413; before, a socket could chain past any limit and hold its history in memory). A
+ * `response.create` whose `input` or `previous_response_id` has the wrong type is refused naming
+ * the field, as the schema refuses it over HTTP. An error event's type is the one HTTP gives the
+ * same failure: an upstream's failure is not reported as the client's mistake.
+ */
+import t from 'tap';
+import WebSocket from 'ws';
+import { eventually, startStack } from './helpers.js';
+
+const MAX_BODY_BYTES = 16 * 1024;
+const { gw } = await startStack(
+  (simUrl) => `
+upstreams:
+  chat-only: { kind: openai-chat, baseUrl: "${simUrl}/v1" }
+  native: { kind: openai-responses, baseUrl: "${simUrl}/v1" }
+models:
+  - { id: sim-chat, upstream: chat-only }
+  - { id: sim-responses, upstream: native }
+`,
+  { maxBodyBytes: MAX_BODY_BYTES },
+);
+
+const terminal = (e: any) => /^(response\.(completed|incomplete|failed)|error)$/.test(e.type);
+
+/** A socket whose turns are sent one at a time: `turn` resolves with the turn's terminal event. */
+async function socket() {
+  const ws = new WebSocket(`${gw.url.replace('http', 'ws')}/v1/responses`, { headers: { authorization: `Bearer ${gw.key}` } });
+  const events: any[] = [];
+  ws.on('message', (m) => events.push(JSON.parse(m.toString())));
+  await new Promise((resolve, reject) => (ws.once('open', resolve), ws.once('error', reject)));
+  t.teardown(() => ws.close());
+  const turn = async (event: Record<string, unknown>) => {
+    const from = events.length;
+    ws.send(JSON.stringify({ type: 'response.create', ...event }));
+    return eventually(() => events.slice(from).find(terminal), 'the turn to end');
+  };
+  return turn;
+}
+
+t.test('a chained turn past server.maxBodyBytes is refused, and the chain stays where it was', async (t) => {
+  for (const model of ['sim-chat', 'sim-responses']) {
+    const turn = await socket();
+    const words = 'word '.repeat(1200); // 6,000 bytes a turn, with 8 tokens of answer
+    const first = await turn({ model, input: `${words} [[sim tokens=8]]` });
+    t.equal(first.type, 'response.completed', `${model}: the first turn`);
+    const second = await turn({ model, previous_response_id: first.response.id, input: `${words} [[sim tokens=8]]` });
+    t.equal(second.type, 'response.completed', `${model}: the second turn, about 12 KB with its history`);
+    const third = await turn({ model, previous_response_id: second.response.id, input: `${words} [[sim tokens=8]]` });
+    t.match(
+      third,
+      { type: 'error', status: 413, error: { type: 'invalid_request_error', code: 'request_too_large', message: new RegExp(`over the limit of ${MAX_BODY_BYTES} bytes \\(server\\.maxBodyBytes\\)`) } },
+      `${model}: the third, about 12 KB of history and 6 KB new, is refused`,
+    );
+    const shorter = await turn({ model, previous_response_id: second.response.id, input: 'And in short? [[sim tokens=3]]' });
+    t.match(shorter, { type: 'response.completed', response: { usage: { output_tokens: 3 } } }, `${model}: a shorter turn still chains from the second`);
+  }
+});
+
+t.test('input and previous_response_id of the wrong type are refused, naming the field', async (t) => {
+  const turn = await socket();
+  for (const input of [5, true, { role: 'user' }]) {
+    const refused = await turn({ model: 'sim-responses', input });
+    t.match(refused, { type: 'error', status: 400, error: { param: 'input', message: /'input' must be a string or an array of items/ } }, `input ${JSON.stringify(input)}`);
+  }
+  const badId = await turn({ model: 'sim-responses', previous_response_id: { a: 1 }, input: 'hi' });
+  t.match(badId, { type: 'error', status: 400, error: { param: 'previous_response_id', message: /must be a string/ } });
+  const fine = await turn({ model: 'sim-responses', input: 'hi [[sim tokens=2]]' });
+  t.equal(fine.type, 'response.completed', 'the socket stays usable');
+});
+
+t.test("an error event's type is the one HTTP gives the same failure", async (t) => {
+  const turn = await socket();
+  for (const directive of ['[[sim error=500]]', '[[sim error=503]]']) {
+    const http = await fetch(`${gw.url}/v1/responses`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${gw.key}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'sim-chat', input: `fail ${directive}` }),
+    });
+    const overHttp = ((await http.json()) as any).error;
+    t.ok(http.status >= 500 && overHttp.type !== 'invalid_request_error', `${directive}: over HTTP, ${http.status} ${overHttp.type}`);
+    const overSocket = await turn({ model: 'sim-chat', input: `fail ${directive}` });
+    t.match(overSocket, { type: 'error', status: http.status, error: { type: overHttp.type, code: overHttp.code } }, `${directive}: the same status, type and code over the socket`);
+  }
+});
