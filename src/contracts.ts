@@ -327,7 +327,11 @@ export interface ClientStream {
   check?(frames: Buffer): number;
   /** After each upstream chunk: frames of its own the stream wrote for that chunk, if any. */
   take?(): string;
-  /** The upstream ended cleanly: closing bytes for the client, if any. */
+  /**
+   * The upstream closed the stream: closing bytes for the client, if any. Throws a GatewayError
+   * when the stream was cut short (its family's last event never came): the relay then ends it with
+   * `fail`, as a failure of the channel.
+   */
   end(): string;
   /** The upstream failed midway: the family's stream-failure frames. */
   fail(err: GatewayError): string;

@@ -295,7 +295,19 @@ export class Relay implements ResponseSink {
         if (rest && this.rename) this.visitRenamed(Buffer.concat([rest, this.splitter.delimiterOrDefault()]));
         else if (rest && this.visit(rest)) this.relay(Buffer.concat([rest, this.splitter.delimiterOrDefault()]));
         this.writeRenamed();
-        res.end((stream.take?.() ?? '') + stream.end());
+        const taken = stream.take?.() ?? '';
+        let closing: string;
+        try {
+          closing = stream.end();
+        } catch (err) {
+          if (!(err instanceof GatewayError)) throw err;
+          // Cut short before the family's last event: the client gets its failure, the channel the blame.
+          if (taken) this.write(taken);
+          this.failover.failed(err, undefined, false);
+          this.failed(err);
+          return this.pipeline.finish(ex, res);
+        }
+        res.end(taken + closing);
         ex.usage ??= stream.usage();
         if (this.keptReader) {
           try {
@@ -425,8 +437,8 @@ export class Relay implements ResponseSink {
       if (passthrough) {
         ex.usage = passthrough.bodyUsage(body);
         if (ex.keptAnswerLimit !== undefined) ex.answer = readKept(dialect, body, ex);
-        // The done phase estimates what an impossible count would have billed: from this answer's text.
-        if (ex.usage && implausibleCount(ex.usage)) ex.set(deliveredOutput, () => answerTextOf(ex.answer ?? readKept(dialect, body, ex)));
+        // Without a count it can use (none, or an impossible one), the done phase estimates: from this answer's text.
+        if (!ex.usage || implausibleCount(ex.usage)) ex.set(deliveredOutput, () => answerTextOf(ex.answer ?? readKept(dialect, body, ex)));
         if (ex.answer) ex.answeredBecause([ex.answer.finishReason]);
         else if (this.pipeline.tracesCalls) ex.answeredBecause(() => finishReasonOf(() => dialect.readResponse(body, ex).finishReason));
         res.reply(status, { 'content-type': 'application/json' }, this.rename ? this.rename(body) : body);

@@ -196,6 +196,7 @@ export function frameData(frame: Buffer): string | null {
 
 const OPEN_OBJECT = 0x7b;
 const CLOSE_OBJECT = 0x7d;
+const EVENT_FIELD = Buffer.from('event:');
 
 /**
  * Where the first frame of `frames` (whole frames, as a passthrough writes them) starts whose data
@@ -204,25 +205,36 @@ const CLOSE_OBJECT = 0x7d;
  * catches what a failing upstream actually sends (text or an HTML page in place of an event, an
  * event cut short), not a crafted object that is invalid inside, and it costs one byte search per
  * frame (the end of its data line), a few bytes compared at both ends and no allocation: the
- * common frame, one `data:` line and a blank line, never leaves the fast path.
+ * common frame, one `data:` line (after an `event:` line or not) and a blank line, never leaves the
+ * fast path.
  */
 export function firstMalformedFrame(frames: Buffer, terminator: string): number {
   let start = 0;
   while (start < frames.length) {
     const lf = frames.indexOf(LF, start);
     if (lf < 0) return malformedData(frames.subarray(start), terminator) ? start : -1;
-    const lineEnd = frames[lf - 1] === CR ? lf - 1 : lf;
+    // A frame that names its event first (Responses, Messages) has its data on the next line.
+    let line = start;
+    let lineLf = lf;
+    if (frames[start] === 0x65 && occursAt(frames, EVENT_FIELD, start)) {
+      const dataLf = frames.indexOf(LF, lf + 1);
+      if (dataLf > lf + 1) {
+        line = lf + 1;
+        lineLf = dataLf;
+      }
+    }
+    const lineEnd = frames[lineLf - 1] === CR ? lineLf - 1 : lineLf;
     // `data: {…}` then a blank line (LF, or CR LF), compared byte by byte (a call per frame shows).
-    const next = frames[lf + 1] === LF ? lf + 2 : frames[lf + 1] === CR && frames[lf + 2] === LF ? lf + 3 : -1;
+    const next = frames[lineLf + 1] === LF ? lineLf + 2 : frames[lineLf + 1] === CR && frames[lineLf + 2] === LF ? lineLf + 3 : -1;
     if (
       next > 0 &&
       frames[lineEnd - 1] === CLOSE_OBJECT &&
-      frames[frames[start + 5] === 0x20 ? start + 6 : start + 5] === OPEN_OBJECT &&
-      frames[start] === 0x64 &&
-      frames[start + 1] === 0x61 &&
-      frames[start + 2] === 0x74 &&
-      frames[start + 3] === 0x61 &&
-      frames[start + 4] === 0x3a
+      frames[frames[line + 5] === 0x20 ? line + 6 : line + 5] === OPEN_OBJECT &&
+      frames[line] === 0x64 &&
+      frames[line + 1] === 0x61 &&
+      frames[line + 2] === 0x74 &&
+      frames[line + 3] === 0x61 &&
+      frames[line + 4] === 0x3a
     ) {
       start = next;
       continue;

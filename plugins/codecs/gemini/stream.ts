@@ -8,6 +8,7 @@ import {
   dataFrame,
   estimateUsage,
   type Exchange,
+  firstMalformedFrame,
   frameData,
   GatewayError,
   hasObjectField,
@@ -63,7 +64,8 @@ export function geminiPassthrough(ex: Exchange, errorBody: (err: GatewayError) =
   let estimate: Usage | undefined;
   return {
     // As SSE the frames pass unchanged and only usage frames matter; as a JSON array each is rewritten.
-    ...(sse && { sparse: USAGE_FRAMES }),
+    // Every relayed frame must be outlined as a JSON object: anything else ends the stream with the error event.
+    ...(sse && { sparse: USAGE_FRAMES, check: (run: Buffer) => firstMalformedFrame(run, '[DONE]') }),
     frame(frame) {
       // A copy: a view would pin the whole upstream chunk for the rest of the stream.
       if (hasObjectField(frame, USAGE_KEY)) lastUsageFrame = Buffer.from(frame);

@@ -6,6 +6,7 @@ import {
   estimateTokens,
   eventFrame,
   type Exchange,
+  firstMalformedFrame,
   frameData,
   GatewayError,
   HOLE,
@@ -61,6 +62,8 @@ export function messagesPassthrough(ex: Exchange): ClientStream {
   let finalUsage = false;
   return {
     sparse: USAGE_AND_LAST_FRAMES,
+    // Every relayed frame must be outlined as a JSON object: anything else ends the stream with an error event.
+    check: (run) => firstMalformedFrame(run, '[DONE]'),
     frame(frame) {
       complete = LAST_EVENTS.some((start) => frame.subarray(0, start.length).equals(start));
       if (!hasObjectField(frame, USAGE_KEY)) return true;
@@ -69,7 +72,10 @@ export function messagesPassthrough(ex: Exchange): ClientStream {
       raw = mergeUsage(raw, event?.type === 'message_start' ? event.message?.usage : event?.usage);
       return true;
     },
-    end: () => (complete ? '' : messagesErrorEvent(new GatewayError('upstream_error', 'The upstream ended the stream before message_stop.'))),
+    end() {
+      if (!complete) throw new GatewayError('upstream_error', 'The upstream ended the stream before message_stop.');
+      return '';
+    },
     fail: messagesErrorEvent,
     usage: () => {
       const usage = readMessagesUsage(raw);

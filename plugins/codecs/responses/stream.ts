@@ -3,6 +3,7 @@ import {
   canonical as C,
   type ClientStream,
   eventFrame,
+  firstMalformedFrame,
   type Exchange,
   frameData,
   GatewayError,
@@ -29,6 +30,8 @@ import {
 import type { OutputItem, ResponseObject, ResponsesEvents, UpstreamResponsesEvent } from './wire.js';
 
 const USAGE_KEY = Buffer.from('"usage"');
+/** A terminal event, named by its `event:` line or its data's `type`; `error` ends a stream too. */
+const TERMINAL_TYPE = /^event: ?(?:response\.(?:completed|incomplete|failed|done)|error)\b|"type": ?"(?:response\.(?:completed|incomplete|failed|done)|error)"/;
 
 const errorOf = (err: GatewayError) => ({ code: err.upstreamCode ?? err.code, message: err.message });
 
@@ -50,10 +53,15 @@ export function responsesPassthrough(ex: Exchange): ClientStream {
   let id: string | undefined;
   let createdAt = unixNow();
   let usage: Usage | undefined;
+  /** The last frame seen: a whole stream's is its terminal event. */
+  let last: Buffer | undefined;
   const parse = (frame: Buffer): UpstreamResponsesEvent | undefined => jsonOrUndefined(frameData(frame));
   return {
+    // Every relayed frame must be outlined as a JSON object: anything else ends the stream with response.failed.
+    check: (run) => firstMalformedFrame(run, '[DONE]'),
     frame(frame) {
       frames++;
+      last = frame;
       if (id === undefined) {
         const event = parse(frame);
         id = event?.response?.id ?? '';
@@ -62,7 +70,13 @@ export function responsesPassthrough(ex: Exchange): ClientStream {
       if (hasObjectField(frame, USAGE_KEY)) usage = readResponsesUsage(parse(frame)?.response?.usage) ?? usage;
       return true;
     },
-    end: () => '',
+    end() {
+      // Searched once, in the last frame only: its event names itself near the start.
+      if (!last || !TERMINAL_TYPE.test(last.toString('latin1', 0, Math.min(last.length, 200)))) {
+        throw new GatewayError('upstream_error', 'The upstream ended the stream before response.completed: it was cut short.');
+      }
+      return '';
+    },
     fail: (err) => failedFrame(ex, frames, id || newId('resp_'), createdAt, err, []),
     usage: () => usage,
   };

@@ -1,16 +1,20 @@
 /**
- * Upstreams that lie, seen through translation (a client of one family on an upstream of another)
- * and in what is billed. A stream cut before its end (no finish_reason or [DONE], no
- * response.completed, no finishReason) ends with the client family's failure, not a finish; an
- * error frame without a type is an error too; a 200 that carries an error is the channel failing
- * (another channel answers when there is one); a failure event ends the client's stream and the
- * upstream call at once, even when the upstream then stays silent; and a token count no upstream
- * could make (negative, fractional, past any context) is not billed: the gateway's estimate is.
+ * Upstreams that lie, in every family: through translation (a client of one family on an upstream
+ * of another), in passthrough, and in what is billed. A stream cut before its end (no
+ * finish_reason or [DONE], no response.completed, no finishReason, no message_stop) ends with the
+ * client family's failure, not a finish, and is recorded as failed; so does a passthrough event
+ * that is not JSON (Responses, Gemini, Messages, as chat already did). An error frame without a
+ * type is an error too; a 200 that carries an error is the channel failing (another channel
+ * answers when there is one); a failure event ends the client's stream and the upstream call at
+ * once, even when the upstream then stays silent; and a token count no upstream could make
+ * (negative, fractional, past any context), or none at all, is estimated from the answer's text.
  * The liar is a small HTTP server on 127.0.0.1; the healthy channel is a simulator process.
  */
 import { createServer, type IncomingMessage } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import fc from 'fast-check';
 import t from 'tap';
+import { firstMalformedFrame } from '../src/sse.js';
 import { eventually, simulatorUpstreams, startStack } from './helpers.js';
 
 const chunk = (delta: object, finish: string | null = null, usage?: object) =>
@@ -44,6 +48,37 @@ const answers: Record<string, { body?: string; stream?: string[]; hold?: boolean
   },
   'cut-gemini': { stream: [`data: ${JSON.stringify({ candidates: [{ content: { role: 'model', parts: [{ text: 'Half an ans' }] }, index: 0 }] })}\n\n`] },
   'error-200': { body: JSON.stringify({ error: { message: 'upstream exploded', type: 'server_error' } }) },
+  'no-usage': { body: JSON.stringify({ id: 'chatcmpl-liar', object: 'chat.completion', created: 1767225600, model: 'liar', choices: [{ index: 0, message: { role: 'assistant', content: 'An answer of some length, long enough to be counted as more than a token or two.' }, finish_reason: 'stop' }] }) },
+  'cut-responses-native': {
+    stream: [
+      responsesEvent('response.created', { response: { id: 'resp_liar', model: 'liar', created_at: 1767225600, status: 'in_progress' } }),
+      responsesEvent('response.output_text.delta', { item_id: 'msg_1', output_index: 0, content_index: 0, delta: 'Half an ans' }),
+    ],
+  },
+  'malformed-responses-native': {
+    stream: [
+      responsesEvent('response.created', { response: { id: 'resp_liar', model: 'liar', created_at: 1767225600, status: 'in_progress' } }),
+      'event: response.output_text.delta\ndata: {not json at all\n\n',
+      responsesEvent('response.completed', { response: { id: 'resp_liar', status: 'completed', output: [] } }),
+    ],
+  },
+  'malformed-gemini-native': {
+    stream: [`data: ${JSON.stringify({ candidates: [{ content: { role: 'model', parts: [{ text: 'Half' }] }, index: 0 }] })}\n\n`, 'data: {not json at all\n\n', `data: ${JSON.stringify({ candidates: [{ content: { role: 'model', parts: [{ text: '.' }] }, finishReason: 'STOP', index: 0 }] })}\n\n`],
+  },
+  'cut-messages-native': {
+    stream: [
+      `event: message_start\ndata: ${JSON.stringify({ type: 'message_start', message: { id: 'msg_liar', type: 'message', role: 'assistant', model: 'liar', content: [], stop_reason: null, usage: { input_tokens: 3, output_tokens: 1 } } })}\n\n`,
+      `event: content_block_start\ndata: ${JSON.stringify({ type: 'content_block_start', index: 0, content_block: { type: 'text', text: '' } })}\n\n`,
+      `event: content_block_delta\ndata: ${JSON.stringify({ type: 'content_block_delta', index: 0, delta: { type: 'text_delta', text: 'Half an ans' } })}\n\n`,
+    ],
+  },
+  'malformed-messages-native': {
+    stream: [
+      `event: message_start\ndata: ${JSON.stringify({ type: 'message_start', message: { id: 'msg_liar', type: 'message', role: 'assistant', model: 'liar', content: [], stop_reason: null, usage: { input_tokens: 3, output_tokens: 1 } } })}\n\n`,
+      'event: content_block_delta\ndata: <html>oops</html>\n\n',
+      `event: message_stop\ndata: ${JSON.stringify({ type: 'message_stop' })}\n\n`,
+    ],
+  },
   'error-then-silent': { stream: [chunk({ role: 'assistant', content: 'Half' }), `data: ${JSON.stringify({ error: { message: 'mid-stream boom', type: 'server_error' } })}\n\n`], hold: true },
 };
 
@@ -89,7 +124,14 @@ const { gw } = await startStack(
   (simUrl) => `${simulatorUpstreams(simUrl)}  liar-chat: { kind: openai-chat, baseUrl: "${liarUrl}/v1", breaker: { failures: 1000 } }
   liar-responses: { kind: openai-responses, baseUrl: "${liarUrl}/v1", breaker: { failures: 1000 } }
   liar-gemini: { kind: gemini, baseUrl: "${liarUrl}/v1beta", apiKey: k, breaker: { failures: 1000 } }
+  liar-messages: { kind: anthropic, baseUrl: "${liarUrl}/v1", apiKey: k, breaker: { failures: 1000 } }
 models:
+  - { id: no-usage, upstream: liar-chat }
+  - { id: cut-responses-native, upstream: liar-responses }
+  - { id: malformed-responses-native, upstream: liar-responses }
+  - { id: malformed-gemini-native, upstream: liar-gemini }
+  - { id: cut-messages-native, upstream: liar-messages }
+  - { id: malformed-messages-native, upstream: liar-messages }
   - { id: negative-usage, upstream: liar-chat, prices: ${prices} }
   - { id: huge-usage, upstream: liar-chat, prices: ${prices} }
   - { id: fractional-usage, upstream: liar-chat, prices: ${prices} }
@@ -216,4 +258,66 @@ t.test('a failure event ends the client stream and the upstream call, though the
   t.equal(text.match(/event: error/g)?.length, 1, 'one failure event, no second one for a timeout');
   await eventually(() => closedByGateway.has('error-then-silent'), 'the gateway closing the upstream call');
   t.match(await usageRecord(res), { outcome: 'error', error: /mid-stream boom/ }, 'recorded with the upstream error');
+});
+
+t.test('an answer without usage is billed by its text in passthrough too, not as no output', async (t) => {
+  const passthrough = await chat({ model: 'no-usage' });
+  const translated = await messages({ model: 'no-usage' });
+  for (const [what, res] of [['chat passthrough', passthrough], ['Messages on a chat upstream', translated]] as const) {
+    t.equal(res.status, 200, what);
+    await res.text();
+    const record = await usageRecord(res);
+    t.equal(record.estimated, true, `${what}: estimated`);
+    t.ok(record.completionTokens >= 10, `${what}: ${record.completionTokens} output tokens, counted from the answer`);
+  }
+});
+
+t.test('a passthrough stream cut short, or with an event that is not JSON, fails in its family and is recorded as failed', async (t) => {
+  const auth = { authorization: `Bearer ${gw.key}`, 'x-goog-api-key': gw.key, 'x-api-key': gw.key, 'anthropic-version': '2023-06-01', 'content-type': 'application/json' };
+  const cases: [string, string, Record<string, unknown>, RegExp][] = [
+    ['Responses, cut', '/v1/responses', { model: 'cut-responses-native', input: 'hi', stream: true }, /event: response\.failed\ndata: \{"type":"response\.failed"[^\n]*cut short/],
+    ['Responses, an event not JSON', '/v1/responses', { model: 'malformed-responses-native', input: 'hi', stream: true }, /event: response\.failed\ndata: [^\n]*not JSON/],
+    ['Gemini, an event not JSON', '/v1beta/models/malformed-gemini-native:streamGenerateContent?alt=sse', { contents: [{ role: 'user', parts: [{ text: 'hi' }] }] }, /data: \{"error":\{[^\n]*not JSON/],
+    ['Messages, cut', '/v1/messages', { model: 'cut-messages-native', max_tokens: 16, stream: true, messages: [{ role: 'user', content: 'hi' }] }, /event: error\ndata: [^\n]*before message_stop/],
+    ['Messages, an event not JSON', '/v1/messages', { model: 'malformed-messages-native', max_tokens: 16, stream: true, messages: [{ role: 'user', content: 'hi' }] }, /event: error\ndata: [^\n]*not JSON/],
+  ];
+  for (const [what, path, body, failure] of cases) {
+    const res = await fetch(`${gw.url}${path}`, { method: 'POST', headers: auth, body: JSON.stringify(body) });
+    t.equal(res.status, 200, `${what}: the stream had started`);
+    const text = await res.text();
+    t.match(text, failure, `${what}: ends with the family's failure`);
+    t.notMatch(text, /^data: (?:\{not json|<html>)|event: response\.completed|event: message_stop|"finishReason":"STOP"/m, `${what}: nothing of the lie, and no finish, after it`);
+    t.match(await usageRecord(res), { outcome: 'error' }, `${what}: recorded as failed`);
+  }
+});
+
+t.test('the outline check reads a frame with an event line as one without', async (t) => {
+  const data = fc.oneof(fc.constant('{"a":1}'), fc.constant('{}'), fc.constant('[DONE]'), fc.constant('nope'), fc.constant('{"cut":'), fc.constant(''), fc.string({ maxLength: 6 }).filter((d) => !/[\r\n]/.test(d)));
+  const frame = fc.record({
+    event: fc.option(fc.constantFrom('event: x', 'event:response.completed', 'id: 7'), { nil: undefined }),
+    data: fc.option(data, { nil: undefined }),
+    space: fc.boolean(),
+    crlf: fc.boolean(),
+  });
+  fc.assert(
+    fc.property(fc.array(frame, { maxLength: 6 }), (frames) => {
+      const texts = frames.map((f) => {
+        const nl = f.crlf ? '\r\n' : '\n';
+        const lines = [f.event, f.data === undefined ? undefined : `data:${f.space ? ' ' : ''}${f.data}`].filter((l) => l !== undefined);
+        // A frame has a line at least (a comment when nothing else): blank-line runs join the next frame.
+        return (lines.length ? lines : [': ping']).join(nl) + nl + nl;
+      });
+      // The reference: each frame on its own, its joined data trimmed, neither the terminator nor `{…}`.
+      let expected = -1;
+      let at = 0;
+      for (let i = 0; i < texts.length && expected < 0; i++) {
+        const d = frames[i]!.data?.trim();
+        if (d !== undefined && d !== '[DONE]' && !(d.startsWith('{') && d.endsWith('}'))) expected = at;
+        at += Buffer.byteLength(texts[i]!);
+      }
+      return firstMalformedFrame(Buffer.from(texts.join('')), '[DONE]') === expected;
+    }),
+    { numRuns: 3000 },
+  );
+  t.pass('3,000 random runs of frames agree with the frame-by-frame reading');
 });
