@@ -323,6 +323,8 @@ export interface ClientStream {
    * Where the first of the upstream's kept frames (as `edit` gets them, before it) that is not one
    * of the family's events starts, or -1: a passthrough writes the frames before it, then ends the
    * stream with `fail`. Meant as a byte check of each frame's outline (`firstMalformedFrame`), not a parse.
+   * It may stop at the upstream's own failure event too (`firstFrameToStopAt`): that frame is
+   * written as it came, and the stream ends with nothing after it, failed.
    */
   check?(frames: Buffer): number;
   /** After each upstream chunk: frames of its own the stream wrote for that chunk, if any. */

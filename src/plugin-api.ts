@@ -54,7 +54,7 @@ export { removeNullFields } from './json-splice.js';
 export { HOLE, jsonTemplate } from './json-template.js';
 export { checkDepth, checkModelId, echoed, lengthOf, partsIn } from './request-caps.js';
 export type { RequestCaps, RequestShape } from './request-caps.js';
-export { ObjectKeyNeedle, dataFrame, eventFrame, firstMalformedFrame, frameData, frameJson, hasObjectField } from './sse.js';
+export { ObjectKeyNeedle, dataFrame, eventFrame, firstFrameToStopAt, firstMalformedFrame, frameData, frameJson, hasObjectField } from './sse.js';
 export type { SparseScan } from './sse.js';
 export { LF, occursAt } from './bytes.js';
 export { compileValidator } from './validation.js';

@@ -13,7 +13,7 @@ import { StateKey } from './state-key.js';
 import type { Exchange } from './exchange.js';
 import type { Outcome } from './contracts.js';
 import { replaceStringField } from './json-splice.js';
-import { SseSplitter, frameData, sniffEventStream, type SparseScan } from './sse.js';
+import { SseSplitter, failureSaid, frameData, frameEndAt, sniffEventStream, type SparseScan } from './sse.js';
 import { SAMPLE_BYTES, answerText, deliveredOutput, deliveredScale, estimateUsage } from './usage-estimate.js';
 
 const NO_BODY = Buffer.alloc(0);
@@ -54,6 +54,8 @@ export const activeRelay = new StateKey<Relay>('active relay');
  */
 export class Relay implements ResponseSink {
   call: UpstreamCall | undefined;
+  /** The upstream's own failure event reached the client: the stream ends with nothing more. */
+  private failureRelayed = false;
   private status = 0;
   /** The upstream's Retry-After on a 429 or 503. */
   private retryAfter: string | string[] | undefined;
@@ -132,10 +134,17 @@ export class Relay implements ResponseSink {
    * before it are, and the stream ends with the family's failure, as a failure of the channel.
    */
   private readonly relay = (bytes: Buffer) => {
-    const malformed = this.stream!.check?.(bytes) ?? -1;
-    if (malformed >= 0) {
-      if (malformed > 0) this.forward(bytes.subarray(0, malformed));
-      throw this.malformedEvent(bytes.subarray(malformed));
+    const stop = this.stream!.check?.(bytes) ?? -1;
+    if (stop >= 0) {
+      const end = frameEndAt(bytes, stop);
+      const said = failureSaid(bytes.subarray(stop, end));
+      if (said !== undefined) {
+        // The upstream's own failure event: the client gets it as it came, and nothing after it.
+        this.forward(bytes.subarray(0, end));
+        throw this.upstreamFailed(said);
+      }
+      if (stop > 0) this.forward(bytes.subarray(0, stop));
+      throw this.malformedEvent(bytes.subarray(stop));
     }
     this.forward(bytes);
   };
@@ -160,6 +169,15 @@ export class Relay implements ResponseSink {
     const event = end < 0 ? frames : frames.subarray(0, end);
     const err = new GatewayError('upstream_error', `Upstream \`${this.upstream.name}\` sent a stream event that is not JSON: ${excerpt(event)}`);
     // The call is stopped here: once the failover has settled the attempt, it no longer knows the call.
+    this.call?.abort();
+    this.failover.failed(err, undefined, false);
+    return err;
+  }
+
+  /** The upstream's failure event was relayed: the call stops here, and the failure is the channel's. */
+  private upstreamFailed(said: string): GatewayError {
+    const err = new GatewayError('upstream_error', `Upstream \`${this.upstream.name}\` failed midway: ${said}`);
+    this.failureRelayed = true;
     this.call?.abort();
     this.failover.failed(err, undefined, false);
     return err;
@@ -396,7 +414,7 @@ export class Relay implements ResponseSink {
     ex.failedWith(err);
     ex.usage ??= stream?.usage();
     if (!stream) return this.pipeline.fail(ex, res, err);
-    if (!ex.aborted) res.end(stream.fail(err));
+    if (!ex.aborted) res.end(this.failureRelayed ? '' : stream.fail(err));
   }
 
   /** The pipeline cut the exchange short (the upstream call is already aborted). */

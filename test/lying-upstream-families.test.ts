@@ -14,7 +14,7 @@ import { createServer, type IncomingMessage } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import fc from 'fast-check';
 import t from 'tap';
-import { firstMalformedFrame } from '../src/sse.js';
+import { firstFrameToStopAt, firstMalformedFrame } from '../src/sse.js';
 import { eventually, simulatorUpstreams, startStack } from './helpers.js';
 
 const chunk = (delta: object, finish: string | null = null, usage?: object) =>
@@ -79,6 +79,21 @@ const answers: Record<string, { body?: string; stream?: string[]; hold?: boolean
       `event: message_stop\ndata: ${JSON.stringify({ type: 'message_stop' })}\n\n`,
     ],
   },
+  'error-chat-native': { stream: [chunk({ role: 'assistant', content: 'Half' }), `data: ${JSON.stringify({ error: { message: 'chat went wrong', type: 'server_error' } })}\n\n`] },
+  'error-silent-chat-native': { stream: [chunk({ role: 'assistant', content: 'Half' }), `data: ${JSON.stringify({ error: { message: 'chat went quiet', type: 'server_error' } })}\n\n`], hold: true },
+  'error-responses-native': {
+    stream: [
+      responsesEvent('response.created', { response: { id: 'resp_liar', model: 'liar', created_at: 1767225600, status: 'in_progress' } }),
+      responsesEvent('error', { code: 'server_error', message: 'responses went wrong' }),
+    ],
+  },
+  'error-gemini-native': { stream: [`data: ${JSON.stringify({ candidates: [{ content: { role: 'model', parts: [{ text: 'Half' }] }, index: 0 }] })}\n\n`, `data: ${JSON.stringify({ error: { code: 500, message: 'gemini went wrong', status: 'INTERNAL' } })}\n\n`] },
+  'error-messages-native': {
+    stream: [
+      `event: message_start\ndata: ${JSON.stringify({ type: 'message_start', message: { id: 'msg_liar', type: 'message', role: 'assistant', model: 'liar', content: [], stop_reason: null, usage: { input_tokens: 3, output_tokens: 1 } } })}\n\n`,
+      `event: error\ndata: ${JSON.stringify({ type: 'error', error: { type: 'overloaded_error', message: 'messages went wrong' } })}\n\n`,
+    ],
+  },
   'error-then-silent': { stream: [chunk({ role: 'assistant', content: 'Half' }), `data: ${JSON.stringify({ error: { message: 'mid-stream boom', type: 'server_error' } })}\n\n`], hold: true },
 };
 
@@ -132,6 +147,11 @@ models:
   - { id: malformed-gemini-native, upstream: liar-gemini }
   - { id: cut-messages-native, upstream: liar-messages }
   - { id: malformed-messages-native, upstream: liar-messages }
+  - { id: error-chat-native, upstream: liar-chat }
+  - { id: error-silent-chat-native, upstream: liar-chat }
+  - { id: error-responses-native, upstream: liar-responses }
+  - { id: error-gemini-native, upstream: liar-gemini }
+  - { id: error-messages-native, upstream: liar-messages }
   - { id: negative-usage, upstream: liar-chat, prices: ${prices} }
   - { id: huge-usage, upstream: liar-chat, prices: ${prices} }
   - { id: fractional-usage, upstream: liar-chat, prices: ${prices} }
@@ -291,10 +311,42 @@ t.test('a passthrough stream cut short, or with an event that is not JSON, fails
   }
 });
 
-t.test('the outline check reads a frame with an event line as one without', async (t) => {
-  const data = fc.oneof(fc.constant('{"a":1}'), fc.constant('{}'), fc.constant('[DONE]'), fc.constant('nope'), fc.constant('{"cut":'), fc.constant(''), fc.string({ maxLength: 6 }).filter((d) => !/[\r\n]/.test(d)));
+t.test("a passthrough stream ends at the upstream's own failure event, as it came, and is recorded as failed", async (t) => {
+  const auth = { authorization: `Bearer ${gw.key}`, 'x-goog-api-key': gw.key, 'x-api-key': gw.key, 'anthropic-version': '2023-06-01', 'content-type': 'application/json' };
+  const cases: [string, string, Record<string, unknown>, string][] = [
+    ['chat', '/v1/chat/completions', { model: 'error-chat-native', stream: true, stream_options: { include_usage: true }, messages: [{ role: 'user', content: 'hi' }] }, 'chat went wrong'],
+    ['Responses', '/v1/responses', { model: 'error-responses-native', input: 'hi', stream: true }, 'responses went wrong'],
+    ['Gemini', '/v1beta/models/error-gemini-native:streamGenerateContent?alt=sse', { contents: [{ role: 'user', parts: [{ text: 'hi' }] }] }, 'gemini went wrong'],
+    ['Messages', '/v1/messages', { model: 'error-messages-native', max_tokens: 16, stream: true, messages: [{ role: 'user', content: 'hi' }] }, 'messages went wrong'],
+  ];
+  for (const [family, path, body, said] of cases) {
+    const res = await fetch(`${gw.url}${path}`, { method: 'POST', headers: auth, body: JSON.stringify(body) });
+    const text = await res.text();
+    const frames = text.split(/\n\n/).filter(Boolean);
+    t.match(frames.at(-1), new RegExp(said), `${family}: the upstream's failure event is the last thing the client gets`);
+    t.equal(text.match(new RegExp(said, 'g'))?.length, 1, `${family}: once, with no failure of the gateway's own after it`);
+    t.notMatch(text, /\[DONE\]|response\.failed/, `${family}: no [DONE] or second terminal event added`);
+    t.match(await usageRecord(res), { outcome: 'error', error: new RegExp(`failed midway: ${said}`) }, `${family}: recorded as failed, with what the upstream said`);
+  }
+});
+
+t.test('a passthrough failure event followed by silence ends the client stream and the upstream call', async (t) => {
+  const res = await chat({ model: 'error-silent-chat-native', stream: true });
+  // Before, the client waited for the upstream's idle deadline (120 s by default), then got a second failure.
+  const text = await res.text();
+  t.equal(text.match(/chat went quiet/g)?.length, 1, 'the failure event, once');
+  t.notMatch(text, /sent nothing more/, 'no timeout failure after it');
+  await eventually(() => closedByGateway.has('error-silent-chat-native'), 'the gateway closing the upstream call');
+  t.match(await usageRecord(res), { outcome: 'error', error: /chat went quiet/ });
+});
+
+t.test('the outline check reads a frame with an event line as one without, and finds failure events', async (t) => {
+  const data = fc.oneof(
+    fc.constantFrom('{"a":1}', '{}', '[DONE]', 'nope', '{"cut":', '', '{"error":{"message":"x"}}', '{"type":"error","message":"x"}', '{"type":"response.failed"}', '{"type":"errors"}'),
+    fc.string({ maxLength: 6 }).filter((d) => !/[\r\n]/.test(d)),
+  );
   const frame = fc.record({
-    event: fc.option(fc.constantFrom('event: x', 'event:response.completed', 'id: 7'), { nil: undefined }),
+    event: fc.option(fc.constantFrom('event: x', 'event:response.completed', 'id: 7', 'event: error', 'event: response.failed', 'event: errors'), { nil: undefined }),
     data: fc.option(data, { nil: undefined }),
     space: fc.boolean(),
     crlf: fc.boolean(),
@@ -307,15 +359,22 @@ t.test('the outline check reads a frame with an event line as one without', asyn
         // A frame has a line at least (a comment when nothing else): blank-line runs join the next frame.
         return (lines.length ? lines : [': ping']).join(nl) + nl + nl;
       });
-      // The reference: each frame on its own, its joined data trimmed, neither the terminator nor `{…}`.
-      let expected = -1;
+      // The reference: each frame on its own, its joined data trimmed, neither the terminator nor
+      // `{…}`; or, to stop at, the upstream's failure by its event name or its data's first key.
+      let malformed = -1;
+      let stop = -1;
       let at = 0;
-      for (let i = 0; i < texts.length && expected < 0; i++) {
-        const d = frames[i]!.data?.trim();
-        if (d !== undefined && d !== '[DONE]' && !(d.startsWith('{') && d.endsWith('}'))) expected = at;
+      for (let i = 0; i < texts.length; i++) {
+        const { event, data: raw } = frames[i]!;
+        const d = raw?.trim();
+        const bad = d !== undefined && d !== '[DONE]' && !(d.startsWith('{') && d.endsWith('}'));
+        const failure = (d !== undefined && /^\{"(?:error"|type":"(?:error|response\.failed)")/.test(d)) || event === 'event: error' || event === 'event: response.failed';
+        if (bad && malformed < 0) malformed = at;
+        if ((bad || failure) && stop < 0) stop = at;
         at += Buffer.byteLength(texts[i]!);
       }
-      return firstMalformedFrame(Buffer.from(texts.join('')), '[DONE]') === expected;
+      const bytes = Buffer.from(texts.join(''));
+      return firstMalformedFrame(bytes, '[DONE]') === malformed && firstFrameToStopAt(bytes, '[DONE]') === stop;
     }),
     { numRuns: 3000 },
   );

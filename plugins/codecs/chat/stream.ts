@@ -5,7 +5,7 @@ import {
   dataFrame,
   estimateUsage,
   type Exchange,
-  firstMalformedFrame,
+  firstFrameToStopAt,
   frameData,
   GatewayError,
   HOLE,
@@ -48,6 +48,7 @@ const isDone = (frame: Buffer) => occursAt(frame, DATA_FIELD, 0) && occursAt(fra
  * usage and none came by `[DONE]` (an upstream that cannot send it, or one that was asked and
  * stayed silent), `[DONE]` is held back so an estimated usage chunk goes first. Every relayed frame
  * must be `[DONE]` or outlined as a JSON object: anything else ends the stream with an error frame.
+ * The upstream's own error frame ends it too, with nothing after it.
  */
 export function chatPassthrough(
   ex: Exchange,
@@ -66,7 +67,7 @@ export function chatPassthrough(
     check(frames) {
       // Every relayed frame passes here, the first too (a sparse scan may visit none but [DONE]).
       if (wantsUsage && !first) first = jsonOrUndefined(frameData(frames.subarray(0, frames.indexOf(LF))));
-      return firstMalformedFrame(frames, DONE_DATA);
+      return firstFrameToStopAt(frames, DONE_DATA);
     },
     frame(frame) {
       if (wantsUsage && !usage && isDone(frame)) return !(heldDone = true);

@@ -8,7 +8,7 @@ import {
   dataFrame,
   estimateUsage,
   type Exchange,
-  firstMalformedFrame,
+  firstFrameToStopAt,
   frameData,
   GatewayError,
   hasObjectField,
@@ -64,8 +64,8 @@ export function geminiPassthrough(ex: Exchange, errorBody: (err: GatewayError) =
   let estimate: Usage | undefined;
   return {
     // As SSE the frames pass unchanged and only usage frames matter; as a JSON array each is rewritten.
-    // Every relayed frame must be outlined as a JSON object: anything else ends the stream with the error event.
-    ...(sse && { sparse: USAGE_FRAMES, check: (run: Buffer) => firstMalformedFrame(run, '[DONE]') }),
+    // Every relayed frame must be outlined as a JSON object, or the stream ends with the error event; the upstream's own error event ends it too.
+    ...(sse && { sparse: USAGE_FRAMES, check: (run: Buffer) => firstFrameToStopAt(run, '[DONE]') }),
     frame(frame) {
       // A copy: a view would pin the whole upstream chunk for the rest of the stream.
       if (hasObjectField(frame, USAGE_KEY)) lastUsageFrame = Buffer.from(frame);

@@ -6,7 +6,7 @@ import {
   estimateTokens,
   eventFrame,
   type Exchange,
-  firstMalformedFrame,
+  firstFrameToStopAt,
   frameData,
   GatewayError,
   HOLE,
@@ -62,8 +62,8 @@ export function messagesPassthrough(ex: Exchange): ClientStream {
   let finalUsage = false;
   return {
     sparse: USAGE_AND_LAST_FRAMES,
-    // Every relayed frame must be outlined as a JSON object: anything else ends the stream with an error event.
-    check: (run) => firstMalformedFrame(run, '[DONE]'),
+    // Every relayed frame must be outlined as a JSON object, or the stream ends with an error event; the upstream's own error event ends it too.
+    check: (run) => firstFrameToStopAt(run, '[DONE]'),
     frame(frame) {
       complete = LAST_EVENTS.some((start) => frame.subarray(0, start.length).equals(start));
       if (!hasObjectField(frame, USAGE_KEY)) return true;

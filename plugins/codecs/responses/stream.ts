@@ -3,7 +3,7 @@ import {
   canonical as C,
   type ClientStream,
   eventFrame,
-  firstMalformedFrame,
+  firstFrameToStopAt,
   type Exchange,
   frameData,
   GatewayError,
@@ -57,8 +57,8 @@ export function responsesPassthrough(ex: Exchange): ClientStream {
   let last: Buffer | undefined;
   const parse = (frame: Buffer): UpstreamResponsesEvent | undefined => jsonOrUndefined(frameData(frame));
   return {
-    // Every relayed frame must be outlined as a JSON object: anything else ends the stream with response.failed.
-    check: (run) => firstMalformedFrame(run, '[DONE]'),
+    // Every relayed frame must be outlined as a JSON object, or the stream ends with response.failed; the upstream's own failure event ends it too.
+    check: (run) => firstFrameToStopAt(run, '[DONE]'),
     frame(frame) {
       frames++;
       last = frame;
