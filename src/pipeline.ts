@@ -11,14 +11,13 @@ import { Failover, betweenCalls } from './channels/failover.js';
 import type { Channel, ChannelTable } from './channels/table.js';
 import type { ModelConfig } from './config/types.js';
 import { LocalAnswer, type Plugin, type PhaseResult, type RuleOutcome, type Upstream, type UpstreamCall, type UpstreamDialect } from './contracts.js';
-import { eventsOf } from './canonical.js';
 import { GatewayError, asGatewayError, errorHeaders } from './errors.js';
 import type { Exchange } from './exchange.js';
 import type { Outcome } from './contracts.js';
 import { applyModelRules } from './model-rules.js';
 import type { ClientResponse } from './client-response.js';
 import { LiveSet } from './live-set.js';
-import { Relay, activeRelay, type RelayOwner } from './relay.js';
+import { Relay, activeRelay, writeAnswerStream, type RelayOwner } from './relay.js';
 import { echoed } from './request-caps.js';
 import { estimateTokens } from './tokens.js';
 import { costOf } from './cost.js';
@@ -386,18 +385,8 @@ export class Pipeline implements RelayOwner {
     ex.status = 200;
     ex.ttfbMs = ex.elapsedMs();
     const family = ex.clientFamily;
-    if (ex.stream) {
-      const writer = family.streamWriter(ex);
-      // Written whole before the stream starts: a writer that throws is an error reply, not half a stream.
-      let frames = '';
-      for (const event of eventsOf(local.answer)) frames += writer.event(event);
-      frames += writer.end();
-      ex.stage = 'streaming';
-      res.startStream(200, { 'content-type': family.streamContentType(ex), 'cache-control': 'no-cache', 'x-accel-buffering': 'no' });
-      res.end(frames);
-    } else {
-      res.reply(200, { 'content-type': 'application/json' }, family.writeResponse(local.answer, ex));
-    }
+    if (ex.stream) writeAnswerStream(ex, res, local.answer);
+    else res.reply(200, { 'content-type': 'application/json' }, family.writeResponse(local.answer, ex));
     this.finish(ex, res);
   }
 

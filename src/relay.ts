@@ -3,7 +3,7 @@
  * family) or translated through canonical events. Every callback is guarded so an exception ends
  * the exchange in the family's terms; the pipeline owns the exchange's end.
  */
-import { AnswerCollector, type Event, type FinishReason, type Response, type StreamReader } from './canonical.js';
+import { AnswerCollector, eventsOf, type Event, type FinishReason, type Response, type StreamReader } from './canonical.js';
 import type { ClientResponse } from './client-response.js';
 import { retryAfterMs, type Failover } from './channels/failover.js';
 import type { ClientStream, FamilyPassthrough, Plugin, ResponseSink, Upstream, UpstreamCall, UpstreamDialect } from './contracts.js';
@@ -351,7 +351,8 @@ export class Relay implements ResponseSink {
         // (an error in it, no answer) is the channel failing. A refusal (a blocked prompt) is not.
         let answer: Response | undefined;
         let refusal: unknown;
-        if (!failure && !this.passthrough && this.status >= 200 && this.status < 300) {
+        // A passthrough answer is read too when a stream was asked for: it is written as one.
+        if (!failure && (!this.passthrough || ex.stream) && this.status >= 200 && this.status < 300) {
           try {
             answer = this.dialect.readResponse(body, ex);
           } catch (err) {
@@ -452,6 +453,17 @@ export class Relay implements ResponseSink {
       if (failure) return this.failed(failure);
       ex.status = status;
       ex.ttfbMs ??= ex.elapsedMs();
+      // A stream was asked for and the upstream answered whole (it ignored `stream`): the client
+      // still gets the stream it asked for, not a body its SDK would read as no events at all.
+      if (ex.stream) {
+        const answer = translated!;
+        answer.usage ??= estimateUsage(ex, answerText(answer));
+        ex.usage = answer.usage;
+        if (implausibleCount(answer.usage)) ex.set(deliveredOutput, () => answerText(answer));
+        if (ex.keptAnswerLimit !== undefined) ex.answer = answer;
+        ex.answeredBecause([answer.finishReason]);
+        return writeAnswerStream(ex, res, answer);
+      }
       if (passthrough) {
         ex.usage = passthrough.bodyUsage(body);
         if (ex.keptAnswerLimit !== undefined) ex.answer = readKept(dialect, body, ex);
@@ -524,6 +536,21 @@ function framesOf(sample: Buffer): Buffer[] {
 }
 
 const answerTextOf = (answer: Response | undefined) => (answer ? answerText(answer) : '');
+
+/**
+ * A complete answer written as the stream the client asked for, by its family's stream writer:
+ * whole, before the stream starts, so a writer that throws is an error reply, not half a stream.
+ */
+export function writeAnswerStream(ex: Exchange, res: ClientResponse, answer: Response): void {
+  const family = ex.clientFamily;
+  const writer = family.streamWriter(ex);
+  let frames = '';
+  for (const event of eventsOf(answer)) frames += writer.event(event);
+  frames += writer.end();
+  ex.stage = 'streaming';
+  res.startStream(200, { 'content-type': family.streamContentType(ex), 'cache-control': 'no-cache', 'x-accel-buffering': 'no' });
+  res.end(frames);
+}
 
 /** A relayed passthrough answer in canonical form, to keep; undefined when the dialect cannot read it as an answer. */
 function readKept(dialect: UpstreamDialect, body: Buffer, ex: Exchange): Response | undefined {

@@ -13,6 +13,7 @@
 import { createServer, type IncomingMessage } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import fc from 'fast-check';
+import OpenAI from 'openai';
 import t from 'tap';
 import { firstFrameToStopAt, firstMalformedFrame } from '../src/sse.js';
 import { eventually, simulatorUpstreams, startStack } from './helpers.js';
@@ -27,8 +28,13 @@ const NEGATIVE = { prompt_tokens: -5, completion_tokens: -3, total_tokens: -8 };
 const HUGE = { prompt_tokens: 1e20, completion_tokens: 9007199254740993, total_tokens: 1e20 };
 const FRACTIONAL = { prompt_tokens: 1.5, completion_tokens: 2.7, total_tokens: 4.2 };
 
-/** What the liar answers for each upstream model: a whole body, or stream pieces; `hold` leaves the stream open. */
-const answers: Record<string, { body?: string; stream?: string[]; hold?: boolean }> = {
+/**
+ * What the liar answers for each upstream model: a whole body, or stream pieces; `hold` leaves the
+ * stream open; `whole` answers with the body even when a stream was asked for.
+ */
+const answers: Record<string, { body?: string; stream?: string[]; hold?: boolean; whole?: boolean }> = {
+  'whole-for-stream': { body: completion({ prompt_tokens: 4, completion_tokens: 5, total_tokens: 9 }), whole: true },
+  'error-200-for-stream': { body: JSON.stringify({ error: { message: 'upstream exploded', type: 'server_error' } }), whole: true },
   'negative-usage': { body: completion(NEGATIVE), stream: [chunk({ role: 'assistant', content: 'Four words' }), chunk({}, 'stop'), chunk({}, null, NEGATIVE), 'data: [DONE]\n\n'] },
   'huge-usage': { body: completion(HUGE) },
   'fractional-usage': { body: completion(FRACTIONAL) },
@@ -112,7 +118,7 @@ const liar = createServer((req: IncomingMessage, res) => {
       return res.end(JSON.stringify({ error: { message: `no such model ${model}` } }));
     }
     const stream = fromPath ? req.url!.includes('streamGenerateContent') : JSON.parse(raw).stream === true;
-    if (!stream) {
+    if (!stream || answer.whole) {
       res.writeHead(200, { 'content-type': 'application/json' });
       return res.end(answer.body);
     }
@@ -142,6 +148,8 @@ const { gw } = await startStack(
   liar-messages: { kind: anthropic, baseUrl: "${liarUrl}/v1", apiKey: k, breaker: { failures: 1000 } }
 models:
   - { id: no-usage, upstream: liar-chat }
+  - { id: whole-for-stream, upstream: liar-chat }
+  - { id: error-200-for-stream, upstream: liar-chat }
   - { id: cut-responses-native, upstream: liar-responses }
   - { id: malformed-responses-native, upstream: liar-responses }
   - { id: malformed-gemini-native, upstream: liar-gemini }
@@ -338,6 +346,22 @@ t.test('a passthrough failure event followed by silence ends the client stream a
   t.notMatch(text, /sent nothing more/, 'no timeout failure after it');
   await eventually(() => closedByGateway.has('error-silent-chat-native'), 'the gateway closing the upstream call');
   t.match(await usageRecord(res), { outcome: 'error', error: /chat went quiet/ });
+});
+
+t.test('a stream asked for and answered whole is written as the stream the client asked for', async (t) => {
+  const openai = new OpenAI({ apiKey: gw.key, baseURL: `${gw.url}/v1`, maxRetries: 0 });
+  const chunks: any[] = [];
+  for await (const c of await openai.chat.completions.create({ model: 'whole-for-stream', stream: true, stream_options: { include_usage: true }, messages: [{ role: 'user', content: 'hi' }] })) chunks.push(c);
+  t.equal(chunks.map((c) => c.choices[0]?.delta?.content ?? '').join(''), 'Four words of answer.', 'the openai SDK reads the answer from the stream (chat passthrough)');
+  t.equal(chunks.find((c) => c.choices[0]?.finish_reason)?.choices[0].finish_reason, 'stop');
+  t.match(chunks.at(-1).usage, { prompt_tokens: 4, completion_tokens: 5 }, "the upstream's usage, in the usage chunk");
+  const translated = await messages({ model: 'whole-for-stream', stream: true });
+  const text = await translated.text();
+  t.match(text, /event: message_start[\s\S]*"text":"Four words of answer\."[\s\S]*event: message_stop/, 'a Messages client on the chat upstream gets its event stream');
+  t.match(await usageRecord(translated), { outcome: 'finished', promptTokens: 4, completionTokens: 5, streamed: true });
+  const error = await chat({ model: 'error-200-for-stream', stream: true });
+  t.equal(error.status, 502, 'an error answered whole to a stream request is a 502, before any stream');
+  t.match(await error.json(), { error: { message: /answered 200: The upstream answered with an error: upstream exploded/ } });
 });
 
 t.test('the outline check reads a frame with an event line as one without, and finds failure events', async (t) => {
