@@ -1,7 +1,8 @@
 /**
  * A 404 for a path Sluice does not serve suggests the path it does serve when the client only
  * left out (or doubled, or mistook) the API version prefix, in the shape of the family that
- * serves it, and suggests nothing when no such path exists.
+ * serves it, and suggests nothing when no such path exists. A path under one family's own paths
+ * (`/v1beta/…`, `/v1/messages/…`) gets its 404 in that family's shape, so its SDK shows it.
  */
 import t from 'tap';
 import { startTestGateway } from './helpers.js';
@@ -76,5 +77,20 @@ t.test('nothing is suggested when nothing fits', async (t) => {
     t.equal(status, 404, `${method} ${path}`);
     t.equal(messageOf(body), `No route for ${method} ${path}.`);
     t.match(body, { error: { type: 'invalid_request_error', code: 'not_found' } });
+  }
+});
+
+t.test("a path under one family's own paths gets its 404 in that family's shape", async (t) => {
+  const anthropic = [['POST', '/v1/messages/batches'], ['GET', '/v1/messages'], ['POST', '/v1/messages/']];
+  for (const [method, path] of anthropic) {
+    const { status, body } = await call(method!, path!);
+    t.equal(status, 404, `${method} ${path}`);
+    t.match(body, { type: 'error', error: { type: 'not_found_error', message: `No route for ${method} ${path}.` } }, `${method} ${path}: Anthropic's shape`);
+  }
+  const google = [['POST', '/v1beta/models/sim-chat:generateContent/x'], ['POST', '/v1beta/cachedContents'], ['GET', '/v1beta/files']];
+  for (const [method, path] of google) {
+    const { status, body } = await call(method!, path!);
+    t.equal(status, 404, `${method} ${path}`);
+    t.match(body, { error: { code: 404, status: 'NOT_FOUND', message: `No route for ${method} ${path}.` } }, `${method} ${path}: Google's shape`);
   }
 });

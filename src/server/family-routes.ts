@@ -20,17 +20,19 @@ type Candidates = { family: ClientFamily; endpoint: Endpoint }[];
 /**
  * A 404 for whatever no family endpoint or route serves. When the path is served with its version
  * prefix fixed, the 404 says so, in the shape of the family that serves it (its SDK then shows
- * the message); otherwise in the OpenAI shape, as before.
+ * the message). Otherwise it is in the shape of the one family whose paths it is under
+ * (`/v1beta/…` Gemini's, `/v1/messages/…` Anthropic's), and in the OpenAI shape when no one
+ * family's are.
  */
 export function noRoute(res: HttpResponse, req: HttpRequest, hints?: RouteHints<Candidates>): void {
   const method = req.getMethod().toUpperCase();
   const path = req.getUrl();
   const { message, suggested } = hints?.hint(method, path) ?? { message: `No route for ${method} ${path}.` };
+  const { headers } = copyHeaders(req);
+  const family = suggested ? (suggested.find((c) => !c.endpoint.when || c.endpoint.when(headers)) ?? suggested[0]!).family : hints && ownerOf(hints.nearest(path), headers);
   let status = 404;
   let body: string;
-  if (suggested) {
-    const { headers } = copyHeaders(req);
-    const { family } = suggested.find((c) => !c.endpoint.when || c.endpoint.when(headers)) ?? suggested[0]!;
+  if (family) {
     const err = new GatewayError('not_found', message);
     status = family.errorStatus?.(err) ?? err.status;
     body = family.errorBody(err);
@@ -38,6 +40,15 @@ export function noRoute(res: HttpResponse, req: HttpRequest, hints?: RouteHints<
     body = JSON.stringify({ error: { message, type: 'invalid_request_error', param: null, code: 'not_found' } });
   }
   res.cork(() => res.writeStatus(statusLine(status)).writeHeader('content-type', 'application/json').end(body));
+}
+
+/** The one family of the nearest routes (those whose condition the headers meet, when several are). */
+function ownerOf(nearest: Candidates[], headers: Record<string, string>): ClientFamily | undefined {
+  const candidates = nearest.flat();
+  const families = new Set(candidates.map((c) => c.family));
+  if (families.size <= 1) return candidates[0]?.family;
+  const chosen = new Set(candidates.filter((c) => c.endpoint.when?.(headers)).map((c) => c.family));
+  return chosen.size === 1 ? [...chosen][0] : undefined;
 }
 
 /**

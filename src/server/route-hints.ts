@@ -20,6 +20,9 @@ export interface RouteHint<T> {
   suggested?: T;
 }
 
+/** `''` and the version prefix at least: a prefix several APIs share (`/v1`) leaves several owners, for the caller to choose among. */
+const MIN_SHARED_SEGMENTS = 2;
+
 /** A version prefix: the first segment of a served path when it looks like `/v1`, `/v1beta`, `/v2alpha`. */
 const VERSION = /^\/v\d+[a-z]*\d*$/i;
 
@@ -66,6 +69,26 @@ export class RouteHints<T> {
     const suggestions = found.map((f) => `${method} ${f.path}`);
     const meant = suggestions.length === 1 ? suggestions[0] : `${suggestions.slice(0, -1).join(', ')} or ${suggestions.at(-1)}`;
     return { message: `${message} Did you mean ${meant}? ${advice}`, suggested: found[0]!.value };
+  }
+
+  /**
+   * The routes nearest `path` by its leading segments (the version prefix at least; a parameter
+   * matches any segment), whatever their method: whose API a path that no route serves belongs to,
+   * for the shape of its 404. Empty when none shares even the prefix.
+   */
+  nearest(path: string): T[] {
+    const segments = path.split('/');
+    let best = MIN_SHARED_SEGMENTS - 1;
+    let nearest: T[] = [];
+    for (const route of this.routes) {
+      let shared = 0;
+      while (shared < route.segments.length && shared < segments.length && (route.segments[shared]!.startsWith(':') ? segments[shared] !== '' : route.segments[shared] === segments[shared])) shared++;
+      if (shared > best) {
+        best = shared;
+        nearest = [route.value];
+      } else if (shared === best) nearest.push(route.value);
+    }
+    return nearest;
   }
 
   private match(method: string, path: string): T | undefined {
