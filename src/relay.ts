@@ -453,18 +453,7 @@ export class Relay implements ResponseSink {
       if (failure) return this.failed(failure);
       ex.status = status;
       ex.ttfbMs ??= ex.elapsedMs();
-      // A stream was asked for and the upstream answered whole (it ignored `stream`): the client
-      // still gets the stream it asked for, not a body its SDK would read as no events at all.
-      if (ex.stream) {
-        const answer = translated!;
-        answer.usage ??= estimateUsage(ex, answerText(answer));
-        ex.usage = answer.usage;
-        if (implausibleCount(answer.usage)) ex.set(deliveredOutput, () => answerText(answer));
-        if (ex.keptAnswerLimit !== undefined) ex.answer = answer;
-        ex.answeredBecause([answer.finishReason]);
-        return writeAnswerStream(ex, res, answer);
-      }
-      if (passthrough) {
+      if (passthrough && !ex.stream) {
         ex.usage = passthrough.bodyUsage(body);
         if (ex.keptAnswerLimit !== undefined) ex.answer = readKept(dialect, body, ex);
         // Without a count it can use (none, or an impossible one), the done phase estimates: from this answer's text.
@@ -480,6 +469,9 @@ export class Relay implements ResponseSink {
       if (implausibleCount(answer.usage)) ex.set(deliveredOutput, () => answerText(answer));
       if (ex.keptAnswerLimit !== undefined) ex.answer = answer;
       ex.answeredBecause([answer.finishReason]);
+      // A stream asked for and answered whole (the upstream ignored `stream`): the client still gets
+      // the stream it asked for, not a body its SDK would read as no events at all.
+      if (ex.stream) return writeAnswerStream(ex, res, answer);
       res.reply(status, { 'content-type': 'application/json' }, ex.clientFamily.writeResponse(answer, ex));
       return;
     }
