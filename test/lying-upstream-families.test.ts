@@ -38,6 +38,8 @@ const answers: Record<string, { body?: string; stream?: string[]; hold?: boolean
   'negative-usage': { body: completion(NEGATIVE), stream: [chunk({ role: 'assistant', content: 'Four words' }), chunk({}, 'stop'), chunk({}, null, NEGATIVE), 'data: [DONE]\n\n'] },
   'huge-usage': { body: completion(HUGE) },
   'fractional-usage': { body: completion(FRACTIONAL) },
+  'finish-without-done': { stream: [chunk({ role: 'assistant', content: 'Whole' }), chunk({}, 'stop')] },
+  'empty-stream': { stream: [] },
   'cut-chat': { stream: [chunk({ role: 'assistant', content: '' }), chunk({ content: 'Half an ans' })] },
   'cut-responses': {
     stream: [
@@ -164,6 +166,8 @@ models:
   - { id: huge-usage, upstream: liar-chat, prices: ${prices} }
   - { id: fractional-usage, upstream: liar-chat, prices: ${prices} }
   - { id: cut-chat, upstream: liar-chat }
+  - { id: finish-without-done, upstream: liar-chat }
+  - { id: empty-stream, upstream: liar-chat }
   - { id: cut-responses, upstream: liar-responses }
   - { id: untyped-error, upstream: liar-responses }
   - { id: cut-gemini, upstream: liar-gemini }
@@ -303,6 +307,9 @@ t.test('an answer without usage is billed by its text in passthrough too, not as
 t.test('a passthrough stream cut short, or with an event that is not JSON, fails in its family and is recorded as failed', async (t) => {
   const auth = { authorization: `Bearer ${gw.key}`, 'x-goog-api-key': gw.key, 'x-api-key': gw.key, 'anthropic-version': '2023-06-01', 'content-type': 'application/json' };
   const cases: [string, string, Record<string, unknown>, RegExp][] = [
+    ['chat, cut', '/v1/chat/completions', { model: 'cut-chat', stream: true, messages: [{ role: 'user', content: 'hi' }] }, /data: \{"error":\{[^\n]*before \[DONE\] or a finish_reason: it was cut short/],
+    ['chat, cut, usage asked for', '/v1/chat/completions', { model: 'cut-chat', stream: true, stream_options: { include_usage: true }, messages: [{ role: 'user', content: 'hi' }] }, /data: \{"error":\{[^\n]*cut short/],
+    ['chat, no event at all', '/v1/chat/completions', { model: 'empty-stream', stream: true, messages: [{ role: 'user', content: 'hi' }] }, /data: \{"error":\{[^\n]*cut short/],
     ['Responses, cut', '/v1/responses', { model: 'cut-responses-native', input: 'hi', stream: true }, /event: response\.failed\ndata: \{"type":"response\.failed"[^\n]*cut short/],
     ['Responses, an event not JSON', '/v1/responses', { model: 'malformed-responses-native', input: 'hi', stream: true }, /event: response\.failed\ndata: [^\n]*not JSON/],
     ['Gemini, an event not JSON', '/v1beta/models/malformed-gemini-native:streamGenerateContent?alt=sse', { contents: [{ role: 'user', parts: [{ text: 'hi' }] }] }, /data: \{"error":\{[^\n]*not JSON/],
@@ -314,9 +321,17 @@ t.test('a passthrough stream cut short, or with an event that is not JSON, fails
     t.equal(res.status, 200, `${what}: the stream had started`);
     const text = await res.text();
     t.match(text, failure, `${what}: ends with the family's failure`);
-    t.notMatch(text, /^data: (?:\{not json|<html>)|event: response\.completed|event: message_stop|"finishReason":"STOP"/m, `${what}: nothing of the lie, and no finish, after it`);
+    t.notMatch(text, /^data: (?:\{not json|<html>|\[DONE\])|event: response\.completed|event: message_stop|"finishReason":"STOP"|"finish_reason":"stop"/m, `${what}: nothing of the lie, and no finish, after it`);
     t.match(await usageRecord(res), { outcome: 'error' }, `${what}: recorded as failed`);
   }
+});
+
+t.test('a chat stream that ends with its finish_reason but no [DONE] is whole', async (t) => {
+  const res = await chat({ model: 'finish-without-done', stream: true });
+  const text = await res.text();
+  t.match(text, /"finish_reason":"stop"/, 'relayed as it came');
+  t.notMatch(text, /"error"/, 'no failure added');
+  t.match(await usageRecord(res), { outcome: 'finished' });
 });
 
 t.test("a passthrough stream ends at the upstream's own failure event, as it came, and is recorded as failed", async (t) => {

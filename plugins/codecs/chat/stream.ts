@@ -59,6 +59,8 @@ export function chatPassthrough(
   /** The first chunk relayed, for the id of an estimated usage chunk. */
   let first: UpstreamChatChunk | undefined;
   let heldDone = false;
+  /** The last run of frames relayed: its last event says whether the stream ended whole. */
+  let lastRun: Buffer | undefined;
   return {
     // Only usage frames; owing the client usage, also each chunk's last frame, where [DONE] is.
     sparse: wantsUsage ? USAGE_AND_LAST_FRAMES : USAGE_FRAMES,
@@ -67,6 +69,7 @@ export function chatPassthrough(
     check(frames) {
       // Every relayed frame passes here, the first too (a sparse scan may visit none but [DONE]).
       if (wantsUsage && !first) first = jsonOrUndefined(frameData(frames.subarray(0, frames.indexOf(LF))));
+      lastRun = frames;
       return firstFrameToStopAt(frames, DONE_DATA);
     },
     frame(frame) {
@@ -79,6 +82,8 @@ export function chatPassthrough(
       return !(dropUsageChunk && Array.isArray(chunk.choices) && chunk.choices.length === 0);
     },
     end() {
+      // Closed before [DONE], the usage chunk or a finish_reason: cut short, not a whole answer.
+      if (!heldDone && !usage && !endsWhole(lastRun)) throw new GatewayError('upstream_error', 'The upstream ended the stream before [DONE] or a finish_reason: it was cut short.');
       if (!wantsUsage || usage) return heldDone ? DONE : '';
       usage = estimateUsage(ex);
       const head: ChatChunkHead = { id: first?.id ?? newId('chatcmpl-', 12), object: 'chat.completion.chunk', created: first?.created ?? unixNow(), model: ex.modelId };
@@ -88,6 +93,16 @@ export function chatPassthrough(
     fail: (err) => chatErrorFrame(errorBody(err)),
     usage: () => usage,
   };
+}
+
+/** The last event of a whole chat stream: [DONE], or the chunk with a finish_reason or the usage after it. */
+const WHOLE_END = /data: ?\[DONE\]|"finish_reason": ?"|"choices": ?\[\]/;
+
+/** Whether the last event with data in `run` (read in its last KB, where such an event's markers are) ends a stream. */
+function endsWhole(run: Buffer | undefined): boolean {
+  if (!run) return false;
+  const events = run.toString('latin1', Math.max(0, run.length - 1024)).split(/\r?\n\r?\n/).filter((frame) => frame.includes('data:'));
+  return WHOLE_END.test(events.at(-1) ?? '');
 }
 
 /** Upstream chat chunks → canonical events. Tool calls are renumbered 0, 1, … by first sight. */
