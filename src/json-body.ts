@@ -74,14 +74,35 @@ export function parseUpstreamJson(body: Buffer): JsonObject {
     throw new GatewayError('upstream_error', 'The upstream answered with a body that is not JSON.');
   }
   if (!parsed || typeof parsed !== 'object' || Array.isArray(parsed)) throw new GatewayError('upstream_error', 'The upstream answered with JSON that is not an object.');
-  // A success status around an error (`{"error": {…}}`, Anthropic's `{"type": "error", …}`, a failed
-  // response) is a failure: no family's answer carries an error otherwise (Responses' is null).
-  const error = parsed.error;
-  if (error) {
-    const message = typeof error === 'string' ? error : typeof error.message === 'string' ? error.message : JSON.stringify(error).slice(0, 200);
-    throw new GatewayError('upstream_error', `The upstream answered with an error: ${message}`);
-  }
+  const said = errorSaid(parsed);
+  if (said !== undefined) throw new GatewayError('upstream_error', `The upstream answered with an error: ${said}`);
   return parsed;
+}
+
+/**
+ * What an answer that is an error says. A success status around an error (`{"error": {…}}`,
+ * Anthropic's `{"type": "error", …}`, a failed response) is a failure: no family's answer carries
+ * an error otherwise (Responses' is null).
+ */
+function errorSaid(parsed: { error?: unknown }): string | undefined {
+  const error = parsed.error as { message?: unknown } | string | undefined;
+  if (!error) return undefined;
+  return typeof error === 'string' ? error : typeof error.message === 'string' ? error.message : JSON.stringify(error).slice(0, 200);
+}
+
+/**
+ * What a complete passthrough answer says when it is an error in place of an answer; undefined
+ * for an answer. Every family's answer begins with another key (`id`, `candidates`), so a look at
+ * the first key's first letter settles nearly every body; only one beginning `"e` or `"t` is parsed.
+ */
+export function errorInAnswer(body: Buffer): string | undefined {
+  let at = 0;
+  while (isJsonSpace(body[at])) at++;
+  if (body[at++] !== 0x7b) return undefined;
+  while (isJsonSpace(body[at])) at++;
+  if (body[at] !== 0x22 || (body[at + 1] !== 0x65 && body[at + 1] !== 0x74)) return undefined;
+  const parsed = jsonOrUndefined<{ error?: unknown }>(body);
+  return parsed && typeof parsed === 'object' ? errorSaid(parsed) : undefined;
 }
 
 /** A positive number from a client's field, or undefined. */

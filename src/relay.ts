@@ -9,6 +9,7 @@ import { retryAfterMs, type Failover } from './channels/failover.js';
 import type { ClientStream, FamilyPassthrough, Plugin, ResponseSink, Upstream, UpstreamCall, UpstreamDialect } from './contracts.js';
 import { implausibleCount, type Usage } from './usage.js';
 import { errorHeaders, GatewayError, withRetryAfter } from './errors.js';
+import { errorInAnswer } from './json-body.js';
 import { StateKey } from './state-key.js';
 import type { Exchange } from './exchange.js';
 import type { Outcome } from './contracts.js';
@@ -431,10 +432,14 @@ export class Relay implements ResponseSink {
    */
   private channelFailure(body: Buffer): GatewayError | undefined {
     const { status } = this;
-    // A passthrough 2xx whose body is not the family's answer (cut short, text in place of JSON) is the channel failing too.
+    // A passthrough 2xx whose body is not the family's answer (cut short, text in place of JSON, an error) is the channel failing too.
     if (status >= 200 && status < 300) {
-      if (!this.passthrough || this.passthrough.isAnswer?.(body) !== false) return undefined;
-      return new GatewayError('upstream_error', `Upstream \`${this.upstream.name}\` answered ${status} with a body that is not JSON (${body.length} bytes): ${excerpt(body)}`);
+      if (!this.passthrough) return undefined;
+      if (this.passthrough.isAnswer?.(body) === false) {
+        return new GatewayError('upstream_error', `Upstream \`${this.upstream.name}\` answered ${status} with a body that is not JSON (${body.length} bytes): ${excerpt(body)}`);
+      }
+      const said = errorInAnswer(body);
+      return said === undefined ? undefined : new GatewayError('upstream_error', `Upstream \`${this.upstream.name}\` answered ${status}: The upstream answered with an error: ${said}`);
     }
     if (status < 500 && status !== 429 && status !== 401 && status !== 403) return undefined;
     const err = this.dialect.readError(status, body);

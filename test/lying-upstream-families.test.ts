@@ -275,6 +275,13 @@ t.test('a 200 that carries an error is the channel failing: 502, or the next cha
   t.equal(res.status, 502, 'a Messages client on a chat upstream gets a 502');
   t.match(await res.json(), { type: 'error', error: { message: /^Upstream `liar-chat` answered 200: The upstream answered with an error: upstream exploded/ } });
   t.match(await usageRecord(res), { outcome: 'error' }, 'recorded as failed');
+  const passthrough = await chat({ model: 'error-200' });
+  t.equal(passthrough.status, 502, 'a chat client on the chat upstream (passthrough) gets a 502 too');
+  t.match(await passthrough.json(), { error: { type: 'upstream_error', message: /^Upstream `liar-chat` answered 200: The upstream answered with an error: upstream exploded/ } });
+  t.match(await usageRecord(passthrough), { outcome: 'error' }, 'recorded as failed');
+  const rescuedChat = await chat({ model: 'error-200-then-healthy' });
+  t.equal(rescuedChat.status, 200, 'in passthrough too, the second channel answers');
+  t.match(await rescuedChat.json(), { object: 'chat.completion' });
   const rescued = await messages({ model: 'error-200-then-healthy' });
   t.equal(rescued.status, 200, 'with a second channel, that channel answers');
   t.match(await rescued.json(), { type: 'message', content: [{ type: 'text' }] });
