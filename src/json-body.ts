@@ -80,11 +80,12 @@ export function parseUpstreamJson(body: Buffer): JsonObject {
 }
 
 /**
- * What an answer that is an error says. A success status around an error (`{"error": {…}}`,
- * Anthropic's `{"type": "error", …}`, a failed response) is a failure: no family's answer carries
- * an error otherwise (Responses' is null).
+ * What an answer or event that is an error says: its `error`, or that error's `message`; undefined
+ * when it has none. A success status around an error (`{"error": {…}}`, Anthropic's
+ * `{"type": "error", …}`, a failed response) is a failure: no family's answer carries an error
+ * otherwise (Responses' is null).
  */
-function errorSaid(parsed: { error?: unknown }): string | undefined {
+export function errorSaid(parsed: { error?: unknown }): string | undefined {
   const error = parsed.error as { message?: unknown } | string | undefined;
   if (!error) return undefined;
   return typeof error === 'string' ? error : typeof error.message === 'string' ? error.message : JSON.stringify(error).slice(0, 200);

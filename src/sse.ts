@@ -5,7 +5,7 @@
  */
 
 import { GatewayError } from './errors.js';
-import { jsonOrUndefined } from './json-body.js';
+import { errorSaid, jsonOrUndefined } from './json-body.js';
 import { CR, indexOfQuoted, LF, occursAt } from './bytes.js';
 
 const LF_LF = Buffer.from('\n\n');
@@ -313,11 +313,12 @@ const failureFrame = (frame: Buffer) => failureEventName(frame, 0) || FAILURE_DA
  * one that parses: firstFrameToStopAt stopped at it for being malformed.
  */
 export function failureSaid(frame: Buffer): string | undefined {
-  const event = jsonOrUndefined<{ error?: unknown; message?: unknown; response?: { error?: { message?: unknown } } }>(frameData(frame));
-  if (!event || typeof event !== 'object' || !(FAILURE_DATA.test(frameData(frame)!.trim()) || failureEventName(frame, 0))) return undefined;
-  const error = event.error ?? event.response?.error;
-  const message = typeof error === 'string' ? error : (error as { message?: unknown } | undefined)?.message ?? event.message;
-  return typeof message === 'string' && message ? message : 'the upstream reported a failure';
+  const data = frameData(frame)?.trim() ?? '';
+  const event = jsonOrUndefined<{ error?: unknown; message?: unknown; response?: { error?: unknown } }>(data);
+  if (!event || typeof event !== 'object' || !(FAILURE_DATA.test(data) || failureEventName(frame, 0))) return undefined;
+  // `{"error": …}`, a failed response's error, or Responses' `{"type": "error", "message": …}`.
+  const said = errorSaid(event) ?? errorSaid(event.response ?? {}) ?? event.message;
+  return typeof said === 'string' && said ? said : 'the upstream reported a failure';
 }
 
 /** The JSON payloads of frames; frames without data or with non-JSON data are skipped. */

@@ -23,6 +23,9 @@ const chunk = (delta: object, finish: string | null = null, usage?: object) =>
 const completion = (usage: object) =>
   JSON.stringify({ id: 'chatcmpl-liar', object: 'chat.completion', created: 1767225600, model: 'liar', choices: [{ index: 0, message: { role: 'assistant', content: 'Four words of answer.' }, finish_reason: 'stop' }], usage });
 const responsesEvent = (type: string, fields: object = {}) => `event: ${type}\ndata: ${JSON.stringify({ type, ...fields })}\n\n`;
+const RESPONSE_CREATED = responsesEvent('response.created', { response: { id: 'resp_liar', model: 'liar', created_at: 1767225600, status: 'in_progress' } });
+const geminiChunk = (text: string, finishReason?: string) => `data: ${JSON.stringify({ candidates: [{ content: { role: 'model', parts: [{ text }] }, ...(finishReason && { finishReason }), index: 0 }] })}\n\n`;
+const MESSAGE_START = `event: message_start\ndata: ${JSON.stringify({ type: 'message_start', message: { id: 'msg_liar', type: 'message', role: 'assistant', model: 'liar', content: [], stop_reason: null, usage: { input_tokens: 3, output_tokens: 1 } } })}\n\n`;
 
 const NEGATIVE = { prompt_tokens: -5, completion_tokens: -3, total_tokens: -8 };
 const HUGE = { prompt_tokens: 1e20, completion_tokens: 9007199254740993, total_tokens: 1e20 };
@@ -41,48 +44,43 @@ const answers: Record<string, { body?: string; stream?: string[]; hold?: boolean
   'finish-without-done': { stream: [chunk({ role: 'assistant', content: 'Whole' }), chunk({}, 'stop')] },
   'empty-stream': { stream: [] },
   'cut-chat': { stream: [chunk({ role: 'assistant', content: '' }), chunk({ content: 'Half an ans' })] },
+  // A chat client reads it translated, a Responses client as passthrough.
   'cut-responses': {
     stream: [
-      responsesEvent('response.created', { response: { id: 'resp_liar', model: 'liar', created_at: 1767225600, status: 'in_progress' } }),
+      RESPONSE_CREATED,
       responsesEvent('response.output_text.delta', { item_id: 'msg_1', output_index: 0, content_index: 0, delta: 'Half an ans' }),
     ],
   },
   'untyped-error': {
     stream: [
-      responsesEvent('response.created', { response: { id: 'resp_liar', model: 'liar', created_at: 1767225600, status: 'in_progress' } }),
+      RESPONSE_CREATED,
       `event: error\ndata: ${JSON.stringify({ error: { message: 'the model fell over', code: 'server_error' } })}\n\n`,
       responsesEvent('response.completed', { response: { id: 'resp_liar', status: 'completed', output: [] } }),
     ],
   },
-  'cut-gemini': { stream: [`data: ${JSON.stringify({ candidates: [{ content: { role: 'model', parts: [{ text: 'Half an ans' }] }, index: 0 }] })}\n\n`] },
+  'cut-gemini': { stream: [geminiChunk('Half an ans')] },
   'error-200': { body: JSON.stringify({ error: { message: 'upstream exploded', type: 'server_error' } }) },
   'no-usage': { body: JSON.stringify({ id: 'chatcmpl-liar', object: 'chat.completion', created: 1767225600, model: 'liar', choices: [{ index: 0, message: { role: 'assistant', content: 'An answer of some length, long enough to be counted as more than a token or two.' }, finish_reason: 'stop' }] }) },
-  'cut-responses-native': {
-    stream: [
-      responsesEvent('response.created', { response: { id: 'resp_liar', model: 'liar', created_at: 1767225600, status: 'in_progress' } }),
-      responsesEvent('response.output_text.delta', { item_id: 'msg_1', output_index: 0, content_index: 0, delta: 'Half an ans' }),
-    ],
-  },
   'malformed-responses-native': {
     stream: [
-      responsesEvent('response.created', { response: { id: 'resp_liar', model: 'liar', created_at: 1767225600, status: 'in_progress' } }),
+      RESPONSE_CREATED,
       'event: response.output_text.delta\ndata: {not json at all\n\n',
       responsesEvent('response.completed', { response: { id: 'resp_liar', status: 'completed', output: [] } }),
     ],
   },
   'malformed-gemini-native': {
-    stream: [`data: ${JSON.stringify({ candidates: [{ content: { role: 'model', parts: [{ text: 'Half' }] }, index: 0 }] })}\n\n`, 'data: {not json at all\n\n', `data: ${JSON.stringify({ candidates: [{ content: { role: 'model', parts: [{ text: '.' }] }, finishReason: 'STOP', index: 0 }] })}\n\n`],
+    stream: [geminiChunk('Half'), 'data: {not json at all\n\n', geminiChunk('.', 'STOP')],
   },
   'cut-messages-native': {
     stream: [
-      `event: message_start\ndata: ${JSON.stringify({ type: 'message_start', message: { id: 'msg_liar', type: 'message', role: 'assistant', model: 'liar', content: [], stop_reason: null, usage: { input_tokens: 3, output_tokens: 1 } } })}\n\n`,
+      MESSAGE_START,
       `event: content_block_start\ndata: ${JSON.stringify({ type: 'content_block_start', index: 0, content_block: { type: 'text', text: '' } })}\n\n`,
       `event: content_block_delta\ndata: ${JSON.stringify({ type: 'content_block_delta', index: 0, delta: { type: 'text_delta', text: 'Half an ans' } })}\n\n`,
     ],
   },
   'malformed-messages-native': {
     stream: [
-      `event: message_start\ndata: ${JSON.stringify({ type: 'message_start', message: { id: 'msg_liar', type: 'message', role: 'assistant', model: 'liar', content: [], stop_reason: null, usage: { input_tokens: 3, output_tokens: 1 } } })}\n\n`,
+      MESSAGE_START,
       'event: content_block_delta\ndata: <html>oops</html>\n\n',
       `event: message_stop\ndata: ${JSON.stringify({ type: 'message_stop' })}\n\n`,
     ],
@@ -91,14 +89,14 @@ const answers: Record<string, { body?: string; stream?: string[]; hold?: boolean
   'error-silent-chat-native': { stream: [chunk({ role: 'assistant', content: 'Half' }), `data: ${JSON.stringify({ error: { message: 'chat went quiet', type: 'server_error' } })}\n\n`], hold: true },
   'error-responses-native': {
     stream: [
-      responsesEvent('response.created', { response: { id: 'resp_liar', model: 'liar', created_at: 1767225600, status: 'in_progress' } }),
+      RESPONSE_CREATED,
       responsesEvent('error', { code: 'server_error', message: 'responses went wrong' }),
     ],
   },
-  'error-gemini-native': { stream: [`data: ${JSON.stringify({ candidates: [{ content: { role: 'model', parts: [{ text: 'Half' }] }, index: 0 }] })}\n\n`, `data: ${JSON.stringify({ error: { code: 500, message: 'gemini went wrong', status: 'INTERNAL' } })}\n\n`] },
+  'error-gemini-native': { stream: [geminiChunk('Half'), `data: ${JSON.stringify({ error: { code: 500, message: 'gemini went wrong', status: 'INTERNAL' } })}\n\n`] },
   'error-messages-native': {
     stream: [
-      `event: message_start\ndata: ${JSON.stringify({ type: 'message_start', message: { id: 'msg_liar', type: 'message', role: 'assistant', model: 'liar', content: [], stop_reason: null, usage: { input_tokens: 3, output_tokens: 1 } } })}\n\n`,
+      MESSAGE_START,
       `event: error\ndata: ${JSON.stringify({ type: 'error', error: { type: 'overloaded_error', message: 'messages went wrong' } })}\n\n`,
     ],
   },
@@ -152,7 +150,6 @@ models:
   - { id: no-usage, upstream: liar-chat }
   - { id: whole-for-stream, upstream: liar-chat }
   - { id: error-200-for-stream, upstream: liar-chat }
-  - { id: cut-responses-native, upstream: liar-responses }
   - { id: malformed-responses-native, upstream: liar-responses }
   - { id: malformed-gemini-native, upstream: liar-gemini }
   - { id: cut-messages-native, upstream: liar-messages }
@@ -317,7 +314,7 @@ t.test('a passthrough stream cut short, or with an event that is not JSON, fails
     ['chat, cut', '/v1/chat/completions', { model: 'cut-chat', stream: true, messages: [{ role: 'user', content: 'hi' }] }, /data: \{"error":\{[^\n]*before \[DONE\] or a finish_reason: it was cut short/],
     ['chat, cut, usage asked for', '/v1/chat/completions', { model: 'cut-chat', stream: true, stream_options: { include_usage: true }, messages: [{ role: 'user', content: 'hi' }] }, /data: \{"error":\{[^\n]*cut short/],
     ['chat, no event at all', '/v1/chat/completions', { model: 'empty-stream', stream: true, messages: [{ role: 'user', content: 'hi' }] }, /data: \{"error":\{[^\n]*cut short/],
-    ['Responses, cut', '/v1/responses', { model: 'cut-responses-native', input: 'hi', stream: true }, /event: response\.failed\ndata: \{"type":"response\.failed"[^\n]*cut short/],
+    ['Responses, cut', '/v1/responses', { model: 'cut-responses', input: 'hi', stream: true }, /event: response\.failed\ndata: \{"type":"response\.failed"[^\n]*cut short/],
     ['Responses, an event not JSON', '/v1/responses', { model: 'malformed-responses-native', input: 'hi', stream: true }, /event: response\.failed\ndata: [^\n]*not JSON/],
     ['Gemini, an event not JSON', '/v1beta/models/malformed-gemini-native:streamGenerateContent?alt=sse', { contents: [{ role: 'user', parts: [{ text: 'hi' }] }] }, /data: \{"error":\{[^\n]*not JSON/],
     ['Messages, cut', '/v1/messages', { model: 'cut-messages-native', max_tokens: 16, stream: true, messages: [{ role: 'user', content: 'hi' }] }, /event: error\ndata: [^\n]*before message_stop/],

@@ -9,17 +9,13 @@
  */
 import t from 'tap';
 import WebSocket from 'ws';
-import { eventually, startStack } from './helpers.js';
+import { eventually, simulatorUpstreams, startStack } from './helpers.js';
 
 const MAX_BODY_BYTES = 16 * 1024;
 const { gw } = await startStack(
-  (simUrl) => `
-upstreams:
-  chat-only: { kind: openai-chat, baseUrl: "${simUrl}/v1" }
-  native: { kind: openai-responses, baseUrl: "${simUrl}/v1" }
-models:
-  - { id: sim-chat, upstream: chat-only }
-  - { id: sim-responses, upstream: native }
+  (simUrl) => `${simulatorUpstreams(simUrl)}models:
+  - { id: sim-chat, upstream: chat }
+  - { id: sim-responses, upstream: responses }
 `,
   { maxBodyBytes: MAX_BODY_BYTES },
 );
