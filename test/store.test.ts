@@ -38,6 +38,12 @@ storeSuite(t, 'SQLite', async () => {
   return { store: new SqliteStore(file), reopen: async () => new SqliteStore(file) };
 });
 
+// What the gateway runs: usage batches go to a thread of their own as journal lines, bound from their arrays.
+storeSuite(t, 'SQLite, usage written by its thread', async () => {
+  const file = sqliteFile();
+  return { store: new SqliteStore(file, { usageWriter: 'thread' }), reopen: async () => new SqliteStore(file) };
+});
+
 storeSuite(t, 'PostgreSQL', async () => {
   const url = await postgresDatabase();
   return { store: await PostgresStore.open(url), reopen: () => PostgresStore.open(url) };

@@ -7,7 +7,6 @@
  */
 import { readlinkSync } from 'node:fs';
 import { parentPort, workerData } from 'node:worker_threads';
-import { decodeRecord } from './journal-lines.js';
 import { SqliteStore } from './sqlite.js';
 import type { WriterReply, WriterRequest } from './usage-writer.js';
 
@@ -22,9 +21,9 @@ try {
 parentPort!.postMessage({ tid } satisfies WriterReply);
 
 const store = new SqliteStore(workerData.file as string, workerData.options);
-parentPort!.on('message', async ({ id, lines }: WriterRequest) => {
+parentPort!.on('message', ({ id, lines }: WriterRequest) => {
   try {
-    await store.writeUsage(lines.map(decodeRecord));
+    store.writeUsageLines(lines);
     parentPort!.postMessage({ id } satisfies WriterReply);
   } catch (err) {
     parentPort!.postMessage({ id, error: (err as Error).message } satisfies WriterReply);

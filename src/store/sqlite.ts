@@ -15,7 +15,7 @@ import { BroadcastChannel } from 'node:worker_threads';
 import type { Logger } from 'pino';
 import { jsonText, toGroup, toKey, toUsage, type GroupRow, type KeyRow, type UsageRow } from './rows.js';
 import { hashSecret, mintKey } from './secrets.js';
-import { encodeRecord } from './journal-lines.js';
+import { encodeRecord, recordLinePosition, recordLineValues } from './journal-lines.js';
 import { openSqlite, type SqliteConnection } from './sqlite-driver.js';
 import { UsageWriter } from './usage-writer.js';
 import type { ApiKey, AuditEntry, AuditQuery, Budget, Group, GroupInput, KeyPatch, Limits, StoreBackend, UpstreamActivity, UsagePoint, UsageQuery, UsageRecord, UsageTotals } from './store.js';
@@ -136,12 +136,23 @@ const usageColumns: ReadonlyArray<readonly [column: string, field: keyof UsageRe
  */
 function usageValues(record: UsageRecord): unknown[] {
   const values = new Array<unknown>(usageColumns.length);
-  for (let i = 0; i < usageColumns.length; i++) {
-    const value = record[usageColumns[i]![1]];
-    values[i] = typeof value === 'boolean' ? (value ? 1 : 0) : (value ?? null);
-  }
+  for (let i = 0; i < usageColumns.length; i++) values[i] = bindable(record[usageColumns[i]![1]]);
   return values;
 }
+
+/** Where each column's value sits in a record's journal line. */
+const columnLinePositions = usageColumns.map(([, field]) => recordLinePosition(field));
+
+/** The same values, from a record's journal line read as its array (recordLineValues). */
+function usageValuesFromLine(line: readonly unknown[]): unknown[] {
+  const values = new Array<unknown>(usageColumns.length);
+  for (let i = 0; i < usageColumns.length; i++) values[i] = bindable(line[columnLinePositions[i]!]);
+  return values;
+}
+
+const bindable = (value: unknown) => (typeof value === 'boolean' ? (value ? 1 : 0) : (value ?? null));
+const TIME_COLUMN = usageColumns.findIndex(([column]) => column === 'time');
+const KEY_COLUMN = usageColumns.findIndex(([column]) => column === 'key_id');
 
 /** node:sqlite's rows have no prototype; what the store hands out are ordinary objects. */
 const plain = <T extends object>(row: T): T => ({ ...row });
@@ -317,12 +328,23 @@ export class SqliteStore implements StoreBackend {
 
   async writeUsage(records: readonly UsageRecord[], lines?: readonly string[]): Promise<void> {
     if (this.writer) return this.writer.write(lines ?? records.map(encodeRecord));
+    this.insertUsage(records.map(usageValues));
+  }
+
+  /** The writer thread's side of `writeUsage`: a batch as the records' journal lines, bound from their arrays. */
+  writeUsageLines(lines: readonly string[]): void {
+    this.insertUsage(lines.map((line) => usageValuesFromLine(recordLineValues(line))));
+  }
+
+  /** One transaction: the rows (usageValues), then each key's last-used time. */
+  private insertUsage(rows: readonly unknown[][]): void {
     const lastUsed = new Map<string, number>();
-    for (const r of records) if (r.keyId) lastUsed.set(r.keyId, Math.max(r.time, lastUsed.get(r.keyId) ?? 0));
+    for (const row of rows) {
+      const key = row[KEY_COLUMN], time = row[TIME_COLUMN] as number;
+      if (typeof key === 'string' && key) lastUsed.set(key, Math.max(time, lastUsed.get(key) ?? 0));
+    }
     this.db.transaction(() => {
-      for (const r of records) {
-        this.stmt.insertUsage.run(...usageValues(r));
-      }
+      for (const row of rows) this.stmt.insertUsage.run(...row);
       for (const [id, time] of lastUsed) this.stmt.touchKey.run(time, id);
     });
   }

@@ -4,7 +4,7 @@
  * scheduling.
  *
  * **Background priority.** The thread runs under SCHED_IDLE: it gets a core only when nothing else
- * wants one. Its work is about 6 µs of CPU per record, in bursts of a few milliseconds per batch.
+ * wants one. Its work is about 4 µs of CPU per record, in bursts of a few milliseconds per batch.
  * At normal priority each burst kept a core busy at moments when the clients and the upstream were
  * being woken, so the kernel woke them on the serving thread's core instead, and they preempted it:
  * with the inserts the serving thread was preempted 14,000–20,000 times in 6 s at saturation, 3,000–
