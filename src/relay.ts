@@ -488,10 +488,15 @@ export class Relay implements ResponseSink {
     if (err.status === 401 || err.status === 403) {
       this.pipeline.fail(ex, res, new GatewayError('upstream_error', `Upstream \`${upstream.name}\` rejected the gateway's credentials (${status}).`));
     } else if (status >= 400 && status < 500) {
-      // The client's own mistake as the upstream saw it: same status; the same body when the family matches.
-      ex.failedWith(err);
+      // The client's own mistake as the upstream saw it: same status; the same body when the family
+      // matches. Translated, the upstream's words name its own fields (`messages` for a Responses
+      // `input`), so they are said as the upstream's, without a `param` the client's request lacks.
+      const said = passthrough
+        ? err
+        : new GatewayError(err.code, `Upstream \`${upstream.name}\` answered ${status} to the request as translated for it: ${err.message}`, null, err.status, err.upstreamCode, err.retryAfterSeconds);
+      ex.failedWith(said);
       ex.status = status;
-      res.reply(status, errorHeaders(err), passthrough ? body : ex.clientFamily.errorBody(err));
+      res.reply(status, errorHeaders(said), passthrough ? body : ex.clientFamily.errorBody(said));
     } else {
       const message = `Upstream \`${upstream.name}\` answered ${status}: ${err.message}`;
       // The dialect's reading of the status counts (Anthropic's 529, overloaded, is a 503).
