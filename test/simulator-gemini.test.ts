@@ -6,8 +6,7 @@ import { countTokens } from 'gpt-tokenizer';
 import { generateContent, routeGemini, toJsonSchema } from '../plugins/upstreams/simulator/gemini.js';
 import type { SimReply } from '../plugins/upstreams/simulator/reply.js';
 import simulatorPlugin, { routeSimulator, simulatorUpstream } from '../plugins/upstreams/simulator/index.js';
-import type { BootContext, ResponseSink, UpstreamFactory } from '../src/contracts.js';
-import { GatewayError } from '../src/errors.js';
+import type { BootContext, UpstreamFactory } from '../src/contracts.js';
 
 // ---------------------------------------------------------------------------------------------
 // Helpers

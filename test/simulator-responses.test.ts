@@ -6,7 +6,7 @@ import type { Response as OAResponse, ResponseInputItem, ResponseStreamEvent } f
 import { createResponse, routeResponses } from '../plugins/upstreams/simulator/responses.js';
 import type { SimReply } from '../plugins/upstreams/simulator/reply.js';
 import simulatorPlugin, { simulatorUpstream } from '../plugins/upstreams/simulator/index.js';
-import type { BootContext, ResponseSink, UpstreamFactory } from '../src/contracts.js';
+import type { BootContext, UpstreamFactory } from '../src/contracts.js';
 import { GatewayError } from '../src/errors.js';
 
 // ---------------------------------------------------------------------------------------------

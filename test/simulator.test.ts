@@ -9,7 +9,7 @@ import { countTokens } from 'gpt-tokenizer';
 import { plan, parseDirectives, units, type EngineInput, type JsonSchema, type SimMessage } from '../plugins/upstreams/simulator/engine.js';
 import { chatCompletion, routeChat, type SimReply } from '../plugins/upstreams/simulator/chat.js';
 import simulatorPlugin, { simulatorUpstream } from '../plugins/upstreams/simulator/index.js';
-import type { BootContext, ResponseSink, UpstreamCall, UpstreamFactory } from '../src/contracts.js';
+import type { BootContext, UpstreamCall, UpstreamFactory } from '../src/contracts.js';
 import { GatewayError } from '../src/errors.js';
 import { SseSplitter, frameData } from '../src/sse.js';
 import { estimateTokens } from '../src/tokens.js';

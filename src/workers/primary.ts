@@ -26,7 +26,7 @@ import { MemoryLimiter } from '../limits/memory.js';
 import { spendInUsage } from '../limits/limiter.js';
 import type { ReloadOutcome } from '../reload.js';
 import { LimiterHost } from './limiter.js';
-import type { PrimaryMessage, ThreadData, ThreadMessage, WorkerPool } from './protocol.js';
+import type { PrimaryMessage, ThreadData, ThreadMessage } from './protocol.js';
 
 /** The replacement of a thread that keeps dying waits longer each time, up to this. */
 const MAX_RESTART_DELAY_MS = 10_000;

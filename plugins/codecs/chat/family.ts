@@ -10,7 +10,6 @@ import {
   type FamilyPassthrough,
   frameJson,
   GatewayError,
-  jsonOrUndefined,
   lengthOf,
   looksLikeJsonObject,
   parseRequestJson,

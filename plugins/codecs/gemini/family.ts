@@ -11,7 +11,6 @@ import {
   type FamilyPassthrough,
   frameJson,
   GatewayError,
-  jsonOrUndefined,
   lengthOf,
   looksLikeJsonObject,
   type ModelConfig,

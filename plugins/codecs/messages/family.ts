@@ -9,7 +9,6 @@ import {
   type Exchange,
   type FamilyPassthrough,
   frameJson,
-  jsonOrUndefined,
   lengthOf,
   looksLikeJsonObject,
   type ModelConfig,

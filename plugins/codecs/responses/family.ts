@@ -9,7 +9,6 @@ import {
   type FamilyPassthrough,
   frameJson,
   GatewayError,
-  jsonOrUndefined,
   lengthOf,
   looksLikeJsonObject,
   ObjectKeyNeedle,
