@@ -3,7 +3,7 @@
  * of another), in passthrough, and in what is billed. A stream cut before its end (no
  * finish_reason or [DONE], no response.completed, no finishReason, no message_stop) ends with the
  * client family's failure, not a finish, and is recorded as failed; so does a passthrough event
- * that is not JSON (Responses, Gemini, Messages, as chat already did). An error frame without a
+ * that is not JSON (Responses, Gemini as SSE and as its JSON array, Messages, as chat already did). An error frame without a
  * type is an error too; a 200 that carries an error is the channel failing (another channel
  * answers when there is one); a failure event ends the client's stream and the upstream call at
  * once, even when the upstream then stays silent; and a token count no upstream could make
@@ -59,6 +59,9 @@ const answers: Record<string, { body?: string; stream?: string[]; hold?: boolean
     ],
   },
   'cut-gemini': { stream: [geminiChunk('Half an ans')] },
+  // Whole Gemini streams without a finishReason in their last event.
+  'usage-after-finish-gemini': { stream: [geminiChunk('Whole', 'STOP'), `data: ${JSON.stringify({ usageMetadata: { promptTokenCount: 3, candidatesTokenCount: 1, totalTokenCount: 4 } })}\n\n`] },
+  'blocked-gemini': { stream: [`data: ${JSON.stringify({ promptFeedback: { blockReason: 'SAFETY' }, usageMetadata: { promptTokenCount: 3, totalTokenCount: 3 } })}\n\n`] },
   'error-200': { body: JSON.stringify({ error: { message: 'upstream exploded', type: 'server_error' } }) },
   'no-usage': { body: JSON.stringify({ id: 'chatcmpl-liar', object: 'chat.completion', created: 1767225600, model: 'liar', choices: [{ index: 0, message: { role: 'assistant', content: 'An answer of some length, long enough to be counted as more than a token or two.' }, finish_reason: 'stop' }] }) },
   'malformed-responses-native': {
@@ -168,6 +171,8 @@ models:
   - { id: cut-responses, upstream: liar-responses }
   - { id: untyped-error, upstream: liar-responses }
   - { id: cut-gemini, upstream: liar-gemini }
+  - { id: usage-after-finish-gemini, upstream: liar-gemini }
+  - { id: blocked-gemini, upstream: liar-gemini }
   - { id: error-200, upstream: liar-chat }
   - { id: error-then-silent, upstream: liar-chat }
   - id: error-200-then-healthy
@@ -316,6 +321,7 @@ t.test('a passthrough stream cut short, or with an event that is not JSON, fails
     ['chat, no event at all', '/v1/chat/completions', { model: 'empty-stream', stream: true, messages: [{ role: 'user', content: 'hi' }] }, /data: \{"error":\{[^\n]*cut short/],
     ['Responses, cut', '/v1/responses', { model: 'cut-responses', input: 'hi', stream: true }, /event: response\.failed\ndata: \{"type":"response\.failed"[^\n]*cut short/],
     ['Responses, an event not JSON', '/v1/responses', { model: 'malformed-responses-native', input: 'hi', stream: true }, /event: response\.failed\ndata: [^\n]*not JSON/],
+    ['Gemini, cut', '/v1beta/models/cut-gemini:streamGenerateContent?alt=sse', { contents: [{ role: 'user', parts: [{ text: 'hi' }] }] }, /data: \{"error":\{[^\n]*before a finishReason: it was cut short/],
     ['Gemini, an event not JSON', '/v1beta/models/malformed-gemini-native:streamGenerateContent?alt=sse', { contents: [{ role: 'user', parts: [{ text: 'hi' }] }] }, /data: \{"error":\{[^\n]*not JSON/],
     ['Messages, cut', '/v1/messages', { model: 'cut-messages-native', max_tokens: 16, stream: true, messages: [{ role: 'user', content: 'hi' }] }, /event: error\ndata: [^\n]*before message_stop/],
     ['Messages, an event not JSON', '/v1/messages', { model: 'malformed-messages-native', max_tokens: 16, stream: true, messages: [{ role: 'user', content: 'hi' }] }, /event: error\ndata: [^\n]*not JSON/],
@@ -327,6 +333,35 @@ t.test('a passthrough stream cut short, or with an event that is not JSON, fails
     t.match(text, failure, `${what}: ends with the family's failure`);
     t.notMatch(text, /^data: (?:\{not json|<html>|\[DONE\])|event: response\.completed|event: message_stop|"finishReason":"STOP"|"finish_reason":"stop"/m, `${what}: nothing of the lie, and no finish, after it`);
     t.match(await usageRecord(res), { outcome: 'error' }, `${what}: recorded as failed`);
+  }
+});
+
+t.test("Gemini's JSON-array stream (no alt=sse) ends with its failure, in an array that parses, when cut or not JSON", async (t) => {
+  const auth = { 'x-goog-api-key': gw.key, 'content-type': 'application/json' };
+  const body = JSON.stringify({ contents: [{ role: 'user', parts: [{ text: 'hi' }] }] });
+  for (const [model, failure] of [['cut-gemini', /cut short/], ['malformed-gemini-native', /not JSON/]] as const) {
+    const res = await fetch(`${gw.url}/v1beta/models/${model}:streamGenerateContent`, { method: 'POST', headers: auth, body });
+    const text = await res.text();
+    let events: any[] = [];
+    t.doesNotThrow(() => (events = JSON.parse(text)), `${model}: the array parses`);
+    t.match(events[0], { candidates: [{ content: { parts: [{ text: /^Half/ } ] } }] }, `${model}: the events before the lie are relayed`);
+    t.match(events.at(-1), { error: { status: 'INTERNAL', message: failure } }, `${model}: the last element is the failure`);
+    t.notOk(events.some((e) => e.candidates?.[0]?.finishReason), `${model}: no finish after the lie`);
+    t.match(await usageRecord(res), { outcome: 'error' }, `${model}: recorded as failed`);
+  }
+});
+
+t.test('a Gemini stream is whole once an event said why it ends, wherever that event is', async (t) => {
+  const auth = { 'x-goog-api-key': gw.key, 'content-type': 'application/json' };
+  const body = JSON.stringify({ contents: [{ role: 'user', parts: [{ text: 'hi' }] }] });
+  for (const model of ['usage-after-finish-gemini', 'blocked-gemini']) {
+    for (const query of ['?alt=sse', '']) {
+      const res = await fetch(`${gw.url}/v1beta/models/${model}:streamGenerateContent${query}`, { method: 'POST', headers: auth, body });
+      const text = await res.text();
+      t.notMatch(text, /"error"/, `${model}${query}: no failure added`);
+      t.match(text, /"(finishReason|blockReason)":/, `${model}${query}: relayed as it came`);
+      t.match(await usageRecord(res), { outcome: 'finished', promptTokens: 3 }, `${model}${query}: recorded whole, with the upstream's usage`);
+    }
   }
 });
 

@@ -34,6 +34,18 @@ const USAGE_KEY = Buffer.from('"usageMetadata"');
 export const USAGE_METADATA = new ObjectKeyNeedle('usageMetadata');
 const USAGE_FRAMES: SparseScan = { key: USAGE_METADATA, lastFrame: false };
 
+/**
+ * What a frame that says why a stream ends holds: a candidate's `finishReason`, or a blocked
+ * prompt's `blockReason` (such a stream has no candidate). Searched with their colon, which an
+ * escaped quote inside a text can never be followed by.
+ */
+const ENDING_KEYS = [Buffer.from('"finishReason":'), Buffer.from('"blockReason":')];
+const saysWhyItEnds = (bytes: Buffer) => ENDING_KEYS.some((key) => bytes.includes(key));
+/** A JSON object's outline: `{` first, `}` last, whitespace aside. */
+const OBJECT_OUTLINE = /^\s*\{[^]*\}\s*$/;
+/** An event that is Google's error: `{"error": {…}}`. */
+const ERROR_EVENT = /^\s*\{\s*"error"\s*:/;
+
 /** Frames events as SSE, or as the elements of one JSON array. */
 export class GeminiFraming {
   private opened = false;
@@ -62,16 +74,29 @@ export function geminiPassthrough(ex: Exchange, errorBody: (err: GatewayError) =
   let lastUsageFrame: Buffer | undefined;
   let pending = '';
   let estimate: Usage | undefined;
+  /** A frame said why the stream ends: a finishReason, or a blocked prompt's reason (a stream with no candidate). */
+  let saidWhy = false;
   return {
     // As SSE the frames pass unchanged and only usage frames matter; as a JSON array each is rewritten.
     // Every relayed frame must be outlined as a JSON object, or the stream ends with the error event; the upstream's own error event ends it too.
-    ...(sse && { sparse: USAGE_FRAMES, check: (run: Buffer) => firstFrameToStopAt(run, '[DONE]') }),
+    ...(sse && {
+      sparse: USAGE_FRAMES,
+      check(run: Buffer) {
+        saidWhy ||= saysWhyItEnds(run);
+        return firstFrameToStopAt(run, '[DONE]');
+      },
+    }),
     frame(frame) {
       // A copy: a view would pin the whole upstream chunk for the rest of the stream.
       if (hasObjectField(frame, USAGE_KEY)) lastUsageFrame = Buffer.from(frame);
       if (sse) return true;
       const data = frameData(frame);
-      if (data) pending += framing.event(data);
+      if (!data) return false;
+      // An event that is not a JSON object would break the array the client parses: the failure event instead.
+      if (!OBJECT_OUTLINE.test(data)) throw new GatewayError('upstream_error', `The upstream sent a stream event that is not JSON: ${data.slice(0, 80)}`);
+      // The upstream's own failure event is a reason too (as SSE, the relay stops at it).
+      saidWhy ||= ERROR_EVENT.test(data) || saysWhyItEnds(frame);
+      pending += framing.event(data);
       return false;
     },
     take() {
@@ -80,11 +105,18 @@ export function geminiPassthrough(ex: Exchange, errorBody: (err: GatewayError) =
       return out;
     },
     end() {
+      // Closed before any frame said why it stops: cut short, not a whole answer.
+      if (!saidWhy) throw new GatewayError('upstream_error', 'The upstream ended the stream before a finishReason: it was cut short.');
       if (lastUsageFrame) return framing.close();
       estimate = estimateUsage(ex);
       return framing.event(JSON.stringify({ usageMetadata: writeGeminiUsage(estimate), modelVersion: ex.modelId })) + framing.close();
     },
-    fail: (err) => framing.event(errorBody(err)) + framing.close(),
+    // The frames read before the failure come first: it may be thrown from `frame`, before they were taken.
+    fail(err) {
+      const before = pending;
+      pending = '';
+      return before + framing.event(errorBody(err)) + framing.close();
+    },
     usage: () => estimate ?? (lastUsageFrame && readGeminiUsage(jsonOrUndefined<{ usageMetadata?: UpstreamGeminiUsage }>(frameData(lastUsageFrame))?.usageMetadata)),
   };
 }
