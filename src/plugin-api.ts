@@ -47,6 +47,7 @@ export type { ErrorCode, ErrorKind } from './errors.js';
 // The canonical form every family translates through.
 export * as canonical from './canonical.js';
 export { unreadableEvent } from './canonical.js';
+export { splitToolId, toolIdWithSignature } from './tool-call-ids.js';
 
 // Reading and writing the wire: JSON bodies, request caps, server-sent events, bytes.
 export { jsonOrUndefined, looksLikeJsonObject, parseRequestJson, parseUpstreamJson, positiveNumber, withFields } from './json-body.js';

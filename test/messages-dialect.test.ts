@@ -75,8 +75,11 @@ for (const stream of [false, true]) {
     const second = await openai.chat.completions.create({ model: 'claude', reasoning_effort: 'low', messages, tools });
     t.match(second.choices[0]!.message.content, /^The tool returned: .*Sunny/, 'the upstream took the turn');
     const sent = await lastUpstreamRequest();
-    t.equal(sent.thinking, undefined, 'thinking is left off when the replayed tool turn has no signed thinking, which Anthropic would refuse');
-    t.same(sent.messages.at(-1).content[0], { type: 'tool_result', tool_use_id: call.id, content: [{ type: 'text', text: 'Sunny' }] });
+    // The turn's signed thinking rode in the call's id (src/tool-call-ids.ts), so thinking stays on.
+    t.match(sent.thinking, { type: 'enabled', budget_tokens: 1024 }, 'thinking stays on: the replayed tool turn has its signed thinking back');
+    t.match(sent.messages.at(-2).content[0], { type: 'thinking', signature: /./ }, 'the thinking block, signed, ahead of the call');
+    const [upstreamId] = call.id.split('__sig__');
+    t.same(sent.messages.at(-1).content[0], { type: 'tool_result', tool_use_id: upstreamId, content: [{ type: 'text', text: 'Sunny' }] });
   });
 }
 

@@ -18,7 +18,8 @@ import { defaultRequestCaps } from '../src/request-caps.js';
 import { SseSplitter, frameData } from '../src/sse.js';
 import { messagesFamily } from '../plugins/codecs/messages/family.js';
 import { messagesPassthrough, messagesStreamReader, messagesStreamWriter } from '../plugins/codecs/messages/stream.js';
-import { readClientToolId, safeToolId, thinkingFromSignature } from '../plugins/codecs/messages/wire.js';
+import { safeToolId, thinkingFromSignature } from '../plugins/codecs/messages/wire.js';
+import { splitToolId } from '../src/tool-call-ids.js';
 import { edited, pathsIn, simulatorUpstreams, startStack } from './helpers.js';
 
 // Property runs by the thousand, CPU-bound: more than tap's default 60 s on two busy cores.
@@ -307,7 +308,7 @@ t.test('written streams: the SDK accumulates the same answer, and the reader rea
       t.equal(text, expected.text);
       t.equal(thinking, expected.reasoning ?? '');
       t.same(
-        calls.map((c) => ({ ...readClientToolId(c.id), name: c.name, input: c.input })),
+        calls.map((c) => ({ ...splitToolId(c.id), name: c.name, input: c.input })),
         // Ids outside Anthropic's pattern are made to fit it; signatures ride along.
         expected.toolCalls.map((c) => ({ id: safeToolId(c.id), ...(c.signature && { signature: c.signature }), name: c.name, input: JSON.parse(c.arguments) })),
       );

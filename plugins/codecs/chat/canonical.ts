@@ -1,5 +1,5 @@
 /** Chat completions requests and answers to and from the canonical pivot. */
-import { canonical as C, type Exchange, GatewayError, type ModelConfig, newId, unixNow, type Usage } from '../../../src/plugin-api.js';
+import { canonical as C, type Exchange, GatewayError, type ModelConfig, newId, splitToolId, toolIdWithSignature, unixNow, type Usage } from '../../../src/plugin-api.js';
 import type { ChatPart, ChatRequest } from './schema.js';
 import type { ChatCompletion, ChatUpstreamBody, ChatUpstreamMessage, ChatUpstreamPart, ChatUsage, UpstreamChatCompletion, UpstreamChatUsage } from './wire.js';
 
@@ -88,13 +88,17 @@ export function chatToCanonical(req: ChatRequest, model: ModelConfig, native: bo
         const toolCalls: C.ToolCall[] = [];
         (m.tool_calls ?? []).forEach((c, j) => {
           if (c.type !== 'function') return refuse(`messages[${i}].tool_calls[${j}]`, 'a custom tool call');
-          (toolNames ??= new Map()).set(c.id, c.function.name);
-          toolCalls.push({ id: c.id, name: c.function.name, arguments: c.function.arguments });
+          // The id may carry the call's signature (src/tool-call-ids.ts), made when the gateway wrote it.
+          const { id, signature } = splitToolId(c.id);
+          (toolNames ??= new Map()).set(id, c.function.name);
+          toolCalls.push({ id, name: c.function.name, arguments: c.function.arguments, ...(signature && { signature }) });
         });
         return messages.push({ role: 'assistant', content: partsOf(m.content, where, native), toolCalls });
       }
-      case 'tool':
-        return messages.push({ role: 'tool', toolCallId: m.tool_call_id, name: toolNames?.get(m.tool_call_id), content: partsOf(m.content, where, native) });
+      case 'tool': {
+        const { id } = splitToolId(m.tool_call_id);
+        return messages.push({ role: 'tool', toolCallId: id, name: toolNames?.get(id), content: partsOf(m.content, where, native) });
+      }
       default:
         return refuse(`messages[${i}].role`, `the '${m.role}' role`);
     }
@@ -267,7 +271,7 @@ export function canonicalToChatResponse(res: C.Response, ex: Exchange): ChatComp
           refusal: null,
           ...(res.reasoning && { reasoning_content: res.reasoning }),
           ...(res.toolCalls.length && {
-            tool_calls: res.toolCalls.map((c) => ({ id: c.id, type: 'function', function: { name: c.name, arguments: c.arguments } })),
+            tool_calls: res.toolCalls.map((c) => ({ id: toolIdWithSignature(c.id, c.signature), type: 'function', function: { name: c.name, arguments: c.arguments } })),
           }),
         },
         logprobs: null,

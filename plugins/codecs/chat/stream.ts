@@ -17,6 +17,7 @@ import {
   occursAt,
   removeNullFields,
   type SparseScan,
+  toolIdWithSignature,
   unixNow,
   unreadableEvent,
   type Usage,
@@ -185,7 +186,7 @@ export function chatStreamWriter(ex: Exchange, errorBody: (err: GatewayError) =>
           return opening() + dataFrame(reasoningBefore + JSON.stringify(e.delta) + reasoningAfter);
         case 'tool_call':
           toolCalls++;
-          return opening() + chunk({ tool_calls: [{ index: e.index, id: e.id, type: 'function', function: { name: e.name, arguments: '' } }] });
+          return opening() + chunk({ tool_calls: [{ index: e.index, id: toolIdWithSignature(e.id, e.signature), type: 'function', function: { name: e.name, arguments: '' } }] });
         case 'tool_arguments':
           return chunk({ tool_calls: [{ index: e.index, function: { arguments: e.delta } }] });
         case 'finish':

@@ -9,6 +9,13 @@ import { geminiSchemaToJsonSchema } from './json-schema.js';
 import type { GeminiGenerationConfig, GeminiRequest, GeminiRequestPart } from './schema.js';
 import type { GeminiAnswer, GeminiContent, GeminiGenerationOut, GeminiPart, GeminiUpstreamBody, GeminiUsage, UpstreamGeminiAnswer, UpstreamGeminiPart, UpstreamGeminiUsage } from './wire.js';
 
+/**
+ * The thought signature Google documents for a function call it did not make (history moved from
+ * another model, or written by the client): Gemini 3 skips its validation instead of refusing the
+ * turn with "Function call is missing a thought_signature".
+ */
+export const NO_THOUGHT_SIGNATURE = 'skip_thought_signature_validator';
+
 /** Whether a chunk's `usageMetadata` holds totals (a prompt count at least); readGeminiUsage reads only those. */
 export const hasGeminiUsage = (u: UpstreamGeminiUsage | null | undefined): u is UpstreamGeminiUsage & { promptTokenCount: number } =>
   !!u && typeof u === 'object' && typeof u.promptTokenCount === 'number';
@@ -239,7 +246,7 @@ export function canonicalToGemini(req: C.Request): GeminiUpstreamBody {
     else if (m.role === 'user') contents.push({ role: 'user', parts: writeParts(m.content) });
     else if (m.role === 'assistant') {
       const parts = writeParts(m.content);
-      for (const c of m.toolCalls) {
+      for (const [i, c] of m.toolCalls.entries()) {
         names.set(c.id, c.name);
         let args: unknown;
         try {
@@ -247,8 +254,11 @@ export function canonicalToGemini(req: C.Request): GeminiUpstreamBody {
         } catch {
           throw new GatewayError('invalid_request', `The arguments of tool call '${c.id}' are not valid JSON.`, 'tool_calls');
         }
-        // Gemini 3 wants each call part replayed with its signature (7.11 item 3).
-        parts.push({ functionCall: { name: c.name, args }, ...(c.signature && { thoughtSignature: c.signature }) });
+        // Gemini 3 wants each call part replayed with its signature (7.11 item 3), and refuses a
+        // turn whose first call has none: a call made elsewhere (another model, a client's own
+        // history) gets the value Google documents for history it did not write.
+        const signature = c.signature ?? (i === 0 ? NO_THOUGHT_SIGNATURE : undefined);
+        parts.push({ functionCall: { name: c.name, args }, ...(signature && { thoughtSignature: signature }) });
       }
       contents.push({ role: 'model', parts: parts.length ? parts : [{ text: '' }] });
     } else {

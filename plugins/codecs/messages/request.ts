@@ -1,5 +1,5 @@
 /** Messages requests to and from the canonical pivot. */
-import { canonical as C, echoed, GatewayError, type ModelConfig } from '../../../src/plugin-api.js';
+import { canonical as C, echoed, GatewayError, type ModelConfig, splitToolId } from '../../../src/plugin-api.js';
 import type { MessagesRequest } from './schema.js';
 import {
   type AnyBlock,
@@ -8,7 +8,6 @@ import {
   type MessagesToolChoice,
   type MessagesUpstreamBody,
   parsedInput,
-  readClientToolId,
   type ResultBlock,
   safeToolId,
   type TextBlock,
@@ -56,7 +55,7 @@ export function messagesToCanonical(req: MessagesRequest, model: ModelConfig, na
       for (const b of blocks) {
         if (b.type === 'text' && b.text) content.push({ type: 'text', text: b.text });
         else if (b.type === 'tool_use') {
-          const { id, signature } = readClientToolId(b.id);
+          const { id, signature } = splitToolId(b.id);
           toolNames.set(b.id, b.name);
           toolCalls.push({ id, name: b.name, arguments: JSON.stringify(b.input ?? {}), ...(signature && { signature }) });
         }
@@ -70,7 +69,7 @@ export function messagesToCanonical(req: MessagesRequest, model: ModelConfig, na
       const at = `${where}[${j}]`;
       if (b.type === 'tool_result' && m.role === 'user') {
         // Results go first, right after the calls, as the other families place them.
-        messages.push({ role: 'tool', toolCallId: readClientToolId(b.tool_use_id).id, name: toolNames.get(b.tool_use_id), content: resultParts(b, at, refuse) });
+        messages.push({ role: 'tool', toolCallId: splitToolId(b.tool_use_id).id, name: toolNames.get(b.tool_use_id), content: resultParts(b, at, refuse) });
         return;
       }
       const part = userPart(b, at, refuse);

@@ -3,7 +3,7 @@
  * opaque state that rides along with them.
  */
 import { createHash } from 'node:crypto';
-import { canonical as C, codeForStatus, eventFrame, GatewayError, type JsonObject, jsonOrUndefined, type Usage } from '../../../src/plugin-api.js';
+import { canonical as C, codeForStatus, eventFrame, GatewayError, type JsonObject, jsonOrUndefined, type Usage, toolIdWithSignature } from '../../../src/plugin-api.js';
 
 // Blocks, tools and choices are hand-written: the schema (schema.ts) checks each block type with
 // if/then so that types it does not know pass, and json-schema-to-ts derives only `{ type: string }`
@@ -329,9 +329,6 @@ export function readMessagesError(status: number, body: Buffer | string | Upstre
 }
 
 const TOOL_ID = /^[A-Za-z0-9_-]+$/;
-/** Splits a client's tool id from the opaque state it carries (never made by the sanitising below). */
-const SIGNATURE_MARK = '__sig__';
-
 /**
  * A tool id as Anthropic takes it (^[A-Za-z0-9_-]+$): others are made to match, the same id always
  * alike, so a call and its result still pair.
@@ -339,22 +336,8 @@ const SIGNATURE_MARK = '__sig__';
 export const safeToolId = (id: string): string =>
   TOOL_ID.test(id) ? id : `${id.replace(/[^A-Za-z0-9_-]+/g, '-')}-${createHash('sha256').update(id).digest('hex').slice(0, 8)}`;
 
-/**
- * A canonical tool call's id as a Messages client sees it. A call's opaque signature (a Gemini
- * thought signature) rides in the id: clients replay tool ids exactly but drop fields the API does
- * not define.
- */
-export function clientToolId(id: string, signature?: string): string {
-  const safe = safeToolId(id);
-  return signature ? `${safe}${SIGNATURE_MARK}${Buffer.from(signature).toString('base64url')}` : safe;
-}
-
-/** A client's tool id back as the canonical id and its signature. */
-export function readClientToolId(id: string): { id: string; signature?: string } {
-  const at = id.indexOf(SIGNATURE_MARK);
-  if (at < 0) return { id };
-  return { id: id.slice(0, at), signature: Buffer.from(id.slice(at + SIGNATURE_MARK.length), 'base64url').toString() };
-}
+/** A canonical tool call's id as a Messages client sees it: Anthropic's charset, and its signature (src/tool-call-ids.ts). */
+export const clientToolId = (id: string, signature?: string): string => toolIdWithSignature(safeToolId(id), signature);
 
 /** Marks the thinking blocks of an Anthropic turn inside a canonical tool call's signature. */
 const THINKING_KEY = 'sluice.anthropic.thinking';

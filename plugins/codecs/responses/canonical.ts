@@ -3,7 +3,7 @@
  * what a chat-only upstream cannot do is refused up front, and what it can do in another shape
  * (custom tools, namespaced tools) is mapped there and back.
  */
-import { canonical as C, type Exchange, GatewayError, type ModelConfig, newId, StateKey, unixNow, type Usage } from '../../../src/plugin-api.js';
+import { canonical as C, type Exchange, GatewayError, type ModelConfig, newId, splitToolId, StateKey, toolIdWithSignature, unixNow, type Usage } from '../../../src/plugin-api.js';
 import { itemType, type ResponsesRequest } from './schema.js';
 import {
   type CallOutputItem,
@@ -175,20 +175,24 @@ export function responsesToCanonical(req: ResponsesRequest, model: ModelConfig, 
       case 'function_call': {
         const item = raw as FunctionCallItem;
         const name = flatName(item.name, item.namespace);
-        toolNames.set(item.call_id, name);
-        assistantTurn().toolCalls.push({ id: item.call_id, name, arguments: item.arguments });
+        // The id may carry the call's signature (src/tool-call-ids.ts), made when the gateway wrote it.
+        const { id, signature } = splitToolId(item.call_id);
+        toolNames.set(id, name);
+        assistantTurn().toolCalls.push({ id, name, arguments: item.arguments, ...(signature && { signature }) });
         break;
       }
       case 'custom_tool_call': {
         const item = raw as CustomToolCallItem;
-        toolNames.set(item.call_id, item.name);
-        assistantTurn().toolCalls.push({ id: item.call_id, name: item.name, arguments: JSON.stringify({ input: item.input }) });
+        const { id, signature } = splitToolId(item.call_id);
+        toolNames.set(id, item.name);
+        assistantTurn().toolCalls.push({ id, name: item.name, arguments: JSON.stringify({ input: item.input }), ...(signature && { signature }) });
         break;
       }
       case 'function_call_output':
       case 'custom_tool_call_output': {
         const item = raw as CallOutputItem;
-        messages.push({ role: 'tool', toolCallId: item.call_id, name: toolNames.get(item.call_id), content: partsOf(item.output, `${where}.output`, refuse) });
+        const { id } = splitToolId(item.call_id);
+        messages.push({ role: 'tool', toolCallId: id, name: toolNames.get(id), content: partsOf(item.output, `${where}.output`, refuse) });
         break;
       }
       case 'reasoning':
@@ -384,13 +388,13 @@ export function callItem(call: C.ToolCall, mapping: ToolMapping | undefined, sta
     } catch {
       // Arguments that are not the expected object are passed on as the input text.
     }
-    return { type: 'custom_tool_call', id: itemId ?? newId('ctc_'), call_id: call.id, name: call.name, input, status };
+    return { type: 'custom_tool_call', id: itemId ?? newId('ctc_'), call_id: toolIdWithSignature(call.id, call.signature), name: call.name, input, status };
   }
   const original = mapping?.namespaced.get(call.name);
   return {
     type: 'function_call',
     id: itemId ?? newId('fc_'),
-    call_id: call.id,
+    call_id: toolIdWithSignature(call.id, call.signature),
     name: original?.name ?? call.name,
     ...(original && { namespace: original.namespace }),
     arguments: call.arguments,

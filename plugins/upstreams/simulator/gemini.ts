@@ -71,6 +71,11 @@ export interface GeminiRequest {
    * asked for thoughts; they spend `maxOutputTokens` before the answer does.
    */
   thoughts?: string[];
+  /**
+   * The model thinks (a `thinkingConfig` whose budget is not 0), summary or not: its calls carry
+   * thought signatures, and in the current turn replayed calls must bring them back (Gemini 3).
+   */
+  signs?: boolean;
 }
 
 /** Google's canonical status names by HTTP status. */
@@ -270,7 +275,7 @@ function callPart(request: GeminiRequest, call: PlannedCall): object {
   const parsed: unknown = call.argumentsJson === '' ? undefined : JSON.parse(call.argumentsJson);
   const args = parsed === undefined ? {} : { args: isRecord(parsed) ? parsed : { value: parsed } };
   const part: Record<string, unknown> = { functionCall: { name: call.name, ...args } };
-  if (request.thoughts) part.thoughtSignature = thoughtSignature(call);
+  if (request.signs) part.thoughtSignature = thoughtSignature(call);
   return part;
 }
 
@@ -400,15 +405,18 @@ export function parseGeminiRequest(body: unknown, model: string, stream?: Gemini
     const text = systemText(system);
     if (text !== '') messages.push({ role: 'system', text, images: 0 });
   }
-  for (const message of parseContents(field(body, 'contents'))) messages.push(message);
+  const config = field(body, 'generationConfig') ?? {};
+  if (!isRecord(config)) throw invalid("Invalid value at 'generation_config': expected an object.");
+  const rawThinking = field(config, 'thinkingConfig');
+  const thinking = parseThinkingConfig(rawThinking);
+  const signs = rawThinking !== undefined && thinking.budget !== 0;
+  for (const message of parseContents(field(body, 'contents'), signs)) messages.push(message);
 
   const tools = parseTools(field(body, 'tools'));
   const toolChoice = parseToolConfig(field(body, 'toolConfig'), tools);
   const safety = field(body, 'safetySettings');
   if (safety !== undefined && !Array.isArray(safety)) throw invalid("Invalid value at 'safety_settings': expected a list.");
 
-  const config = field(body, 'generationConfig') ?? {};
-  if (!isRecord(config)) throw invalid("Invalid value at 'generation_config': expected an object.");
   for (const name of ['temperature', 'topP', 'topK', 'presencePenalty', 'frequencyPenalty']) optionalNumber(field(config, name), `generationConfig.${name}`);
   const n = positiveInteger(field(config, 'candidateCount'), 'generationConfig.candidateCount') ?? 1;
   if (n > MAX_CANDIDATES) throw invalid(`Only 1 to ${MAX_CANDIDATES} candidates are supported (generationConfig.candidateCount: ${n}).`);
@@ -418,7 +426,6 @@ export function parseGeminiRequest(body: unknown, model: string, stream?: Gemini
 
   let thoughts: string[] | undefined;
   let answerBudget = maxOutputTokens;
-  const thinking = parseThinkingConfig(field(config, 'thinkingConfig'));
   if (thinking.includeThoughts && thinking.budget !== 0) {
     let kept = fragments(THOUGHT_TEXT);
     if (thinking.budget !== undefined && thinking.budget > 0) kept = kept.slice(0, thinking.budget);
@@ -432,6 +439,7 @@ export function parseGeminiRequest(body: unknown, model: string, stream?: Gemini
     stream,
     input: { messages, tools, toolChoice, responseFormat, maxTokens: answerBudget, stop, n },
     thoughts,
+    signs,
   };
 }
 
@@ -461,7 +469,7 @@ type Part =
   | { kind: 'text'; text: string }
   | { kind: 'thought' }
   | { kind: 'media'; image: boolean }
-  | { kind: 'call'; name: string; args: Record<string, unknown> }
+  | { kind: 'call'; name: string; args: Record<string, unknown>; signed: boolean }
   | { kind: 'response'; name: string; text: string }
   | { kind: 'skip' };
 
@@ -504,7 +512,7 @@ function parsePart(raw: unknown, where: string): Part {
       const args = field(call, 'args') ?? {};
       if (!isRecord(args)) throw invalid(`Invalid value at '${where}.function_call.args' (type.googleapis.com/google.protobuf.Struct): expected an object.`);
       optionalString(field(call, 'id'), `${where}.function_call.id`);
-      return { kind: 'call', name, args };
+      return { kind: 'call', name, args, signed: signature !== undefined };
     }
     case 'functionResponse': {
       const response = record(value, `${where}.function_response`);
@@ -538,11 +546,27 @@ interface Turn {
   responses: number;
 }
 
-function parseContents(raw: unknown): SimMessage[] {
+/**
+ * Gemini 3's rule, played when thoughts are on: in the current turn (after the last user content
+ * that is not only function responses), each model content's first call must come back with its
+ * thought signature. Any value passes here, the documented bypass included.
+ */
+function missingSignature(contents: { role: string; firstCall?: { name: string; signed: boolean }; asks: boolean }[]): string | undefined {
+  let start = 0;
+  contents.forEach((c, i) => c.role === 'user' && c.asks && (start = i + 1));
+  for (const [i, c] of contents.entries()) {
+    if (i < start || !c.firstCall || c.firstCall.signed) continue;
+    return `Function call is missing a thought_signature in functionCall parts. This is required for tools to work correctly, and missing thought_signature may lead to degraded model performance. Additional data, function call \`default_api:${c.firstCall.name}\` , position ${i + 1}. Please refer to https://ai.google.dev/gemini-api/docs/thought-signatures for more details.`;
+  }
+  return undefined;
+}
+
+function parseContents(raw: unknown, thinking: boolean): SimMessage[] {
   if (raw === undefined) throw invalid('* GenerateContentRequest.contents: contents is not specified');
   if (!Array.isArray(raw)) throw invalid("Invalid value at 'contents': expected a list of Content objects.");
   if (raw.length === 0) throw invalid('* GenerateContentRequest.contents: contents is not specified');
   const messages: SimMessage[] = [];
+  const signing: Parameters<typeof missingSignature>[0] = [];
   let previous: Turn | undefined;
   raw.forEach((content: unknown, i) => {
     const where = `contents[${i}]`;
@@ -569,6 +593,8 @@ function parseContents(raw: unknown): SimMessage[] {
       }
     }
 
+    const firstCall = parts.find((part) => part.kind === 'call');
+    signing.push({ role, asks: texts.length > 0 || images > 0, ...(firstCall?.kind === 'call' && { firstCall }) });
     const turn: Turn = { role, calls: calls.length, responses: responses.length };
     if (turn.calls > 0 && previous?.role !== 'user') throw invalid(CALL_TURN_RULE);
     if ((previous?.calls ?? 0) > 0 || turn.responses > 0) {
@@ -586,6 +612,8 @@ function parseContents(raw: unknown): SimMessage[] {
       if (texts.length > 0 || images > 0 || responses.length === 0) messages.push({ role: 'user', text: texts.join('\n'), images });
     }
   });
+  const missing = thinking ? missingSignature(signing) : undefined;
+  if (missing) throw invalid(missing);
   return messages;
 }
 

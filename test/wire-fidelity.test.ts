@@ -1,0 +1,88 @@
+/**
+ * Details of the wire that a client of one family on an upstream of another depends on, each found
+ * by a black-box run against the reference (shared reference/protocols.md) and failing before its
+ * fix. Thought signatures: a Gemini 3 upstream refuses a replayed call without its signature, so a
+ * chat or Responses agent on it failed at its second turn; the signature now rides in the call's
+ * id, as it already did for Messages clients, and a call the gateway has no signature for (history
+ * from elsewhere) gets the bypass value Google documents.
+ */
+import OpenAI from 'openai';
+import t from 'tap';
+import { simulatorUpstreams, startStack } from './helpers.js';
+
+const { sim, gw } = await startStack(
+  (simUrl) => `${simulatorUpstreams(simUrl)}models:
+  - { id: sim-chat, upstream: chat }
+  - { id: sim-responses, upstream: responses }
+  - { id: sim-gemini, upstream: gemini }
+  - { id: sim-messages, upstream: messages }
+`,
+);
+const openai = new OpenAI({ apiKey: gw.key, baseURL: `${gw.url}/v1`, maxRetries: 0 });
+type Json = any;
+const lastUpstreamRequest = async (): Promise<Json> => ((await (await fetch(`${sim.url}/stats`)).json()) as Json).lastRequest;
+const weather = { name: 'get_weather', description: 'The weather in a city', parameters: { type: 'object', properties: { city: { type: 'string' } }, required: ['city'] } };
+
+t.test('Gemini thought signatures survive a chat client\'s tool loop, streamed or not', async (t) => {
+  const tools = [{ type: 'function' as const, function: weather }];
+  const ask = [{ role: 'user' as const, content: 'Weather in Oslo?' }];
+  for (const stream of [false, true]) {
+    let call: { id: string; name: string; arguments: string };
+    if (stream) {
+      const parts = { id: '', name: '', arguments: '' };
+      for await (const c of await openai.chat.completions.create({ model: 'sim-gemini', reasoning_effort: 'low', tools, messages: ask, stream: true })) {
+        const d = c.choices[0]?.delta.tool_calls?.[0];
+        if (d?.id) parts.id = d.id;
+        if (d?.function?.name) parts.name = d.function.name;
+        parts.arguments += d?.function?.arguments ?? '';
+      }
+      call = parts;
+    } else {
+      const first = await openai.chat.completions.create({ model: 'sim-gemini', reasoning_effort: 'low', tools, messages: ask });
+      const c = first.choices[0]!.message.tool_calls![0]! as { id: string; function: { name: string; arguments: string } };
+      call = { id: c.id, ...c.function };
+    }
+    t.match(call.id, /__sig__/, `stream ${stream}: the call's id carries its signature`);
+    const second = await openai.chat.completions.create({
+      model: 'sim-gemini',
+      reasoning_effort: 'low',
+      tools,
+      messages: [...ask, { role: 'assistant', content: null, tool_calls: [{ id: call.id, type: 'function', function: { name: call.name, arguments: call.arguments } }] }, { role: 'tool', tool_call_id: call.id, content: 'Sunny' }],
+    });
+    t.equal(second.choices[0]!.finish_reason, 'stop', `stream ${stream}: the second turn is answered`);
+    const replayed = (await lastUpstreamRequest()).contents[1].parts.find((p: Json) => p.functionCall);
+    t.match(replayed.thoughtSignature, /^[A-Za-z0-9+/]{43}=$/, `stream ${stream}: the upstream got the signature it made back`);
+  }
+});
+
+t.test('Gemini thought signatures survive a Responses client\'s tool loop', async (t) => {
+  const tools = [{ type: 'function' as const, strict: false, ...weather }];
+  const first = await openai.responses.create({ model: 'sim-gemini', reasoning: { effort: 'low' }, tools, input: 'Weather in Oslo?' });
+  const call = first.output.find((o) => o.type === 'function_call') as Json;
+  t.match(call.call_id, /__sig__/, "the call's call_id carries its signature");
+  const second = await openai.responses.create({
+    model: 'sim-gemini',
+    reasoning: { effort: 'low' },
+    tools,
+    input: [{ role: 'user', content: 'Weather in Oslo?' }, call, { type: 'function_call_output', call_id: call.call_id, output: 'Sunny' }],
+  });
+  t.equal(second.status, 'completed', 'the second turn is answered');
+  const replayed = (await lastUpstreamRequest()).contents[1].parts.find((p: Json) => p.functionCall);
+  t.match(replayed.thoughtSignature, /^[A-Za-z0-9+/]{43}=$/, 'the upstream got the signature it made back');
+});
+
+t.test('a call the gateway has no signature for reaches Gemini with the documented bypass, and is answered', async (t) => {
+  const r = await openai.chat.completions.create({
+    model: 'sim-gemini',
+    reasoning_effort: 'low',
+    tools: [{ type: 'function', function: weather }],
+    messages: [
+      { role: 'user', content: 'Weather in Oslo?' },
+      { role: 'assistant', content: null, tool_calls: [{ id: 'call_from_elsewhere', type: 'function', function: { name: 'get_weather', arguments: '{"city":"Oslo"}' } }] },
+      { role: 'tool', tool_call_id: 'call_from_elsewhere', content: 'Sunny' },
+    ],
+  });
+  t.equal(r.choices[0]!.finish_reason, 'stop');
+  const replayed = (await lastUpstreamRequest()).contents[1].parts.find((p: Json) => p.functionCall);
+  t.equal(replayed.thoughtSignature, 'skip_thought_signature_validator');
+});
