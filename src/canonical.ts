@@ -11,6 +11,7 @@ export type Part =
   | { type: 'text'; text: string }
   /** `url` may be a `data:` URL; `where` is the client's parameter, for messages. */
   | { type: 'image'; url: string; detail?: string; mimeType?: string; where?: string }
+  /** `data` is a `data:` URL (`data:application/pdf;base64,…`), as chat, Responses and Messages clients send it. */
   | { type: 'file'; fileId?: string; url?: string; data?: string; filename?: string; mimeType?: string }
   | { type: 'audio'; data: string; format: string };
 
@@ -135,6 +136,16 @@ export interface StreamWriter {
 }
 
 /** The text of text parts, joined. */
+/**
+ * A file's name: its own, or for inline data one made from its type (`document.pdf`), since
+ * OpenAI's APIs want a name with `file_data` and Gemini and Messages documents may have none.
+ */
+export function fileNameOf(file: Extract<Part, { type: 'file' }>): string | undefined {
+  if (file.filename || !file.data) return file.filename;
+  const type = file.mimeType ?? /^data:([^;,]+)/.exec(file.data)?.[1] ?? 'application/pdf';
+  return `document.${type.split('/')[1]?.replace(/[^a-z0-9]+/gi, '') || 'bin'}`;
+}
+
 export function textOf(parts: Part[]): string {
   let out = '';
   for (const p of parts) if (p.type === 'text') out += p.text;

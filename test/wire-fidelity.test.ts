@@ -86,3 +86,32 @@ t.test('a call the gateway has no signature for reaches Gemini with the document
   const replayed = (await lastUpstreamRequest()).contents[1].parts.find((p: Json) => p.functionCall);
   t.equal(replayed.thoughtSignature, 'skip_thought_signature_validator');
 });
+
+/** A tiny PDF, base64. */
+const PDF = Buffer.from('%PDF-1.4\n1 0 obj <<>> endobj\ntrailer <<>>\n%%EOF\n').toString('base64');
+
+t.test('a PDF reaches each upstream as that upstream takes it: raw base64 for Gemini, a data URL with a name for OpenAI', async (t) => {
+  const fromChat = await openai.chat.completions.create({
+    model: 'sim-gemini',
+    messages: [{ role: 'user', content: [{ type: 'file', file: { file_data: `data:application/pdf;base64,${PDF}`, filename: 'doc.pdf' } }, { type: 'text', text: 'Summarize' }] }],
+  });
+  t.equal(fromChat.choices[0]!.finish_reason, 'stop', 'a chat client\'s PDF on Gemini is answered');
+  t.same((await lastUpstreamRequest()).contents[0].parts[0], { inlineData: { mimeType: 'application/pdf', data: PDF } }, 'Gemini got the bytes, not a data URL');
+
+  const fromMessages = await fetch(`${gw.url}/v1/messages`, {
+    method: 'POST',
+    headers: { 'x-api-key': gw.key, 'anthropic-version': '2023-06-01', 'content-type': 'application/json' },
+    body: JSON.stringify({ model: 'sim-gemini', max_tokens: 32, messages: [{ role: 'user', content: [{ type: 'document', source: { type: 'base64', media_type: 'application/pdf', data: PDF } }, { type: 'text', text: 'Summarize' }] }] }),
+  });
+  t.equal(fromMessages.status, 200, 'a Messages document on Gemini is answered');
+
+  const body = JSON.stringify({ contents: [{ role: 'user', parts: [{ inlineData: { mimeType: 'application/pdf', data: PDF } }, { text: 'Summarize' }] }] });
+  for (const model of ['sim-chat', 'sim-responses', 'sim-messages']) {
+    const res = await fetch(`${gw.url}/v1beta/models/${model}:generateContent`, { method: 'POST', headers: { 'x-goog-api-key': gw.key, 'content-type': 'application/json' }, body });
+    t.equal(res.status, 200, `a Gemini client's PDF on ${model} is answered`);
+    const sent = await lastUpstreamRequest();
+    const part = JSON.stringify(sent);
+    if (model === 'sim-messages') t.match(part, `"source":{"type":"base64","media_type":"application/pdf","data":"${PDF}"}`, `${model}: a base64 document`);
+    else t.match(part, `"file_data":"data:application/pdf;base64,${PDF}","filename":"document.pdf"`, `${model}: a data URL with a name`);
+  }
+});

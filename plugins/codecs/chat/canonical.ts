@@ -171,7 +171,7 @@ function writeParts(parts: C.Part[]): string | ChatUpstreamPart[] {
       case 'image':
         return { type: 'image_url', image_url: { url: p.url, ...(p.detail && { detail: p.detail }) } };
       case 'file':
-        return { type: 'file', file: { file_id: p.fileId, file_data: p.data, filename: p.filename } };
+        return { type: 'file', file: { file_id: p.fileId, file_data: p.data, filename: C.fileNameOf(p) } };
       case 'audio':
         return { type: 'input_audio', input_audio: { data: p.data, format: p.format } };
     }

@@ -68,7 +68,7 @@ function partsOf(parts: GeminiRequestPart[], where: string): C.Part[] {
       if (p.text) out.push({ type: 'text', text: p.text });
     } else if (p.inlineData) {
       const { mimeType, data } = p.inlineData;
-      out.push(mimeType.startsWith('image/') ? { type: 'image', url: `data:${mimeType};base64,${data}`, mimeType, where: `${where}[${j}]` } : { type: 'file', data, mimeType });
+      out.push(mimeType.startsWith('image/') ? { type: 'image', url: `data:${mimeType};base64,${data}`, mimeType, where: `${where}[${j}]` } : { type: 'file', data: `data:${mimeType};base64,${data}`, mimeType });
     } else if (p.fileData) {
       const { mimeType = '', fileUri } = p.fileData;
       out.push(mimeType.startsWith('image/') ? { type: 'image', url: fileUri, mimeType, where: `${where}[${j}]` } : { type: 'file', url: fileUri, mimeType });
@@ -210,7 +210,8 @@ function writeParts(parts: C.Part[]): GeminiPart[] {
         return inline ? { inlineData: inline } : { fileData: { mimeType: p.mimeType ?? guessImageType(p.url), fileUri: p.url } };
       }
       case 'file':
-        if (p.data) return { inlineData: { mimeType: p.mimeType ?? 'application/pdf', data: p.data } };
+        // A data URL's type and bytes; bare base64 (a plugin's canonical request, say) is taken as it is.
+        if (p.data) return { inlineData: dataUrl(p.data) ?? { mimeType: p.mimeType ?? 'application/pdf', data: p.data } };
         if (p.url) return { fileData: { mimeType: p.mimeType ?? 'application/pdf', fileUri: p.url } };
         throw new GatewayError('unsupported_parameter', 'Files by id cannot be sent to a content-generation upstream; send the file data.', 'file');
       case 'audio':

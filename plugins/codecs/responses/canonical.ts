@@ -258,7 +258,7 @@ function writeParts(parts: C.Part[], role: 'user' | 'assistant'): UpstreamBoundP
       case 'image':
         return { type: 'input_image', image_url: p.url, detail: p.detail ?? 'auto' };
       case 'file':
-        return { type: 'input_file', ...(p.fileId && { file_id: p.fileId }), ...(p.url && { file_url: p.url }), ...(p.data && { file_data: p.data }), ...(p.filename && { filename: p.filename }) };
+        return { type: 'input_file', ...(p.fileId && { file_id: p.fileId }), ...(p.url && { file_url: p.url }), ...(p.data && { file_data: p.data }), ...(C.fileNameOf(p) && { filename: C.fileNameOf(p) }) };
       case 'audio':
         return { type: 'input_audio', input_audio: { data: p.data, format: p.format } };
     }
