@@ -66,6 +66,7 @@ export { createHttpUpstream } from './http-upstream.js';
 
 // Tokens, usage estimates, prices and budgets.
 export { estimateTokens } from './tokens.js';
+export type { EstimateOptions } from './tokens.js';
 export { estimateDeliveredOutput, estimateUsage } from './usage-estimate.js';
 export { worstCaseCost } from './cost.js';
 export { budgetPeriod } from './budget.js';

@@ -5,6 +5,7 @@
  */
 import t from 'tap';
 import WebSocket from 'ws';
+import { estimateTokens } from '../src/tokens.js';
 import { eventually, simulatorUpstreams, startStack } from './helpers.js';
 
 t.setTimeout(120_000);
@@ -125,6 +126,26 @@ t.test('tpm: the reservation is prompt plus output ceiling, reconciled with the 
   const huge = await settle(chat(key, 'Huge', { max_tokens: 2000 }));
   t.equal(huge.status, 429);
   t.match(JSON.parse(huge.text).error.message, /Request too large/);
+});
+
+t.test('a prompt shaped around the estimate\'s windows is still counted: cheap text where fixed windows fall, dear text elsewhere', async (t) => {
+  // Rare CJK (at least a token a character) everywhere but where the fixed windows of src/tokens.ts
+  // sample the text past its first 2 KB: there, spaces (a run of them is a token or two).
+  const rest = 60_000;
+  const chars = new Array<string>(rest).fill('龘');
+  const GOLDEN = 0.6180339887498949;
+  for (let k = 0; k < 16; k++) {
+    const at = Math.floor(((k + ((k * GOLDEN) % 1)) * rest) / 16);
+    for (let i = Math.max(0, at - 64); i < Math.min(rest, at + 256); i++) chars[i] = ' ';
+  }
+  const prompt = ' '.repeat(2048) + chars.join('');
+  const dear = chars.filter((c) => c === '龘').length;
+  t.ok(estimateTokens(prompt) < dear / 10, `fixed windows see ${estimateTokens(prompt)} tokens of at least ${dear}: the shape works on them`);
+  t.ok(estimateTokens(prompt, { sampling: 'random' }) > dear / 2, 'drawn windows see the dear text');
+  const { key } = await keyIn({ limits: { tpm: 20_000 } });
+  const refused = await settle(chat(key, prompt, { max_tokens: 16 }));
+  t.equal(refused.status, 429, 'the limit refuses it before the upstream is called (it passed before)');
+  t.match(JSON.parse(refused.text).error.message, /Request too large/);
 });
 
 t.test('a model limit holds across keys', async (t) => {

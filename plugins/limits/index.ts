@@ -84,7 +84,8 @@ export default definePlugin(({ limiter, log }) => {
     const needsCost = prices !== undefined && scopes.some((s) => s.budget);
     if (!needsTokens && !needsCost) return { ask: { tokens: 0, cost: 0 } };
     const text = ex.clientFamily.promptText(ex);
-    const input = estimateTokens(text);
+    // Drawn windows: a prompt shaped around fixed ones would pass its limits (src/tokens.ts).
+    const input = estimateTokens(text, { sampling: 'random' });
     const { max, default: byDefault } = ex.model!.maxOutputTokens;
     const asked = ex.clientFamily.requestedOutputTokens?.(ex);
     // Over the max, the model rules clamp it or refuse the request: either way no more than max runs.
