@@ -31,8 +31,9 @@ const isCount = (n: unknown) => Number.isSafeInteger(n) && (n as number) >= 0 &&
 
 /**
  * The first count in `usage` that no upstream could have made (negative, fractional, not a number,
- * above MAX_EXCHANGE_TOKENS), named with its value; undefined when each could be real. Billing an
- * upstream's negative count would refund a budget, and a huge one would exhaust it for good.
+ * above MAX_EXCHANGE_TOKENS, alone or with input and output together), named with its value;
+ * undefined when each could be real. Billing an upstream's negative count would refund a budget,
+ * and a huge one would exhaust it for good.
  */
 export function implausibleCount(usage: Usage): string | undefined {
   for (const field of REQUIRED_COUNTS) if (!isCount(usage[field])) return `${field}: ${String(usage[field])}`;
@@ -40,5 +41,6 @@ export function implausibleCount(usage: Usage): string | undefined {
     const n = usage[field];
     if (n !== undefined && n !== null && !isCount(n)) return `${field}: ${String(n)}`;
   }
+  if (usage.inputTokens + usage.outputTokens > MAX_EXCHANGE_TOKENS) return `inputTokens + outputTokens: ${usage.inputTokens + usage.outputTokens}`;
   return undefined;
 }

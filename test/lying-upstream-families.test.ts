@@ -29,6 +29,8 @@ const MESSAGE_START = `event: message_start\ndata: ${JSON.stringify({ type: 'mes
 
 const NEGATIVE = { prompt_tokens: -5, completion_tokens: -3, total_tokens: -8 };
 const HUGE = { prompt_tokens: 1e20, completion_tokens: 9007199254740993, total_tokens: 1e20 };
+/** Each count within one exchange's bound, their sum past it. */
+const HUGE_TOGETHER = { prompt_tokens: 99_000_000, completion_tokens: 99_000_000, total_tokens: 198_000_000 };
 const FRACTIONAL = { prompt_tokens: 1.5, completion_tokens: 2.7, total_tokens: 4.2 };
 
 /**
@@ -40,6 +42,7 @@ const answers: Record<string, { body?: string; stream?: string[]; hold?: boolean
   'error-200-for-stream': { body: JSON.stringify({ error: { message: 'upstream exploded', type: 'server_error' } }), whole: true },
   'negative-usage': { body: completion(NEGATIVE), stream: [chunk({ role: 'assistant', content: 'Four words' }), chunk({}, 'stop'), chunk({}, null, NEGATIVE), 'data: [DONE]\n\n'] },
   'huge-usage': { body: completion(HUGE) },
+  'huge-together-usage': { body: completion(HUGE_TOGETHER) },
   'fractional-usage': { body: completion(FRACTIONAL) },
   'finish-without-done': { stream: [chunk({ role: 'assistant', content: 'Whole' }), chunk({}, 'stop')] },
   'empty-stream': { stream: [] },
@@ -164,6 +167,7 @@ models:
   - { id: error-messages-native, upstream: liar-messages }
   - { id: negative-usage, upstream: liar-chat, prices: ${prices} }
   - { id: huge-usage, upstream: liar-chat, prices: ${prices} }
+  - { id: huge-together-usage, upstream: liar-chat, prices: ${prices} }
   - { id: fractional-usage, upstream: liar-chat, prices: ${prices} }
   - { id: cut-chat, upstream: liar-chat }
   - { id: finish-without-done, upstream: liar-chat }
@@ -213,6 +217,7 @@ t.test('a token count no upstream could make is not billed: the estimate is, nev
     ['negative, Messages on a chat upstream', messages({ model: 'negative-usage' })],
     ['past any context, chat passthrough', chat({ model: 'huge-usage' })],
     ['past any context, Messages on a chat upstream', messages({ model: 'huge-usage' })],
+    ['each in bounds, past any context together', chat({ model: 'huge-together-usage' })],
     ['fractional, chat passthrough', chat({ model: 'fractional-usage' })],
   ];
   for (const [what, pending] of cases) {
