@@ -16,6 +16,8 @@ const { sim, gw } = await startStack(
   - { id: sim-responses, upstream: responses }
   - { id: sim-gemini, upstream: gemini }
   - { id: sim-messages, upstream: messages }
+  - { id: capped, upstream: chat, upstreamModel: sim-chat, maxOutputTokens: { max: 1000 } }
+  - { id: clamped, upstream: chat, upstreamModel: sim-chat, maxOutputTokens: { max: 1000, overMax: clamp } }
 `,
 );
 const openai = new OpenAI({ apiKey: gw.key, baseURL: `${gw.url}/v1`, maxRetries: 0 });
@@ -114,4 +116,19 @@ t.test('a PDF reaches each upstream as that upstream takes it: raw base64 for Ge
     if (model === 'sim-messages') t.match(part, `"source":{"type":"base64","media_type":"application/pdf","data":"${PDF}"}`, `${model}: a base64 document`);
     else t.match(part, `"file_data":"data:application/pdf;base64,${PDF}","filename":"document.pdf"`, `${model}: a data URL with a name`);
   }
+});
+
+t.test('max_tokens beside max_completion_tokens: the larger is the ceiling the model rules hold, and the upstream gets one field', async (t) => {
+  const both = { max_completion_tokens: 100, max_tokens: 100_000 };
+  const refused = await openai.chat.completions.create({ model: 'capped', messages: [{ role: 'user', content: 'Hi' }], ...both }).catch((e) => e);
+  t.equal(refused.status, 400, 'over the maximum, whichever field holds it (it reached the upstream before)');
+  t.match(refused.error, { param: 'max_tokens', message: /at most 1000/ });
+  const clamped = await openai.chat.completions.create({ model: 'clamped', messages: [{ role: 'user', content: 'Hi [[sim tokens=3]]' }], ...both });
+  t.equal(clamped.choices[0]!.finish_reason, 'stop');
+  const sent = await lastUpstreamRequest();
+  t.equal(sent.max_completion_tokens, 1000, 'clamped to the maximum');
+  t.notOk('max_tokens' in sent, 'and only in one field');
+  await openai.chat.completions.create({ model: 'sim-chat', messages: [{ role: 'user', content: 'Hi [[sim tokens=3]]' }], max_completion_tokens: 300, max_tokens: 200 });
+  const within = await lastUpstreamRequest();
+  t.same([within.max_completion_tokens, within.max_tokens], [300, undefined], 'within bounds, the larger, in the current field');
 });

@@ -65,6 +65,18 @@ function partOf(p: ChatPart, where: string): C.Part | undefined {
 }
 
 /**
+ * The field that holds a chat request's output ceiling: `max_completion_tokens`, or the older
+ * `max_tokens`; with both, the larger, which the model rules check and the upstream may obey
+ * (before, a `max_tokens` far above the model's maximum rode past them beside a small
+ * `max_completion_tokens`).
+ */
+export function outputCeilingField(req: Pick<ChatRequest, 'max_tokens' | 'max_completion_tokens'>): 'max_tokens' | 'max_completion_tokens' | undefined {
+  const { max_tokens: old, max_completion_tokens: current } = req;
+  if (current == null) return old == null ? undefined : 'max_tokens';
+  return old != null && old > current ? 'max_tokens' : 'max_completion_tokens';
+}
+
+/**
  * The client's chat request, canonically. For a chat upstream (`native`) nothing is refused: what
  * has no canonical form is left out, as the upstream gets the client's own bytes.
  */
@@ -124,7 +136,7 @@ export function chatToCanonical(req: ChatRequest, model: ModelConfig, native: bo
     refuse('tool_choice', `tool_choice '${choice.type}'`);
     toolChoice = 'auto';
   }
-  const maxField = req.max_completion_tokens != null ? 'max_completion_tokens' : req.max_tokens != null ? 'max_tokens' : undefined;
+  const maxField = outputCeilingField(req);
 
   const rf = req.response_format;
   // Not checked by the schema: only a string is a description (other families' upstreams take only that).
@@ -142,7 +154,7 @@ export function chatToCanonical(req: ChatRequest, model: ModelConfig, native: bo
     toolChoice,
     parallelToolCalls: req.parallel_tool_calls,
     format,
-    maxOutputTokens: req.max_completion_tokens ?? req.max_tokens ?? undefined,
+    maxOutputTokens: maxField && req[maxField]!,
     temperature: req.temperature ?? undefined,
     topP: req.top_p ?? undefined,
     stop: typeof req.stop === 'string' ? [req.stop] : (req.stop ?? undefined),

@@ -21,7 +21,7 @@ import {
   withFields,
 } from '../../../src/plugin-api.js';
 import { bearerCredential, openAiErrorBody } from '../openai-common.js';
-import { canonicalToChatResponse, chatToCanonical, readChatUsage } from './canonical.js';
+import { canonicalToChatResponse, chatToCanonical, outputCeilingField, readChatUsage } from './canonical.js';
 import { chatPassthrough, chatStreamWriter, USAGE_OBJECT } from './stream.js';
 import { type ChatRequest, chatRequestSchema } from './schema.js';
 import type { UpstreamChatChunk, UpstreamChatUsage } from './wire.js';
@@ -59,9 +59,14 @@ const passthrough: FamilyPassthrough = {
     const req = requestOf(ex);
     const model = ex.model!;
     const fields: Record<string, unknown> = {};
-    // A default or a clamp goes in the field the client used, so the body never carries both.
-    if (rules.defaultOutputTokens !== undefined) {
-      fields[req.max_completion_tokens == null && req.max_tokens != null ? 'max_tokens' : 'max_completion_tokens'] = rules.defaultOutputTokens;
+    // A default or a clamp goes in the field the client used. With both, the upstream gets one:
+    // the larger, as the model rules checked it, in the current field.
+    const ceiling = outputCeilingField(req);
+    if (req.max_tokens != null && req.max_completion_tokens != null) {
+      fields.max_tokens = undefined;
+      fields.max_completion_tokens = rules.defaultOutputTokens ?? req[ceiling!];
+    } else if (rules.defaultOutputTokens !== undefined) {
+      fields[ceiling ?? 'max_completion_tokens'] = rules.defaultOutputTokens;
     }
     if (model.upstreamModel !== req.model) fields.model = model.upstreamModel;
     // The only server-side tool a chat client can ask for.
@@ -115,7 +120,10 @@ export const family: Omit<ClientFamily, 'decode'> = {
 
   credential: bearerCredential,
 
-  requestedOutputTokens: (ex) => positiveNumber(requestOf(ex).max_completion_tokens ?? requestOf(ex).max_tokens),
+  requestedOutputTokens: (ex) => {
+    const field = outputCeilingField(requestOf(ex));
+    return field && positiveNumber(requestOf(ex)[field]);
+  },
 
   promptText(ex) {
     const req = requestOf(ex);
