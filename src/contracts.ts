@@ -277,6 +277,11 @@ export interface Upstream {
   /** The wire family this upstream speaks. */
   readonly family: string;
   send(req: UpstreamRequest, sink: ResponseSink): UpstreamCall;
+  /**
+   * Its key and configured header values: replaced by `[redacted]` in the upstream's error words
+   * before a client, a log or a usage record sees them (src/upstream-secrets.ts).
+   */
+  readonly secrets?: readonly string[];
   close?(): Promise<void>;
   /** Its connection pool now, for upstreams that keep one; read when metrics are scraped. */
   stats?(): UpstreamStats;

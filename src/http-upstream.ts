@@ -7,6 +7,7 @@
 import { createRequire } from 'node:module';
 import type { ResponseSink, Upstream, UpstreamCall, UpstreamRequest, UpstreamStats } from './contracts.js';
 import { GatewayError } from './errors.js';
+import { secretsOf } from './upstream-secrets.js';
 
 /**
  * undici, loaded when the first upstream is made rather than with this module: the plugin API
@@ -185,6 +186,7 @@ export function createHttpUpstream(kind: HttpUpstreamKind, name: string, raw: Re
   return {
     name,
     family: kind.family,
+    secrets: secretsOf([options.apiKey, ...fixedHeaders.values()]),
     send(req, sink) {
       const call = new HttpCall(req, sink, gate);
       call.deadline = setTimeout(() => call.fail(timeoutError(name, 'totalMs', timeouts.totalMs)), timeouts.totalMs);

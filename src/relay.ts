@@ -7,6 +7,7 @@ import { AnswerCollector, eventsOf, type Event, type FinishReason, type Response
 import type { ClientResponse } from './client-response.js';
 import { retryAfterMs, type Failover } from './channels/failover.js';
 import type { ClientStream, FamilyPassthrough, Plugin, ResponseSink, Upstream, UpstreamCall, UpstreamDialect } from './contracts.js';
+import { scrubBytes, scrubError, scrubText } from './upstream-secrets.js';
 import { implausibleCount, type Usage } from './usage.js';
 import { errorHeaders, GatewayError, withRetryAfter } from './errors.js';
 import { errorInAnswer } from './json-body.js';
@@ -140,8 +141,8 @@ export class Relay implements ResponseSink {
       const end = frameEndAt(bytes, stop);
       const said = failureSaid(bytes.subarray(stop, end));
       if (said !== undefined) {
-        // The upstream's own failure event: the client gets it as it came, and nothing after it.
-        this.forward(bytes.subarray(0, end));
+        // The upstream's own failure event: the client gets it as it came (its secrets aside), and nothing after it.
+        this.forward(scrubBytes(bytes.subarray(0, end), this.upstream.secrets));
         throw this.upstreamFailed(said);
       }
       if (stop > 0) this.forward(bytes.subarray(0, stop));
@@ -168,7 +169,7 @@ export class Relay implements ResponseSink {
   private malformedEvent(frames: Buffer): GatewayError {
     const end = frames.indexOf('\n\n');
     const event = end < 0 ? frames : frames.subarray(0, end);
-    const err = new GatewayError('upstream_error', `Upstream \`${this.upstream.name}\` sent a stream event that is not JSON: ${excerpt(event)}`);
+    const err = new GatewayError('upstream_error', `Upstream \`${this.upstream.name}\` sent a stream event that is not JSON: ${scrubText(excerpt(event), this.upstream.secrets)}`);
     // The call is stopped here: once the failover has settled the attempt, it no longer knows the call.
     this.call?.abort();
     this.failover.failed(err, undefined, false);
@@ -177,7 +178,7 @@ export class Relay implements ResponseSink {
 
   /** The upstream's failure event was relayed: the call stops here, and the failure is the channel's. */
   private upstreamFailed(said: string): GatewayError {
-    const err = new GatewayError('upstream_error', `Upstream \`${this.upstream.name}\` failed midway: ${said}`);
+    const err = new GatewayError('upstream_error', `Upstream \`${this.upstream.name}\` failed midway: ${scrubText(said, this.upstream.secrets)}`);
     this.failureRelayed = true;
     this.call?.abort();
     this.failover.failed(err, undefined, false);
@@ -252,7 +253,7 @@ export class Relay implements ResponseSink {
       ex.set(deliveredOutput, () => (this.sampled ? passthrough.deliveredText(framesOf(Buffer.concat(this.sample, this.sampled))) : ''));
       ex.set(deliveredScale, () => (this.sampled ? this.relayed / this.sampled : 1));
     } else {
-      this.stream = translating(ex, this.dialect, this.kept && this.keep);
+      this.stream = translating(ex, this.dialect, this.kept && this.keep, this.upstream.secrets);
     }
     ex.status = 200;
     ex.stage = 'streaming';
@@ -431,6 +432,11 @@ export class Relay implements ResponseSink {
    * 4xx are the client's own mistake.
    */
   private channelFailure(body: Buffer): GatewayError | undefined {
+    const failure = this.readChannelFailure(body);
+    return failure && scrubError(failure, this.upstream.secrets);
+  }
+
+  private readChannelFailure(body: Buffer): GatewayError | undefined {
     const { status } = this;
     // A passthrough 2xx whose body is not the family's answer (cut short, text in place of JSON, an error) is the channel failing too.
     if (status >= 200 && status < 300) {
@@ -480,7 +486,7 @@ export class Relay implements ResponseSink {
       res.reply(status, { 'content-type': 'application/json' }, ex.clientFamily.writeResponse(answer, ex));
       return;
     }
-    const read = dialect.readError(status, body);
+    const read = scrubError(dialect.readError(status, body), upstream.secrets);
     // A 429's or a 503's wait reaches the client in its family's terms: the header, and the body's field where it has one.
     const waitMs = this.retryAfterMs(read);
     const retryAfter = waitMs === undefined ? undefined : Math.ceil(waitMs / 1000);
@@ -496,7 +502,7 @@ export class Relay implements ResponseSink {
         : new GatewayError(err.code, `Upstream \`${upstream.name}\` answered ${status} to the request as translated for it: ${err.message}`, null, err.status, err.upstreamCode, err.retryAfterSeconds);
       ex.failedWith(said);
       ex.status = status;
-      res.reply(status, errorHeaders(said), passthrough ? body : ex.clientFamily.errorBody(said));
+      res.reply(status, errorHeaders(said), passthrough ? scrubBytes(body, upstream.secrets) : ex.clientFamily.errorBody(said));
     } else {
       const message = `Upstream \`${upstream.name}\` answered ${status}: ${err.message}`;
       // The dialect's reading of the status counts (Anthropic's 529, overloaded, is a 503).
@@ -567,7 +573,7 @@ function readKept(dialect: UpstreamDialect, body: Buffer, ex: Exchange): Respons
  * Reads upstream frames into canonical events and writes them as client frames, one write per
  * chunk; `keep`, when the exchange keeps its answer, hears every event.
  */
-function translating(ex: Exchange, dialect: UpstreamDialect, keep: ((events: Event[]) => void) | undefined): ClientStream {
+function translating(ex: Exchange, dialect: UpstreamDialect, keep: ((events: Event[]) => void) | undefined, secrets: readonly string[] | undefined): ClientStream {
   const reader = dialect.streamReader(ex);
   const writer = ex.clientFamily.streamWriter(ex);
   let usage: Usage | undefined;
@@ -590,8 +596,9 @@ function translating(ex: Exchange, dialect: UpstreamDialect, keep: ((events: Eve
         ex.answeredBecause([e.reason]);
       } else if (e.type === 'error') {
         failed = true;
-        ex.failedWith(e.error);
-        out += writer.fail(e.error);
+        const error = scrubError(e.error, secrets);
+        ex.failedWith(error);
+        out += writer.fail(error);
         break;
       }
       out += writer.event(e);

@@ -37,7 +37,7 @@ const FRACTIONAL = { prompt_tokens: 1.5, completion_tokens: 2.7, total_tokens: 4
  * What the liar answers for each upstream model: a whole body, or stream pieces; `hold` leaves the
  * stream open; `whole` answers with the body even when a stream was asked for.
  */
-const answers: Record<string, { body?: string; stream?: string[]; hold?: boolean; whole?: boolean }> = {
+const answers: Record<string, { status?: number; body?: string; stream?: string[]; hold?: boolean; whole?: boolean }> = {
   'whole-for-stream': { body: completion({ prompt_tokens: 4, completion_tokens: 5, total_tokens: 9 }), whole: true },
   'error-200-for-stream': { body: JSON.stringify({ error: { message: 'upstream exploded', type: 'server_error' } }), whole: true },
   'negative-usage': { body: completion(NEGATIVE), stream: [chunk({ role: 'assistant', content: 'Four words' }), chunk({}, 'stop'), chunk({}, null, NEGATIVE), 'data: [DONE]\n\n'] },
@@ -106,6 +106,11 @@ const answers: Record<string, { body?: string; stream?: string[]; hold?: boolean
       `event: error\ndata: ${JSON.stringify({ type: 'error', error: { type: 'overloaded_error', message: 'messages went wrong' } })}\n\n`,
     ],
   },
+  // Upstreams that echo the request's credentials ($AUTH) in their errors.
+  'echo-400': { status: 400, body: JSON.stringify({ error: { message: 'bad request for $AUTH', type: 'invalid_request_error' } }) },
+  'echo-500': { status: 500, body: JSON.stringify({ error: { message: 'crashed serving $AUTH', type: 'server_error' } }) },
+  'echo-200-error': { body: JSON.stringify({ error: { message: 'refused $AUTH', type: 'server_error' } }) },
+  'echo-stream-error': { stream: [chunk({ role: 'assistant', content: 'Half' }), `data: ${JSON.stringify({ error: { message: 'stream died for $AUTH', type: 'server_error' } })}\n\n`] },
   'error-then-silent': { stream: [chunk({ role: 'assistant', content: 'Half' }), `data: ${JSON.stringify({ error: { message: 'mid-stream boom', type: 'server_error' } })}\n\n`], hold: true },
 };
 
@@ -118,14 +123,17 @@ const liar = createServer((req: IncomingMessage, res) => {
   req.on('end', async () => {
     const fromPath = /\/models\/([^:/]+):/.exec(req.url ?? '')?.[1];
     const model: string = fromPath ?? JSON.parse(raw).model;
-    const answer = answers[model];
+    const known = answers[model];
+    const auth = String(req.headers.authorization ?? '');
+    const echo = (text: string) => text.replaceAll('$AUTH', auth);
+    const answer = known && { ...known, body: known.body && echo(known.body), stream: known.stream?.map(echo) };
     if (!answer) {
       res.writeHead(404, { 'content-type': 'application/json' });
       return res.end(JSON.stringify({ error: { message: `no such model ${model}` } }));
     }
     const stream = fromPath ? req.url!.includes('streamGenerateContent') : JSON.parse(raw).stream === true;
-    if (!stream || answer.whole) {
-      res.writeHead(200, { 'content-type': 'application/json' });
+    if (!stream || answer.whole || answer.status) {
+      res.writeHead(answer.status ?? 200, { 'content-type': 'application/json' });
       return res.end(answer.body);
     }
     res.writeHead(200, { 'content-type': 'text/event-stream' });
@@ -146,9 +154,11 @@ t.teardown(() => {
 });
 const liarUrl = `http://127.0.0.1:${(liar.address() as AddressInfo).port}`;
 const prices = '{ input: 1000000, output: 1000000 }';
+/** The gateway's own key for the liar, which the echoing upstreams put in their errors. */
+const LIAR_KEY = 'sk-upstream-secret-7f3a9c';
 
 const { gw } = await startStack(
-  (simUrl) => `${simulatorUpstreams(simUrl)}  liar-chat: { kind: openai-chat, baseUrl: "${liarUrl}/v1", breaker: { failures: 1000 } }
+  (simUrl) => `${simulatorUpstreams(simUrl)}  liar-chat: { kind: openai-chat, baseUrl: "${liarUrl}/v1", apiKey: ${LIAR_KEY}, breaker: { failures: 1000 } }
   liar-responses: { kind: openai-responses, baseUrl: "${liarUrl}/v1", breaker: { failures: 1000 } }
   liar-gemini: { kind: gemini, baseUrl: "${liarUrl}/v1beta", apiKey: k, breaker: { failures: 1000 } }
   liar-messages: { kind: anthropic, baseUrl: "${liarUrl}/v1", apiKey: k, breaker: { failures: 1000 } }
@@ -179,6 +189,10 @@ models:
   - { id: blocked-gemini, upstream: liar-gemini }
   - { id: error-200, upstream: liar-chat }
   - { id: error-then-silent, upstream: liar-chat }
+  - { id: echo-400, upstream: liar-chat }
+  - { id: echo-500, upstream: liar-chat }
+  - { id: echo-200-error, upstream: liar-chat }
+  - { id: echo-stream-error, upstream: liar-chat }
   - id: error-200-then-healthy
     channels: [{ upstream: liar-chat, upstreamModel: error-200 }, { upstream: chat, upstreamModel: sim-chat, priority: 1 }]
 `,
@@ -462,4 +476,25 @@ t.test('the outline check reads a frame with an event line as one without, and f
     { numRuns: 3000 },
   );
   t.pass('3,000 random runs of frames agree with the frame-by-frame reading');
+});
+
+t.test("an upstream that echoes the gateway's credentials in its errors: the key reaches no client, log or record", async (t) => {
+  const cases: [string, () => Promise<Response>, number][] = [
+    ['a 400, chat passthrough', () => chat({ model: 'echo-400' }), 400],
+    ['a 400, Messages translated', () => messages({ model: 'echo-400' }), 400],
+    ['a 500', () => chat({ model: 'echo-500' }), 502],
+    ['a 200 carrying an error', () => chat({ model: 'echo-200-error' }), 502],
+    ['a stream error event, chat passthrough', () => chat({ model: 'echo-stream-error', stream: true }), 200],
+    ['a stream error event, Messages translated', () => messages({ model: 'echo-stream-error', stream: true }), 200],
+  ];
+  for (const [what, call, status] of cases) {
+    const res = await call();
+    t.equal(res.status, status, `${what}: ${status}`);
+    const text = await res.text();
+    t.notMatch(text, LIAR_KEY, `${what}: not in the answer`);
+    t.match(text, /\[redacted\]/, `${what}: the upstream's words, the key replaced`);
+    const record = await usageRecord(res);
+    t.notMatch(JSON.stringify(record), LIAR_KEY, `${what}: not in the usage record`);
+  }
+  t.notMatch(JSON.stringify(gw.logs), LIAR_KEY, 'not in the log');
 });
