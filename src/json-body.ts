@@ -21,7 +21,7 @@ export function withFields(raw: Buffer, parsed: Record<string, unknown>, fields:
  * A client's request body, which must be a JSON object within the request caps. Depth is checked
  * on the bytes, before parsing, so no recursive routine ever sees a body nested too deep.
  */
-export function parseRequestJson(body: Buffer, shape: RequestShape, caps: RequestCaps): JsonObject {
+export function parseRequestJson(body: Buffer, shape: RequestShape, caps: RequestCaps, beforeChecks?: (parsed: JsonObject) => void): JsonObject {
   checkDepth(body, caps);
   let parsed: unknown;
   try {
@@ -32,6 +32,8 @@ export function parseRequestJson(body: Buffer, shape: RequestShape, caps: Reques
   if (!parsed || typeof parsed !== 'object' || Array.isArray(parsed)) {
     throw new GatewayError('invalid_request', 'The request body must be a JSON object.');
   }
+  // A family that reads alternate spellings (Gemini's snake_case fields) makes them its own first.
+  beforeChecks?.(parsed as JsonObject);
   checkCounts(parsed as Record<string, any>, shape, caps);
   return parsed as JsonObject;
 }

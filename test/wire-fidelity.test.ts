@@ -132,3 +132,27 @@ t.test('max_tokens beside max_completion_tokens: the larger is the ceiling the m
   const within = await lastUpstreamRequest();
   t.same([within.max_completion_tokens, within.max_tokens], [300, undefined], 'within bounds, the larger, in the current field');
 });
+
+t.test("Gemini's snake_case spellings are read as their camelCase ones: by every check, and by the upstream", async (t) => {
+  const group = await gw.admin('POST', '/admin/groups', { name: 'snake', models: ['*'], families: ['gemini'], limits: { tpm: 2000 } });
+  t.equal(group.status, 201);
+  const key = (await gw.admin('POST', '/admin/keys', { group: 'snake' })).body.key as string;
+  const generate = (body: unknown) =>
+    fetch(`${gw.url}/v1beta/models/sim-gemini:generateContent`, { method: 'POST', headers: { 'x-goog-api-key': key, 'content-type': 'application/json' }, body: JSON.stringify(body) });
+  const asked = await generate({
+    system_instruction: { parts: [{ text: 'Be brief.' }] },
+    contents: [{ role: 'user', parts: [{ text: 'Hi [[sim tokens=3]]' }] }],
+    generation_config: { candidate_count: 2, max_output_tokens: 8 },
+    tools: [{ function_declarations: [{ name: 'look_up', parameters: { type: 'OBJECT', properties: { city_name: { type: 'STRING' } } } }] }],
+  });
+  t.equal(asked.status, 200);
+  t.equal(((await asked.json()) as Json).candidates.length, 2, 'two candidates, as asked');
+  const sent = await lastUpstreamRequest();
+  t.match(sent, { systemInstruction: { parts: [{ text: 'Be brief.' }] }, generationConfig: { candidateCount: 2, maxOutputTokens: 8 } }, 'the upstream got camelCase');
+  t.same(Object.keys(sent.tools[0].functionDeclarations[0].parameters.properties), ['city_name'], "a property's own name is the caller's, kept");
+  const large = await generate({ system_instruction: { parts: [{ text: 'word '.repeat(5000) }] }, contents: [{ role: 'user', parts: [{ text: 'Hi' }] }] });
+  t.equal(large.status, 429, 'a system_instruction counts against the token limit (it passed before)');
+  const both = await generate({ contents: [{ role: 'user', parts: [{ text: 'Hi' }] }], generationConfig: { maxOutputTokens: 8 }, generation_config: { max_output_tokens: 9000 } });
+  t.equal(both.status, 400, 'both spellings of one field are refused');
+  t.match(await both.text(), /Both 'generation_config' and 'generationConfig' are set/);
+});

@@ -23,6 +23,7 @@ import {
 import { canonicalToGeminiBody, geminiToCanonical, readGeminiUsage } from './canonical.js';
 import { RETRY_INFO, upstreamPath } from './dialect.js';
 import { type GeminiRequest, validateGenerateContent } from './schema.js';
+import { camelCaseFields } from './spelling.js';
 import { geminiPassthrough, geminiStreamWriter, sseMode, USAGE_METADATA } from './stream.js';
 import type { UpstreamGeminiAnswer, UpstreamGeminiUsage } from './wire.js';
 
@@ -204,7 +205,10 @@ export function decode(ex: Exchange, caps: RequestCaps): void {
     throw new GatewayError('not_found', `Method '${echoed(method ?? '')}' is not supported; use generateContent or streamGenerateContent.`);
   }
   checkModelId(model, caps);
-  const parsed = parseRequestJson(ex.body, shape, caps);
+  let respelled = false;
+  const parsed = parseRequestJson(ex.body, shape, caps, (body) => (respelled = camelCaseFields(body)));
+  // The upstream gets the spelling every check read.
+  if (respelled) ex.body = Buffer.from(JSON.stringify(parsed));
   const invalid = validateGenerateContent(parsed);
   if (invalid) throw invalid;
   ex.request = parsed;
