@@ -156,3 +156,17 @@ t.test("Gemini's snake_case spellings are read as their camelCase ones: by every
   t.equal(both.status, 400, 'both spellings of one field are refused');
   t.match(await both.text(), /Both 'generation_config' and 'generationConfig' are set/);
 });
+
+t.test("a Gemini Schema's int64 keywords, strings on Google's wire, reach other upstreams as JSON Schema's integers", async (t) => {
+  const res = await fetch(`${gw.url}/v1beta/models/sim-chat:generateContent`, {
+    method: 'POST',
+    headers: { 'x-goog-api-key': gw.key, 'content-type': 'application/json' },
+    body: JSON.stringify({
+      contents: [{ role: 'user', parts: [{ text: 'Three words' }] }],
+      generationConfig: { responseMimeType: 'application/json', responseSchema: { type: 'ARRAY', minItems: '1', maxItems: '3', items: { type: 'STRING', maxLength: '10' } } },
+    }),
+  });
+  t.equal(res.status, 200);
+  const schema = (await lastUpstreamRequest()).response_format.json_schema.schema;
+  t.strictSame([schema.type, schema.minItems, schema.maxItems, schema.items.maxLength], ['array', 1, 3, 10]);
+});
