@@ -71,7 +71,7 @@ t.test('a doubled or mistaken prefix', async (t) => {
 });
 
 t.test('nothing is suggested when nothing fits', async (t) => {
-  const nothing = [['POST', '/nowhere'], ['GET', '/chat/completions'], ['POST', '/v2/chat'], ['POST', '/completions'], ['POST', '/v1/nowhere'], ['GET', '/v1/models/sim-chat'], ['GET', '/']];
+  const nothing = [['POST', '/nowhere'], ['GET', '/chat/completions'], ['POST', '/v2/chat'], ['POST', '/completions'], ['POST', '/v1/nowhere'], ['GET', '/v1/models/sim-chat/extra'], ['GET', '/']];
   for (const [method, path] of nothing) {
     const { status, body } = await call(method!, path!);
     t.equal(status, 404, `${method} ${path}`);

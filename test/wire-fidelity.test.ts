@@ -170,3 +170,17 @@ t.test("a Gemini Schema's int64 keywords, strings on Google's wire, reach other 
   const schema = (await lastUpstreamRequest()).response_format.json_schema.schema;
   t.strictSame([schema.type, schema.minItems, schema.maxItems, schema.items.maxLength], ['array', 1, 3, 10]);
 });
+
+t.test('GET /v1/models/{id}: one model, for the openai SDK and for Anthropic\'s, or each one\'s 404', async (t) => {
+  const model = await openai.models.retrieve('sim-chat');
+  t.match(model, { id: 'sim-chat', object: 'model' }, 'openai models.retrieve');
+  const missing = await openai.models.retrieve('no-such-model').catch((e) => e);
+  t.equal(missing.status, 404);
+  t.match(missing.error, { code: 'model_not_found', param: 'model' });
+  const headers = { 'x-api-key': gw.key, 'anthropic-version': '2023-06-01' };
+  const anthropic = await fetch(`${gw.url}/v1/models/sim-messages`, { headers });
+  t.match(await anthropic.json(), { type: 'model', id: 'sim-messages' }, "Anthropic's model object");
+  const gone = await fetch(`${gw.url}/v1/models/no-such-model`, { headers });
+  t.equal(gone.status, 404);
+  t.match(await gone.json(), { type: 'error', error: { type: 'not_found_error' } });
+});

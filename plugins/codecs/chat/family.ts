@@ -4,6 +4,7 @@
  */
 import {
   checkModelId,
+  echoed,
   type ClientFamily,
   compileValidator,
   type Exchange,
@@ -12,6 +13,7 @@ import {
   GatewayError,
   lengthOf,
   looksLikeJsonObject,
+  type ModelConfig,
   parseRequestJson,
   partsIn,
   positiveNumber,
@@ -115,6 +117,7 @@ export const family: Omit<ClientFamily, 'decode'> = {
     { method: 'post', path: '/v1/chat/completions', kind: 'generate' },
     // One model list serves both OpenAI families: entries say which families each model serves.
     { method: 'get', path: '/v1/models', kind: 'models', families: ['chat', 'responses'] },
+    { method: 'get', path: '/v1/models/:id', kind: 'models', families: ['chat', 'responses'] },
   ],
   streamContentType: () => 'text/event-stream; charset=utf-8',
 
@@ -136,11 +139,14 @@ export const family: Omit<ClientFamily, 'decode'> = {
     return parts.join('\n');
   },
 
-  modelList(models) {
-    return {
-      object: 'list',
-      data: models.map((m) => ({ id: m.id, object: 'model', created: m.created, owned_by: m.ownedBy, families: m.families })),
-    };
+  modelList(models, ex) {
+    const entry = (m: ModelConfig) => ({ id: m.id, object: 'model', created: m.created, owned_by: m.ownedBy, families: m.families });
+    const id = ex.params[0];
+    if (id === undefined) return { object: 'list', data: models.map(entry) };
+    // `GET /v1/models/{id}` (the SDK's models.retrieve): one model, or OpenAI's 404.
+    const found = models.find((m) => m.id === id);
+    if (!found) throw new GatewayError('model_not_found', `The model '${echoed(id)}' does not exist or you do not have access to it.`, 'model', 404);
+    return entry(found);
   },
 
   errorBody: openAiErrorBody,

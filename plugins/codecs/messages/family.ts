@@ -6,9 +6,11 @@
 import {
   checkModelId,
   type ClientFamily,
+  echoed,
   type Exchange,
   type FamilyPassthrough,
   frameJson,
+  GatewayError,
   lengthOf,
   looksLikeJsonObject,
   type ModelConfig,
@@ -84,6 +86,15 @@ function modelEntry(m: ModelConfig): MessagesModel {
 }
 
 /** One page of the model list, by Anthropic's `limit` (default 20), `after_id` and `before_id`. */
+/** `GET /v1/models/{id}`: that model, or Anthropic's 404; without an id, a page of the list. */
+function models(models: ModelConfig[], ex: Exchange): MessagesModel | ReturnType<typeof modelPage> {
+  const id = ex.params[0];
+  if (id === undefined) return modelPage(models, ex);
+  const found = models.find((m) => m.id === id);
+  if (!found) throw new GatewayError('not_found', `model: ${echoed(id)}`);
+  return modelEntry(found);
+}
+
 function modelPage(models: ModelConfig[], ex: Exchange): { data: MessagesModel[]; has_more: boolean; first_id: string | null; last_id: string | null } {
   const limit = Math.min(1000, Math.max(1, Number(ex.queryParam('limit')) || 20));
   const after = ex.queryParam('after_id');
@@ -190,6 +201,7 @@ export function messagesFamily(caps: RequestCaps): ClientFamily {
       { method: 'post', path: '/v1/messages', kind: 'generate' },
       { method: 'post', path: '/v1/messages/count_tokens', kind: 'count' },
       { method: 'get', path: '/v1/models', kind: 'models', when: speaksAnthropic },
+      { method: 'get', path: '/v1/models/:id', kind: 'models', when: speaksAnthropic },
       { method: 'head', path: '/api/hello', kind: 'probe' },
     ],
     streamContentType: () => 'text/event-stream; charset=utf-8',
@@ -202,7 +214,7 @@ export function messagesFamily(caps: RequestCaps): ClientFamily {
 
     decode: (ex) => decode(ex, caps),
 
-    modelList: modelPage,
+    modelList: models,
 
     errorBody: messagesErrorBody,
     errorStatus: messagesErrorStatus,
