@@ -146,6 +146,17 @@ export function fileNameOf(file: Extract<Part, { type: 'file' }>): string | unde
   return `document.${type.split('/')[1]?.replace(/[^a-z0-9]+/gi, '') || 'bin'}`;
 }
 
+/**
+ * A system message's text for an upstream that takes one string: its parts are separate blocks
+ * (Claude Code sends three), so they are joined as separate messages are, with a blank line;
+ * glued, "S1" and "S2" read as "S1S2".
+ */
+export function systemTextOf(parts: Part[]): string {
+  let out = '';
+  for (const p of parts) if (p.type === 'text' && p.text !== '') out += out === '' ? p.text : `\n\n${p.text}`;
+  return out;
+}
+
 export function textOf(parts: Part[]): string {
   let out = '';
   for (const p of parts) if (p.type === 'text') out += p.text;

@@ -184,3 +184,22 @@ t.test('GET /v1/models/{id}: one model, for the openai SDK and for Anthropic\'s,
   t.equal(gone.status, 404);
   t.match(await gone.json(), { type: 'error', error: { type: 'not_found_error' } });
 });
+
+t.test('a system prompt in several blocks reaches a one-string upstream with the blocks apart, not glued', async (t) => {
+  const messages = await fetch(`${gw.url}/v1/messages`, {
+    method: 'POST',
+    headers: { 'x-api-key': gw.key, 'anthropic-version': '2023-06-01', 'content-type': 'application/json' },
+    body: JSON.stringify({ model: 'sim-chat', max_tokens: 16, system: [{ type: 'text', text: 'You are terse.' }, { type: 'text', text: 'Answer in English.' }], messages: [{ role: 'user', content: 'Hi' }] }),
+  });
+  t.equal(messages.status, 200);
+  t.equal((await lastUpstreamRequest()).messages[0].content, 'You are terse.\n\nAnswer in English.', 'Messages system blocks on a chat upstream');
+  const gemini = await fetch(`${gw.url}/v1beta/models/sim-responses:generateContent`, {
+    method: 'POST',
+    headers: { 'x-goog-api-key': gw.key, 'content-type': 'application/json' },
+    body: JSON.stringify({ systemInstruction: { parts: [{ text: 'You are helpful.' }, { text: 'Answer briefly.' }] }, contents: [{ role: 'user', parts: [{ text: 'Hi' }] }] }),
+  });
+  t.equal(gemini.status, 200);
+  t.equal((await lastUpstreamRequest()).instructions, 'You are helpful.\n\nAnswer briefly.', 'Gemini systemInstruction parts on a Responses upstream');
+  await openai.chat.completions.create({ model: 'sim-gemini', messages: [{ role: 'developer', content: [{ type: 'text', text: 'Answer briefly.' }, { type: 'text', text: 'Use English.' }] }, { role: 'user', content: 'Hi' }] });
+  t.same((await lastUpstreamRequest()).systemInstruction, { parts: [{ text: 'Answer briefly.\n\nUse English.' }] }, 'a chat developer message in parts on Gemini');
+});

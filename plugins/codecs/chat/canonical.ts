@@ -195,6 +195,7 @@ export function canonicalToChat(req: C.Request, streamUsage: boolean): ChatUpstr
   const messages = req.messages.map((m): ChatUpstreamMessage => {
     switch (m.role) {
       case 'system':
+        return { role: 'system', content: m.content.every((p) => p.type === 'text') ? C.systemTextOf(m.content) : writeParts(m.content) };
       case 'user':
         return { role: m.role, content: writeParts(m.content) };
       case 'assistant': {

@@ -104,8 +104,10 @@ export function geminiToCanonical(req: GeminiRequest, model: ModelConfig, stream
   if (gen.responseMimeType && gen.responseMimeType !== 'text/plain' && gen.responseMimeType !== 'application/json') extra.responseMimeType = 'generationConfig.responseMimeType';
 
   const messages: C.Message[] = [];
-  const system = (req.systemInstruction?.parts ?? []).map((p) => p.text ?? '').join('');
-  if (system) messages.push({ role: 'system', content: [{ type: 'text', text: system }] });
+  // Each part its own block, as Messages' system blocks are: an upstream that takes one string joins them (C.systemTextOf).
+  const system: C.Part[] = [];
+  for (const p of req.systemInstruction?.parts ?? []) if (p.text) system.push({ type: 'text', text: p.text });
+  if (system.length) messages.push({ role: 'system', content: system });
 
   // Gemini calls carry no ids: synthesize them, and hand them to the responses in call order.
   const pending = new Map<string, string[]>();
@@ -243,7 +245,7 @@ export function canonicalToGemini(req: C.Request): GeminiUpstreamBody {
   const names = new Map<string, string>();
   const system: string[] = [];
   for (const m of req.messages) {
-    if (m.role === 'system') system.push(m.content.map((p) => (p.type === 'text' ? p.text : '')).join(''));
+    if (m.role === 'system') system.push(C.systemTextOf(m.content));
     else if (m.role === 'user') contents.push({ role: 'user', parts: writeParts(m.content) });
     else if (m.role === 'assistant') {
       const parts = writeParts(m.content);

@@ -269,7 +269,7 @@ function writeParts(parts: C.Part[], role: 'user' | 'assistant'): UpstreamBoundP
 export function canonicalToResponses(req: C.Request): ResponsesUpstreamBody {
   const instructions = req.messages
     .filter((m) => m.role === 'system')
-    .map((m) => m.content.map((p) => (p.type === 'text' ? p.text : '')).join(''))
+    .map((m) => C.systemTextOf(m.content))
     .join('\n\n');
   const input: UpstreamBoundItem[] = [];
   for (const m of req.messages) {
