@@ -57,7 +57,7 @@ export interface ServerTool {
 /** Canonical fields and extra parameters by the names the model rules and the config use. */
 export type ParamName = 'tools' | 'format' | 'reasoning' | 'maxOutputTokens' | SamplingParam;
 /** Canonical sampling fields, some of which an upstream dialect may have no way to send. */
-export type SamplingParam = 'temperature' | 'topP' | 'stop' | 'seed' | 'presencePenalty' | 'frequencyPenalty';
+export type SamplingParam = 'temperature' | 'topP' | 'topK' | 'stop' | 'seed' | 'presencePenalty' | 'frequencyPenalty';
 
 export interface Request {
   /** The upstream's name for the model. */
@@ -70,6 +70,8 @@ export interface Request {
   maxOutputTokens?: number;
   temperature?: number;
   topP?: number;
+  /** Gemini's `topK`, Anthropic's `top_k`: OpenAI's families have no such setting (their dialects list it as unsendable). */
+  topK?: number;
   stop?: string[];
   seed?: number;
   presencePenalty?: number;
@@ -81,7 +83,7 @@ export interface Request {
   /** Server-side tools the client asked for; only a native upstream that offers them can run them. */
   serverTools?: ServerTool[];
   /**
-   * Client parameters with no canonical field (e.g. `topK`), by their family-neutral name, with
+   * Client parameters with no canonical field (e.g. `safetySettings`), by their family-neutral name, with
    * the client's parameter path: a native upstream takes them as sent; others cannot.
    */
   extra?: Record<string, string>;

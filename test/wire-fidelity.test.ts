@@ -203,3 +203,23 @@ t.test('a system prompt in several blocks reaches a one-string upstream with the
   await openai.chat.completions.create({ model: 'sim-gemini', messages: [{ role: 'developer', content: [{ type: 'text', text: 'Answer briefly.' }, { type: 'text', text: 'Use English.' }] }, { role: 'user', content: 'Hi' }] });
   t.same((await lastUpstreamRequest()).systemInstruction, { parts: [{ text: 'Answer briefly.\n\nUse English.' }] }, 'a chat developer message in parts on Gemini');
 });
+
+t.test('top-k goes between Anthropic and Gemini, which both take it, and is dropped for OpenAI upstreams, which do not', async (t) => {
+  const messages = await fetch(`${gw.url}/v1/messages`, {
+    method: 'POST',
+    headers: { 'x-api-key': gw.key, 'anthropic-version': '2023-06-01', 'content-type': 'application/json' },
+    body: JSON.stringify({ model: 'sim-gemini', max_tokens: 16, top_k: 5, messages: [{ role: 'user', content: 'Hi' }] }),
+  });
+  t.equal(messages.status, 200);
+  t.equal((await lastUpstreamRequest()).generationConfig.topK, 5, "Messages' top_k as Gemini's topK");
+  const generate = (model: string) =>
+    fetch(`${gw.url}/v1beta/models/${model}:generateContent`, {
+      method: 'POST',
+      headers: { 'x-goog-api-key': gw.key, 'content-type': 'application/json' },
+      body: JSON.stringify({ contents: [{ role: 'user', parts: [{ text: 'Hi' }] }], generationConfig: { topK: 7, maxOutputTokens: 16 } }),
+    });
+  t.equal((await generate('sim-messages')).status, 200);
+  t.equal((await lastUpstreamRequest()).top_k, 7, "Gemini's topK as Anthropic's top_k");
+  t.equal((await generate('sim-chat')).status, 200, 'a chat upstream: dropped by default, as before');
+  t.notOk('top_k' in (await lastUpstreamRequest()));
+});

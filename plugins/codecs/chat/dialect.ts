@@ -11,6 +11,8 @@ import type { UpstreamChatCompletion } from './wire.js';
 /** What an OpenAI-compatible chat upstream speaks. */
 export const chatDialect: UpstreamDialect = {
   family: 'chat',
+  // OpenAI's chat has no top-k; what it lacks beyond that, its canonical form lacks too.
+  unsendable: ['topK'],
 
   fromCanonical(req, ex) {
     return {

@@ -97,7 +97,6 @@ export function geminiToCanonical(req: GeminiRequest, model: ModelConfig, stream
   const gen: GeminiGenerationConfig = req.generationConfig ?? {};
   const extra: Record<string, string> = {};
   if (req.safetySettings?.length) extra.safetySettings = 'safetySettings';
-  if (gen.topK !== undefined) extra.topK = 'generationConfig.topK';
   if ((gen.candidateCount ?? 1) > 1) extra.candidates = 'generationConfig.candidateCount';
   if (req.cachedContent) extra.cachedContent = 'cachedContent';
   if (gen.responseLogprobs) extra.logprobs = 'generationConfig.responseLogprobs';
@@ -173,6 +172,7 @@ export function geminiToCanonical(req: GeminiRequest, model: ModelConfig, stream
     maxOutputTokens: gen.maxOutputTokens,
     temperature: gen.temperature,
     topP: gen.topP,
+    topK: gen.topK,
     stop: gen.stopSequences,
     seed: gen.seed,
     presencePenalty: gen.presencePenalty,
@@ -187,6 +187,7 @@ export function geminiToCanonical(req: GeminiRequest, model: ModelConfig, stream
       maxOutputTokens: 'generationConfig.maxOutputTokens',
       temperature: 'generationConfig.temperature',
       topP: 'generationConfig.topP',
+      topK: 'generationConfig.topK',
       stop: 'generationConfig.stopSequences',
       seed: 'generationConfig.seed',
       presencePenalty: 'generationConfig.presencePenalty',
@@ -301,6 +302,7 @@ export function canonicalToGemini(req: C.Request): GeminiUpstreamBody {
   if (req.maxOutputTokens !== undefined) gen.maxOutputTokens = req.maxOutputTokens;
   if (req.temperature !== undefined) gen.temperature = req.temperature;
   if (req.topP !== undefined) gen.topP = req.topP;
+  if (req.topK !== undefined) gen.topK = req.topK;
   if (req.stop?.length) gen.stopSequences = req.stop.slice(0, 5);
   if (req.seed !== undefined) gen.seed = req.seed;
   if (req.presencePenalty !== undefined) gen.presencePenalty = req.presencePenalty;

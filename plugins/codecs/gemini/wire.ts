@@ -42,6 +42,7 @@ export interface GeminiGenerationOut {
   maxOutputTokens?: number;
   temperature?: number;
   topP?: number;
+  topK?: number;
   stopSequences?: string[];
   seed?: number;
   presencePenalty?: number;

@@ -92,7 +92,6 @@ export function messagesToCanonical(req: MessagesRequest, model: ModelConfig, na
 
   const format = req.output_config?.format;
   const extra: Record<string, string> = {};
-  if (req.top_k !== undefined) extra.topK = 'top_k';
   if (req.max_tokens === 0) refuse('max_tokens', 'max_tokens 0 (warming the prompt cache)');
   return {
     model: model.upstreamModel,
@@ -104,13 +103,14 @@ export function messagesToCanonical(req: MessagesRequest, model: ModelConfig, na
     maxOutputTokens: typeof req.max_tokens === 'number' ? req.max_tokens : undefined,
     temperature: req.temperature,
     topP: req.top_p,
+    topK: req.top_k,
     stop: req.stop_sequences?.length ? req.stop_sequences : undefined,
     reasoning: reasoningOf(req),
     user: typeof req.metadata?.user_id === 'string' ? req.metadata.user_id : undefined,
     stream: req.stream === true,
     serverTools: serverTools.length ? serverTools : undefined,
     extra,
-    params: { format: 'output_config.format', reasoning: 'thinking', maxOutputTokens: 'max_tokens', topP: 'top_p', stop: 'stop_sequences' },
+    params: { format: 'output_config.format', reasoning: 'thinking', maxOutputTokens: 'max_tokens', topP: 'top_p', topK: 'top_k', stop: 'stop_sequences' },
   };
 }
 
@@ -297,6 +297,7 @@ export function canonicalToMessages(req: C.Request, options: MessagesRequestOpti
   // With thinking on, Anthropic takes no sampling changes.
   if (req.temperature !== undefined && !thinking) body.temperature = Math.min(1, req.temperature);
   if (req.topP !== undefined && !thinking) body.top_p = req.topP;
+  if (req.topK !== undefined && !thinking) body.top_k = req.topK;
   if (req.stop?.length) body.stop_sequences = req.stop;
   if (req.user) body.metadata = { user_id: req.user };
   if (req.stream) body.stream = true;

@@ -183,6 +183,7 @@ export interface MessagesUpstreamBody {
   thinking?: { type: 'enabled'; budget_tokens: number };
   temperature?: number;
   top_p?: number;
+  top_k?: number;
   stop_sequences?: string[];
   metadata?: { user_id: string };
   stream?: true;

@@ -12,7 +12,7 @@ import type { UpstreamResponse } from './wire.js';
 export const responsesDialect: UpstreamDialect = {
   family: 'responses',
 
-  unsendable: ['stop', 'seed', 'presencePenalty', 'frequencyPenalty'],
+  unsendable: ['topK', 'stop', 'seed', 'presencePenalty', 'frequencyPenalty'],
 
   fromCanonical(req) {
     return {
