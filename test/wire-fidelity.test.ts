@@ -223,3 +223,20 @@ t.test('top-k goes between Anthropic and Gemini, which both take it, and is drop
   t.equal((await generate('sim-chat')).status, 200, 'a chat upstream: dropped by default, as before');
   t.notOk('top_k' in (await lastUpstreamRequest()));
 });
+
+t.test('a translated Responses answer cut by its ceiling marks its message item incomplete too, streamed or not', async (t) => {
+  for (const model of ['sim-chat', 'sim-gemini', 'sim-messages']) {
+    const whole = await openai.responses.create({ model, input: 'Hi [[sim tokens=40]]', max_output_tokens: 16 });
+    t.equal(whole.status, 'incomplete', `${model}: the response`);
+    t.equal((whole.output.find((o) => o.type === 'message') as Json)?.status, 'incomplete', `${model}: its message item`);
+    let done: Json;
+    let last: Json;
+    for await (const e of await openai.responses.create({ model, input: 'Hi [[sim tokens=40]]', max_output_tokens: 16, stream: true })) {
+      if (e.type === 'response.output_item.done' && e.item.type === 'message') done = e.item;
+      last = e;
+    }
+    t.equal(last.type, 'response.incomplete', `${model}: streamed, the response`);
+    t.equal(done.status, 'incomplete', `${model}: streamed, output_item.done`);
+    t.equal(last.response.output.find((o: Json) => o.type === 'message').status, 'incomplete', `${model}: streamed, the final snapshot`);
+  }
+});

@@ -416,13 +416,15 @@ export const reasoningItem = (id: string, text: string): OutputReasoning => ({ t
 export function canonicalToResponsesBody(res: C.Response, ex: Exchange): ResponseObject {
   const mapping = ex.get(toolMapping);
   const output: OutputItem[] = [];
+  const status = statusOf(res.finishReason);
   if (res.reasoning) output.push(reasoningItem(newId('rs_'), res.reasoning));
-  if (res.text) output.push(messageItem(newId('msg_'), res.text, 'completed'));
-  for (const call of res.toolCalls) output.push(callItem(call, mapping, 'completed'));
+  // An answer cut by its ceiling or a filter leaves its items incomplete too, as OpenAI marks them.
+  if (res.text) output.push(messageItem(newId('msg_'), res.text, status.status));
+  for (const call of res.toolCalls) output.push(callItem(call, mapping, status.status));
   return responseObject(ex, {
     id: newId('resp_'),
     created_at: unixNow(),
-    ...statusOf(res.finishReason),
+    ...status,
     output,
     usage: res.usage ? writeResponsesUsage(res.usage) : null,
   });

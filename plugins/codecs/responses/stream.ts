@@ -309,8 +309,9 @@ export function responsesStreamWriter(ex: Exchange): C.StreamWriter {
       }
     },
     end() {
-      const out = opening() + closeOpen() + closeCalls();
       const { status, incomplete_details } = statusOf(finish);
+      // An answer cut by its ceiling or a filter leaves its last item incomplete too, as OpenAI marks it.
+      const out = opening() + closeOpen(status) + closeCalls(status);
       const type = status === 'incomplete' ? 'response.incomplete' : 'response.completed';
       const response = snapshot(status, { incomplete_details, usage: usage ? writeResponsesUsage(usage) : null, ...(status === 'completed' && { completed_at: unixNow() }) });
       return out + frame(type, { response });
