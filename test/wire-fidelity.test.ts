@@ -8,7 +8,8 @@
  */
 import OpenAI from 'openai';
 import t from 'tap';
-import { simulatorUpstreams, startStack } from './helpers.js';
+import WebSocket from 'ws';
+import { eventually, simulatorUpstreams, startStack } from './helpers.js';
 
 const { sim, gw } = await startStack(
   (simUrl) => `${simulatorUpstreams(simUrl)}models:
@@ -238,5 +239,28 @@ t.test('a translated Responses answer cut by its ceiling marks its message item 
     t.equal(last.type, 'response.incomplete', `${model}: streamed, the response`);
     t.equal(done.status, 'incomplete', `${model}: streamed, output_item.done`);
     t.equal(last.response.output.find((o: Json) => o.type === 'message').status, 'incomplete', `${model}: streamed, the final snapshot`);
+  }
+});
+
+t.test("over the WebSocket, a chained response's objects name the response it continues", async (t) => {
+  for (const model of ['sim-chat', 'sim-responses']) {
+    const ws = new WebSocket(`${gw.url.replace('http', 'ws')}/v1/responses`, { headers: { authorization: `Bearer ${gw.key}` } });
+    const events: Json[] = [];
+    ws.on('message', (m) => events.push(JSON.parse(m.toString())));
+    await new Promise((resolve, reject) => (ws.once('open', resolve), ws.once('error', reject)));
+    const turn = async (fields: Record<string, unknown>) => {
+      const from = events.length;
+      ws.send(JSON.stringify({ type: 'response.create', model, ...fields }));
+      await eventually(() => events.slice(from).find((e) => e.type === 'response.completed'), 'the turn to end');
+      return events.slice(from);
+    };
+    const first = await turn({ input: 'Hi [[sim tokens=3]]' });
+    const firstId = first.at(-1).response.id;
+    t.equal(first.at(-1).response.previous_response_id, null, `${model}: the first continues none`);
+    const second = await turn({ input: 'And? [[sim tokens=3]]', previous_response_id: firstId });
+    const objects = second.filter((e) => e.response).map((e) => e.response.previous_response_id);
+    t.ok(objects.length >= 2, `${model}: created and completed carry the response`);
+    t.same(new Set(objects), new Set([firstId]), `${model}: each names the first`);
+    ws.close();
   }
 });

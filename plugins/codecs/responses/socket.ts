@@ -29,6 +29,8 @@ interface Lane {
   lane?: string;
   /** The input items of the response in flight, history included. */
   pendingInput?: JsonValue[];
+  /** The response in flight continues this one: its Response objects say so (`previous_response_id`). */
+  pendingPrevious?: string;
   /** The most recent completed response: its id and the whole conversation up to it. */
   last?: { id: string; items: JsonValue[] };
 }
@@ -40,6 +42,8 @@ const asItems = (input: JsonValue | undefined): JsonValue[] => (typeof input ===
 
 /** Terminal events name themselves near the start; only those are parsed. */
 const TERMINAL = /"type":"(response\.completed|response\.incomplete|response\.failed|error)"/;
+/** A Response object's `previous_response_id` when the upstream had none to say. */
+const NO_PREVIOUS = /"previous_response_id": ?null/;
 
 /** The event with the lane's `stream_id` added as its last field (events are JSON objects). */
 const onLane = (event: string, lane: string | undefined): string => {
@@ -107,11 +111,14 @@ export const responsesSocket = (caps: RequestCaps): SocketProtocol<Lane> => ({
       history = last.items;
     }
     chain.pendingInput = [...history, ...asItems(body.input)];
+    chain.pendingPrevious = previous ?? undefined;
     const request = Buffer.from(JSON.stringify({ ...body, input: chain.pendingInput, stream: true }));
     return generate === false ? { body: request, answer: warmUp(body) } : { body: request };
   },
 
   sent(event, chain) {
+    // The upstream got the history inlined, so its Response objects say null: they say what the client chained from.
+    if (chain.pendingPrevious !== undefined) event = event.replace(NO_PREVIOUS, `"previous_response_id":${JSON.stringify(chain.pendingPrevious)}`);
     if (TERMINAL.test(event.slice(0, 160))) {
       // A completed (or cut-short) response can be chained from; a failure ends the chain.
       try {
