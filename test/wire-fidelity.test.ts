@@ -264,3 +264,16 @@ t.test("over the WebSocket, a chained response's objects name the response it co
     ws.close();
   }
 });
+
+t.test('tokens an Anthropic upstream wrote to its prompt cache reach chat and Responses clients, streamed or not', async (t) => {
+  const input = `${'A long shared prefix. '.repeat(40)}[[sim cached=40 cache_write=20 tokens=3]]`;
+  const chat = await openai.chat.completions.create({ model: 'sim-messages', messages: [{ role: 'user', content: input }] });
+  t.match(chat.usage?.prompt_tokens_details, { cached_tokens: 40, cache_write_tokens: 20 }, 'chat');
+  let streamed: Json;
+  for await (const c of await openai.chat.completions.create({ model: 'sim-messages', messages: [{ role: 'user', content: input }], stream: true, stream_options: { include_usage: true } })) streamed = c.usage ?? streamed;
+  t.match(streamed.prompt_tokens_details, { cached_tokens: 40, cache_write_tokens: 20 }, 'chat, streamed');
+  const responses = await openai.responses.create({ model: 'sim-messages', input });
+  t.match(responses.usage?.input_tokens_details, { cached_tokens: 40, cache_write_tokens: 20 }, 'Responses');
+  const plain = await openai.chat.completions.create({ model: 'sim-chat', messages: [{ role: 'user', content: 'Hi [[sim tokens=3]]' }] });
+  t.notOk('cache_write_tokens' in plain.usage!.prompt_tokens_details!, 'none written: no field, as OpenAI sends it');
+});

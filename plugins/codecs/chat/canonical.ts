@@ -10,6 +10,7 @@ export function readChatUsage(u: UpstreamChatUsage | null | undefined): Usage | 
     inputTokens: u.prompt_tokens,
     outputTokens: u.completion_tokens ?? 0,
     cachedTokens: u.prompt_tokens_details?.cached_tokens,
+    cacheWriteTokens: u.prompt_tokens_details?.cache_write_tokens,
     reasoningTokens: u.completion_tokens_details?.reasoning_tokens,
   };
 }
@@ -19,7 +20,8 @@ export function writeChatUsage(u: Usage): ChatUsage {
     prompt_tokens: u.inputTokens,
     completion_tokens: u.outputTokens,
     total_tokens: u.inputTokens + u.outputTokens,
-    prompt_tokens_details: { cached_tokens: u.cachedTokens ?? 0 },
+    // Tokens written to the prompt cache (an Anthropic upstream's), where there were some.
+    prompt_tokens_details: { cached_tokens: u.cachedTokens ?? 0, ...(u.cacheWriteTokens && { cache_write_tokens: u.cacheWriteTokens }) },
     completion_tokens_details: { reasoning_tokens: u.reasoningTokens ?? 0 },
   };
 }

@@ -9,7 +9,7 @@ export interface ChatUsage {
   prompt_tokens: number;
   completion_tokens: number;
   total_tokens: number;
-  prompt_tokens_details: { cached_tokens: number };
+  prompt_tokens_details: { cached_tokens: number; cache_write_tokens?: number };
   completion_tokens_details: { reasoning_tokens: number };
 }
 
@@ -90,7 +90,7 @@ export interface ChatUpstreamBody
 export type UpstreamChatUsage = Partial<{
   prompt_tokens: number;
   completion_tokens: number;
-  prompt_tokens_details: { cached_tokens?: number } | null;
+  prompt_tokens_details: { cached_tokens?: number; cache_write_tokens?: number } | null;
   completion_tokens_details: { reasoning_tokens?: number } | null;
 }>;
 

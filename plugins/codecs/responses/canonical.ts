@@ -47,6 +47,7 @@ export function readResponsesUsage(u: UpstreamResponsesUsage | null | undefined)
     inputTokens: u.input_tokens,
     outputTokens: u.output_tokens ?? 0,
     cachedTokens: u.input_tokens_details?.cached_tokens,
+    cacheWriteTokens: u.input_tokens_details?.cache_write_tokens,
     reasoningTokens: u.output_tokens_details?.reasoning_tokens,
   };
 }
@@ -54,7 +55,8 @@ export function readResponsesUsage(u: UpstreamResponsesUsage | null | undefined)
 export function writeResponsesUsage(u: Usage): ResponsesUsage {
   return {
     input_tokens: u.inputTokens,
-    input_tokens_details: { cached_tokens: u.cachedTokens ?? 0 },
+    // Tokens written to the prompt cache (an Anthropic upstream's), where there were some.
+    input_tokens_details: { cached_tokens: u.cachedTokens ?? 0, ...(u.cacheWriteTokens && { cache_write_tokens: u.cacheWriteTokens }) },
     output_tokens: u.outputTokens,
     output_tokens_details: { reasoning_tokens: u.reasoningTokens ?? 0 },
     total_tokens: u.inputTokens + u.outputTokens,

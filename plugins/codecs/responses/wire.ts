@@ -120,7 +120,7 @@ export type ReasoningEffort = 'none' | 'minimal' | 'low' | 'medium' | 'high' | '
 
 export interface ResponsesUsage {
   input_tokens: number;
-  input_tokens_details: { cached_tokens: number };
+  input_tokens_details: { cached_tokens: number; cache_write_tokens?: number };
   output_tokens: number;
   output_tokens_details: { reasoning_tokens: number };
   total_tokens: number;
@@ -279,7 +279,7 @@ export interface UpstreamOutputItem {
 export type UpstreamResponsesUsage = Partial<{
   input_tokens: number;
   output_tokens: number;
-  input_tokens_details: { cached_tokens?: number } | null;
+  input_tokens_details: { cached_tokens?: number; cache_write_tokens?: number } | null;
   output_tokens_details: { reasoning_tokens?: number } | null;
 }>;
 
