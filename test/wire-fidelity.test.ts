@@ -277,3 +277,24 @@ t.test('tokens an Anthropic upstream wrote to its prompt cache reach chat and Re
   const plain = await openai.chat.completions.create({ model: 'sim-chat', messages: [{ role: 'user', content: 'Hi [[sim tokens=3]]' }] });
   t.notOk('cache_write_tokens' in plain.usage!.prompt_tokens_details!, 'none written: no field, as OpenAI sends it');
 });
+
+t.test("JSON output beside the request's own tools on an Anthropic upstream: the tools stay callable, the answer is the JSON", async (t) => {
+  const tools = [{ type: 'function' as const, function: weather }];
+  const schema = { type: 'object', properties: { summary: { type: 'string' } }, required: ['summary'], additionalProperties: false };
+  const response_format = { type: 'json_schema' as const, json_schema: { name: 'report', schema, strict: true } };
+  const ask = [{ role: 'user' as const, content: 'Weather in Oslo?' }];
+  const first = await openai.chat.completions.create({ model: 'sim-messages', tools, response_format, messages: ask });
+  const call = first.choices[0]!.message.tool_calls?.[0] as Json;
+  t.equal(call?.function.name, 'get_weather', 'the model calls the tool (before, it was forced to answer through the JSON tool)');
+  const sent = await lastUpstreamRequest();
+  t.same(sent.output_config, { format: { type: 'json_schema', schema } }, "Anthropic's own structured output");
+  t.notOk(sent.tool_choice?.type === 'tool', 'no forced tool');
+  const second = await openai.chat.completions.create({
+    model: 'sim-messages',
+    tools,
+    response_format,
+    messages: [...ask, first.choices[0]!.message, { role: 'tool', tool_call_id: call.id, content: 'Sunny' }],
+  });
+  t.equal(second.choices[0]!.finish_reason, 'stop');
+  t.type(JSON.parse(second.choices[0]!.message.content!).summary, 'string', 'the final answer is the JSON');
+});

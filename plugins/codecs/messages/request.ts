@@ -212,10 +212,15 @@ export interface JsonTool {
   wrapped: boolean;
 }
 
-/** The forced tool a JSON format becomes, named so it does not clash with the request's tools. */
+/**
+ * The forced tool a JSON format becomes, named so it does not clash with the request's tools. Not
+ * when the request offers tools of its own: forced to answer through the JSON tool, the model could
+ * never call them (an agent that calls tools, then answers in JSON). Such a request gets
+ * `output_config.format` instead, Anthropic's own structured output on the models that have it.
+ */
 export function jsonToolFor(req: C.Request): JsonTool | undefined {
   const format = req.format;
-  if (!format || format.type === 'text') return undefined;
+  if (!format || format.type === 'text' || req.tools.length > 0) return undefined;
   const base = format.type === 'json_schema' && /^[A-Za-z0-9_-]{1,64}$/.test(format.name) ? format.name : 'json_output';
   let name = base;
   for (let n = 2; req.tools.some((t) => t.name === name); n++) name = `${base}_${n}`;
@@ -287,6 +292,9 @@ export function canonicalToMessages(req: C.Request, options: MessagesRequestOpti
       input_schema: json.wrapped ? { type: 'object', properties: { value: schema }, required: ['value'] } : { type: 'object', ...schema },
     });
     choice = { type: 'tool', name: json.name };
+  }
+  if (req.format && req.format.type !== 'text' && !json) {
+    body.output_config = { format: { type: 'json_schema', schema: (req.format.type === 'json_schema' && req.format.schema) || { type: 'object' } } };
   }
   if (declared.length) body.tools = declared;
   if (req.parallelToolCalls === false && declared.length && choice?.type !== 'none') choice = { type: 'auto', ...choice, disable_parallel_tool_use: true };

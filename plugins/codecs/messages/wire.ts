@@ -186,6 +186,8 @@ export interface MessagesUpstreamBody {
   top_k?: number;
   stop_sequences?: string[];
   metadata?: { user_id: string };
+  /** Anthropic's own structured output: used when the request also offers tools (a forced tool would make them uncallable). */
+  output_config?: { format: { type: 'json_schema'; schema: Record<string, unknown> } };
   stream?: true;
 }
 
