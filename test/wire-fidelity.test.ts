@@ -298,3 +298,29 @@ t.test("JSON output beside the request's own tools on an Anthropic upstream: the
   t.equal(second.choices[0]!.finish_reason, 'stop');
   t.type(JSON.parse(second.choices[0]!.message.content!).summary, 'string', 'the final answer is the JSON');
 });
+
+/** A 1×1 PNG. */
+const PNG = 'iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg==';
+
+t.test("an image in a tool's result reaches Responses and Gemini upstreams, not only its text", async (t) => {
+  for (const model of ['sim-responses', 'sim-gemini']) {
+    const res = await fetch(`${gw.url}/v1/messages`, {
+      method: 'POST',
+      headers: { 'x-api-key': gw.key, 'anthropic-version': '2023-06-01', 'content-type': 'application/json' },
+      body: JSON.stringify({
+        model,
+        max_tokens: 32,
+        tools: [{ name: 'get_weather', input_schema: weather.parameters }],
+        messages: [
+          { role: 'user', content: 'Weather in Oslo?' },
+          { role: 'assistant', content: [{ type: 'tool_use', id: 'toolu_1', name: 'get_weather', input: { city: 'Oslo' } }] },
+          { role: 'user', content: [{ type: 'tool_result', tool_use_id: 'toolu_1', content: [{ type: 'text', text: 'A map:' }, { type: 'image', source: { type: 'base64', media_type: 'image/png', data: PNG } }] }] },
+        ],
+      }),
+    });
+    t.equal(res.status, 200, `${model}: answered`);
+    const sent = JSON.stringify(await lastUpstreamRequest());
+    t.match(sent, PNG, `${model}: the image went with the result`);
+    t.match(sent, 'A map:', `${model}: and its text`);
+  }
+});

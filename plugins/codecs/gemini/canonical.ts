@@ -268,7 +268,9 @@ export function canonicalToGemini(req: C.Request): GeminiUpstreamBody {
     } else {
       // All results of one turn go in one user content (7.11 item 2).
       const text = m.content.map((p) => (p.type === 'text' ? p.text : '')).join('');
-      const part = { functionResponse: { name: m.name ?? names.get(m.toolCallId) ?? 'tool', response: responseObject(text) } };
+      // A result's images and files go with it, as the response's own parts (Gemini's multimodal function responses).
+      const media = m.content.some((p) => p.type !== 'text') ? writeParts(m.content.filter((p) => p.type !== 'text')) : undefined;
+      const part = { functionResponse: { name: m.name ?? names.get(m.toolCallId) ?? 'tool', response: responseObject(text), ...(media && { parts: media }) } };
       const last = contents.at(-1);
       if (last?.role === 'user' && last.parts.every((p) => 'functionResponse' in p && p.functionResponse)) last.parts.push(part);
       else contents.push({ role: 'user', parts: [part] });

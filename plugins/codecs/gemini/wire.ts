@@ -23,7 +23,7 @@ export type GeminiPart =
   | { inlineData: { mimeType: string; data: string } }
   | { fileData: { mimeType: string; fileUri: string } }
   | { functionCall: { id?: string; name: string; args: unknown }; thoughtSignature?: string }
-  | { functionResponse: { name: string; response: JsonObject } };
+  | { functionResponse: { name: string; response: JsonObject; parts?: GeminiPart[] } };
 
 export interface GeminiContent {
   role: 'user' | 'model';

@@ -280,8 +280,9 @@ export function canonicalToResponses(req: C.Request): ResponsesUpstreamBody {
       if (m.content.length) input.push({ role: 'assistant', content: writeParts(m.content, 'assistant') });
       for (const c of m.toolCalls) input.push({ type: 'function_call', call_id: c.id, name: c.name, arguments: c.arguments });
     } else if (m.role === 'tool') {
-      const text = m.content.map((p) => (p.type === 'text' ? p.text : '')).join('');
-      input.push({ type: 'function_call_output', call_id: m.toolCallId, output: text });
+      // Text alone as a string; a result with images or files as parts, which Responses takes too.
+      const output = m.content.every((p) => p.type === 'text') ? m.content.map((p) => p.text).join('') : writeParts(m.content, 'user');
+      input.push({ type: 'function_call_output', call_id: m.toolCallId, output });
     }
   }
   const body: ResponsesUpstreamBody = { model: req.model, input, store: false };

@@ -234,7 +234,7 @@ export type UpstreamBoundItem =
   | { role: 'user'; content: UpstreamBoundPart[] }
   | { role: 'assistant'; content: UpstreamBoundPart[] }
   | { type: 'function_call'; call_id: string; name: string; arguments: string }
-  | { type: 'function_call_output'; call_id: string; output: string };
+  | { type: 'function_call_output'; call_id: string; output: string | UpstreamBoundPart[] };
 
 /** A part sent upstream: an image may carry any detail canonically. */
 export type UpstreamBoundPart =
