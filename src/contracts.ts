@@ -12,6 +12,7 @@ import type { ApiKey, Group } from './store/store.js';
 import type { Limiter, RateLimitWindows } from './limits/limiter.js';
 import type * as canonical from './canonical.js';
 import type { TraceContext } from './trace.js';
+import type { ToolNameRule } from './tool-names.js';
 import type { Usage } from './usage.js';
 
 /**
@@ -489,6 +490,8 @@ export interface UpstreamDialect {
   readonly family: string;
   /** Canonical fields this dialect cannot send; the model rules drop or refuse them. */
   readonly unsendable?: readonly canonical.SamplingParam[];
+  /** The tool names it takes; others are renamed for it, and its answers' names back (src/tool-names.ts). */
+  readonly toolNames?: ToolNameRule;
   fromCanonical(req: canonical.Request, ex: ExchangeView): UpstreamRequest;
   readResponse(body: Buffer, ex: ExchangeView): canonical.Response;
   streamReader(ex: ExchangeView): canonical.StreamReader;

@@ -10,7 +10,7 @@ import { conversationKey } from './channels/affinity.js';
 import { Failover, betweenCalls } from './channels/failover.js';
 import type { Channel, ChannelTable } from './channels/table.js';
 import type { ModelConfig } from './config/types.js';
-import { LocalAnswer, type Plugin, type PhaseResult, type RuleOutcome, type Upstream, type UpstreamCall, type UpstreamDialect } from './contracts.js';
+import { LocalAnswer, type Plugin, type PhaseResult, type RuleOutcome, type Upstream, type UpstreamCall, type UpstreamDialect, type UpstreamRequest } from './contracts.js';
 import { GatewayError, asGatewayError, errorHeaders } from './errors.js';
 import type { Exchange } from './exchange.js';
 import type { Outcome } from './contracts.js';
@@ -24,6 +24,7 @@ import { costOf } from './cost.js';
 import { estimateUsage } from './usage-estimate.js';
 import { implausibleCount } from './usage.js';
 import { upstreamTraceparent } from './trace.js';
+import { fittedToolNames, fitToolNames } from './tool-names.js';
 
 /** What the config says to serve: replaced whole by a reload, while exchanges keep the one they began with. */
 export interface Routing {
@@ -318,9 +319,14 @@ export class Pipeline implements RelayOwner {
       ex.upstream = channel.upstream;
       ex.channel = channel.config;
       ex.attempts++;
-      const req = passthrough
-        ? passthrough.prepare(ex, channel.upstream, rules)
-        : dialect.fromCanonical({ ...canonical!, model: channel.model.upstreamModel }, ex);
+      let req: UpstreamRequest;
+      if (passthrough) req = passthrough.prepare(ex, channel.upstream, rules);
+      else {
+        // Tool names the upstream would refuse are renamed for it; the relay names its calls back.
+        const fitted = fitToolNames({ ...canonical!, model: channel.model.upstreamModel }, dialect.toolNames);
+        if (fitted.renamed) ex.set(fittedToolNames, fitted.renamed);
+        req = dialect.fromCanonical(fitted.req, ex);
+      }
       req.model = channel.model.upstreamModel;
       if (tracer) {
         const record = ex.calls.at(-1)!;

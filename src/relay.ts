@@ -8,6 +8,7 @@ import type { ClientResponse } from './client-response.js';
 import { retryAfterMs, type Failover } from './channels/failover.js';
 import type { ClientStream, FamilyPassthrough, Plugin, ResponseSink, Upstream, UpstreamCall, UpstreamDialect } from './contracts.js';
 import { scrubBytes, scrubError, scrubText } from './upstream-secrets.js';
+import { fittedToolNames, restoreEventNames, restoreToolNames } from './tool-names.js';
 import { implausibleCount, type Usage } from './usage.js';
 import { errorHeaders, GatewayError, withRetryAfter } from './errors.js';
 import { errorInAnswer } from './json-body.js';
@@ -356,7 +357,7 @@ export class Relay implements ResponseSink {
         // A passthrough answer is read too when a stream was asked for: it is written as one.
         if (!failure && (!this.passthrough || ex.stream) && this.status >= 200 && this.status < 300) {
           try {
-            answer = this.dialect.readResponse(body, ex);
+            answer = restoreToolNames(this.dialect.readResponse(body, ex), ex.get(fittedToolNames));
           } catch (err) {
             if (err instanceof GatewayError && err.code === 'upstream_error') failure = new GatewayError('upstream_error', `Upstream \`${this.upstream.name}\` answered ${this.status}: ${err.message}`);
             else refusal = err;
@@ -575,6 +576,7 @@ function readKept(dialect: UpstreamDialect, body: Buffer, ex: Exchange): Respons
  */
 function translating(ex: Exchange, dialect: UpstreamDialect, keep: ((events: Event[]) => void) | undefined, secrets: readonly string[] | undefined): ClientStream {
   const reader = dialect.streamReader(ex);
+  const renamed = ex.get(fittedToolNames);
   const writer = ex.clientFamily.streamWriter(ex);
   let usage: Usage | undefined;
   let sample = '';
@@ -608,7 +610,7 @@ function translating(ex: Exchange, dialect: UpstreamDialect, keep: ((events: Eve
   return {
     frame(frame) {
       const data = frameData(frame);
-      if (data !== null) pending += emit(reader.frame(data));
+      if (data !== null) pending += emit(restoreEventNames(reader.frame(data), renamed));
       return false;
     },
     take() {
@@ -617,7 +619,7 @@ function translating(ex: Exchange, dialect: UpstreamDialect, keep: ((events: Eve
       return out;
     },
     end: () => {
-      let out = emit(reader.end());
+      let out = emit(restoreEventNames(reader.end(), renamed));
       // Every client gets usage: counted locally when the upstream reported none.
       if (!failed && !usage) out += emit([{ type: 'usage', usage: estimateUsage(ex) }]);
       return failed ? out : out + writer.end();

@@ -324,3 +324,30 @@ t.test("an image in a tool's result reaches Responses and Gemini upstreams, not 
     t.match(sent, 'A map:', `${model}: and its text`);
   }
 });
+
+t.test('a tool name the upstream would refuse is renamed for it, and the call comes back under the client\'s name', async (t) => {
+  const dotted = 'fs.read:file';
+  const res = await fetch(`${gw.url}/v1beta/models/sim-messages:generateContent`, {
+    method: 'POST',
+    headers: { 'x-goog-api-key': gw.key, 'content-type': 'application/json' },
+    body: JSON.stringify({
+      contents: [{ role: 'user', parts: [{ text: 'Read it [[sim parallel=1]]' }] }],
+      tools: [{ functionDeclarations: [{ name: dotted, parametersJsonSchema: { type: 'object', properties: { path: { type: 'string' } } } }] }],
+    }),
+  });
+  t.equal(res.status, 200, 'a Gemini name with . and : on an Anthropic upstream (400 before)');
+  const answer = (await res.json()) as Json;
+  t.equal(answer.candidates[0].content.parts.find((p: Json) => p.functionCall).functionCall.name, dotted, "the call, under the client's name");
+  t.match((await lastUpstreamRequest()).tools[0].name, /^fs_read_file_[0-9a-f]{8}$/, 'the upstream got a name it takes');
+
+  const long = `lookup_${'x'.repeat(93)}`;
+  const messages = await fetch(`${gw.url}/v1/messages`, {
+    method: 'POST',
+    headers: { 'x-api-key': gw.key, 'anthropic-version': '2023-06-01', 'content-type': 'application/json' },
+    body: JSON.stringify({ model: 'sim-chat', max_tokens: 64, stream: true, tools: [{ name: long, input_schema: { type: 'object', properties: {} } }], messages: [{ role: 'user', content: 'Look [[sim parallel=1]]' }] }),
+  });
+  const text = await messages.text();
+  t.match(text, `"name":"${long}"`, 'a 100-character Messages name on a chat upstream, streamed: the call under its own name');
+  const sent = (await lastUpstreamRequest()).tools[0].function.name;
+  t.ok(sent.length <= 64 && sent.startsWith('lookup_x'), `the upstream got ${sent.length} characters`);
+});

@@ -13,6 +13,7 @@ export const chatDialect: UpstreamDialect = {
   family: 'chat',
   // OpenAI's chat has no top-k; what it lacks beyond that, its canonical form lacks too.
   unsendable: ['topK'],
+  toolNames: { valid: /^[a-zA-Z0-9_-]{1,64}$/, invalid: /[^a-zA-Z0-9_-]/g, maxLength: 64 },
 
   fromCanonical(req, ex) {
     return {

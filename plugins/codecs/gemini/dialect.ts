@@ -25,6 +25,7 @@ export const upstreamPath = (model: string, stream: boolean) => `/models/${encod
 /** What a native Gemini upstream speaks. */
 export const geminiDialect: UpstreamDialect = {
   family: 'gemini',
+  toolNames: { valid: /^[a-zA-Z_][a-zA-Z0-9_.:-]{0,63}$/, invalid: /[^a-zA-Z0-9_.:-]/g, maxLength: 64 },
 
   fromCanonical(req) {
     return {

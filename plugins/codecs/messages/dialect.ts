@@ -18,6 +18,7 @@ const jsonToolKey = new StateKey<JsonTool | undefined>('messages json tool');
 export const messagesDialect: UpstreamDialect = {
   family: 'messages',
   unsendable: ['seed', 'presencePenalty', 'frequencyPenalty'],
+  toolNames: { valid: /^[a-zA-Z0-9_-]{1,128}$/, invalid: /[^a-zA-Z0-9_-]/g, maxLength: 128 },
 
   fromCanonical(req, ex) {
     const jsonTool = jsonToolFor(req);

@@ -13,6 +13,7 @@ export const responsesDialect: UpstreamDialect = {
   family: 'responses',
 
   unsendable: ['topK', 'stop', 'seed', 'presencePenalty', 'frequencyPenalty'],
+  toolNames: { valid: /^[a-zA-Z0-9_-]{1,64}$/, invalid: /[^a-zA-Z0-9_-]/g, maxLength: 64 },
 
   fromCanonical(req) {
     return {

@@ -1,0 +1,70 @@
+/**
+ * Tool names fitted to what an upstream takes, and their answers' names back. Each family allows
+ * other names: Gemini `fs.read:file`, MCP-style `server/tool`, or a name past 64 characters are
+ * refused by OpenAI (`^[a-zA-Z0-9_-]{1,64}$`) or Anthropic (`^[a-zA-Z0-9_-]{1,128}$`), so a client
+ * of another family got the upstream's 400. A name the upstream would refuse is renamed for it
+ * (its invalid characters as `_`, and past the length a prefix, `_` and 8 hex digits of its
+ * SHA-256, as other gateways do); the call the model makes comes back under the client's name.
+ */
+import { createHash } from 'node:crypto';
+import type { Event, Request, Response } from './canonical.js';
+import { StateKey } from './state-key.js';
+
+/** What tool names an upstream's dialect takes (UpstreamDialect.toolNames). */
+export interface ToolNameRule {
+  /** A whole name it takes, length included: `/^[a-zA-Z0-9_-]{1,64}$/`. */
+  valid: RegExp;
+  /** Any one character it does not take, global: `/[^a-zA-Z0-9_-]/g`. */
+  invalid: RegExp;
+  maxLength: number;
+}
+
+/** Upstream name → the client's, for the exchange's translated answer: set when a name was fitted. */
+export const fittedToolNames = new StateKey<Map<string, string>>('fitted tool names');
+
+/** `name` as `rule` takes it: itself when it already fits. */
+export function fitToolName(name: string, rule: ToolNameRule): string {
+  if (rule.valid.test(name)) return name;
+  // A changed name gets its hash whatever its length, so two names that fit to the same never meet;
+  // it begins with a letter or `_`, which every family takes first.
+  const hash = createHash('sha256').update(name).digest('hex').slice(0, 8);
+  const base = name.replace(rule.invalid, '_');
+  return `${(/^[A-Za-z_]/.test(base) ? base : `_${base}`).slice(0, rule.maxLength - 9)}_${hash}`;
+}
+
+/**
+ * `req` with every tool name in it fitted to `rule` (declarations, the tool choice, calls and
+ * results in the history), and the names changed, upstream → client; `req` itself when none had to.
+ */
+export function fitToolNames(req: Request, rule: ToolNameRule | undefined): { req: Request; renamed?: Map<string, string> } {
+  if (!rule) return { req };
+  const renamed = new Map<string, string>();
+  const fit = (name: string) => {
+    const fitted = fitToolName(name, rule);
+    if (fitted !== name) renamed.set(fitted, name);
+    return fitted;
+  };
+  const tools = req.tools.map((t) => (fit(t.name) === t.name ? t : { ...t, name: fit(t.name) }));
+  const messages = req.messages.map((m) => {
+    if (m.role === 'assistant' && m.toolCalls.some((c) => fit(c.name) !== c.name)) return { ...m, toolCalls: m.toolCalls.map((c) => ({ ...c, name: fit(c.name) })) };
+    if (m.role === 'tool' && m.name !== undefined && fit(m.name) !== m.name) return { ...m, name: fit(m.name) };
+    return m;
+  });
+  const choice = req.toolChoice;
+  const toolChoice =
+    typeof choice === 'object' && 'name' in choice ? { name: fit(choice.name) } : typeof choice === 'object' ? { ...choice, allowed: choice.allowed.map(fit) } : choice;
+  if (renamed.size === 0) return { req };
+  return { req: { ...req, tools, messages, toolChoice }, renamed };
+}
+
+/** An answer's tool calls under the client's names. */
+export function restoreToolNames(res: Response, renamed: Map<string, string> | undefined): Response {
+  if (renamed) for (const call of res.toolCalls) call.name = renamed.get(call.name) ?? call.name;
+  return res;
+}
+
+/** A stream's tool calls under the client's names. */
+export function restoreEventNames(events: Event[], renamed: Map<string, string> | undefined): Event[] {
+  if (renamed) for (const e of events) if (e.type === 'tool_call') e.name = renamed.get(e.name) ?? e.name;
+  return events;
+}
