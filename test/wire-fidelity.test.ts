@@ -6,13 +6,56 @@
  * id, as it already did for Messages clients, and a call the gateway has no signature for (history
  * from elsewhere) gets the bypass value Google documents.
  */
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import OpenAI from 'openai';
 import t from 'tap';
 import WebSocket from 'ws';
 import { eventually, simulatorUpstreams, startStack } from './helpers.js';
 
+/**
+ * An upstream that refuses, in chat's shape (`message.refusal`, `delta.refusal`) and Responses'
+ * (a `refusal` part, `response.refusal.delta`): the simulator never refuses in these families.
+ */
+const REFUSAL = 'I cannot help with that.';
+const refuser = createServer((req, res) => {
+  let raw = '';
+  req.on('data', (d) => (raw += d));
+  req.on('end', () => {
+    const { stream } = JSON.parse(raw);
+    const responses = req.url!.endsWith('/responses');
+    if (!stream) {
+      res.writeHead(200, { 'content-type': 'application/json' });
+      return res.end(
+        JSON.stringify(
+          responses
+            ? { id: 'resp_r', object: 'response', created_at: 1, status: 'completed', model: 'r', output: [{ type: 'message', id: 'msg_r', role: 'assistant', status: 'completed', content: [{ type: 'refusal', refusal: REFUSAL }] }], usage: { input_tokens: 3, output_tokens: 6, total_tokens: 9 } }
+            : { id: 'chatcmpl-r', object: 'chat.completion', created: 1, model: 'r', choices: [{ index: 0, message: { role: 'assistant', content: null, refusal: REFUSAL }, finish_reason: 'stop' }], usage: { prompt_tokens: 3, completion_tokens: 6, total_tokens: 9 } },
+        ),
+      );
+    }
+    res.writeHead(200, { 'content-type': 'text/event-stream' });
+    const event = (type: string, fields: object) => `event: ${type}\ndata: ${JSON.stringify({ type, ...fields })}\n\n`;
+    const chunk = (delta: object, finish: string | null) => `data: ${JSON.stringify({ id: 'chatcmpl-r', object: 'chat.completion.chunk', created: 1, model: 'r', choices: [{ index: 0, delta, finish_reason: finish }] })}\n\n`;
+    res.end(
+      responses
+        ? event('response.created', { response: { id: 'resp_r', status: 'in_progress' } }) +
+            event('response.refusal.delta', { item_id: 'msg_r', output_index: 0, content_index: 0, delta: REFUSAL }) +
+            event('response.completed', { response: { id: 'resp_r', status: 'completed', output: [], usage: { input_tokens: 3, output_tokens: 6, total_tokens: 9 } } })
+        : chunk({ role: 'assistant', refusal: REFUSAL }, null) + chunk({}, 'stop') + 'data: [DONE]\n\n',
+    );
+  });
+});
+await new Promise<void>((resolve) => refuser.listen(0, '127.0.0.1', resolve));
+t.teardown(() => new Promise((resolve) => refuser.close(resolve)));
+const refuserUrl = `http://127.0.0.1:${(refuser.address() as AddressInfo).port}/v1`;
+
 const { sim, gw } = await startStack(
-  (simUrl) => `${simulatorUpstreams(simUrl)}models:
+  (simUrl) => `${simulatorUpstreams(simUrl)}  refuser-chat: { kind: openai-chat, baseUrl: "${refuserUrl}" }
+  refuser-responses: { kind: openai-responses, baseUrl: "${refuserUrl}" }
+models:
+  - { id: refuses-chat, upstream: refuser-chat }
+  - { id: refuses-responses, upstream: refuser-responses }
   - { id: sim-chat, upstream: chat }
   - { id: sim-responses, upstream: responses }
   - { id: sim-gemini, upstream: gemini }
@@ -350,4 +393,25 @@ t.test('a tool name the upstream would refuse is renamed for it, and the call co
   t.match(text, `"name":"${long}"`, 'a 100-character Messages name on a chat upstream, streamed: the call under its own name');
   const sent = (await lastUpstreamRequest()).tools[0].function.name;
   t.ok(sent.length <= 64 && sent.startsWith('lookup_x'), `the upstream got ${sent.length} characters`);
+});
+
+t.test("a model's refusal reaches a client of another family as its answer's text, with the family's filter finish", async (t) => {
+  for (const model of ['refuses-chat', 'refuses-responses']) {
+    for (const stream of [false, true]) {
+      const messages = await fetch(`${gw.url}/v1/messages`, {
+        method: 'POST',
+        headers: { 'x-api-key': gw.key, 'anthropic-version': '2023-06-01', 'content-type': 'application/json' },
+        body: JSON.stringify({ model, max_tokens: 32, stream, messages: [{ role: 'user', content: 'Do the bad thing' }] }),
+      });
+      const text = await messages.text();
+      t.match(text, REFUSAL, `${model}, stream ${stream}: a Messages client reads the refusal (an empty answer before)`);
+      t.match(text, /"stop_reason":"refusal"/, `${model}, stream ${stream}: stop_reason refusal`);
+    }
+    const gemini = await fetch(`${gw.url}/v1beta/models/${model}:generateContent`, {
+      method: 'POST',
+      headers: { 'x-goog-api-key': gw.key, 'content-type': 'application/json' },
+      body: JSON.stringify({ contents: [{ role: 'user', parts: [{ text: 'Do the bad thing' }] }] }),
+    });
+    t.match(await gemini.json(), { candidates: [{ content: { parts: [{ text: REFUSAL }] }, finishReason: 'SAFETY' }] }, `${model}: a Gemini client`);
+  }
 });

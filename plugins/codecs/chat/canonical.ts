@@ -255,14 +255,17 @@ export function chatResponseToCanonical(body: UpstreamChatCompletion): C.Respons
     .filter((c) => c.type === 'function')
     // A function call's id and name are read as sent: an upstream that leaves them out gives the client what it gave.
     .map((c) => ({ id: c.id!, name: c.function!.name!, arguments: c.function!.arguments || '{}' }));
+  // A refusal has no field in the other families: it is said as the answer's text, filtered.
+  const refusal = typeof message.refusal === 'string' && message.refusal ? message.refusal : undefined;
+  const content = typeof message.content === 'string' ? message.content : '';
   return {
     id: body.id,
     model: body.model,
     created: body.created,
-    text: typeof message.content === 'string' ? message.content : '',
+    text: content || (refusal ?? ''),
     reasoning: typeof message.reasoning_content === 'string' ? message.reasoning_content : undefined,
     toolCalls,
-    finishReason: toolCalls.length ? 'tool_calls' : readFinishReason(choice.finish_reason),
+    finishReason: toolCalls.length ? 'tool_calls' : refusal ? 'content_filter' : readFinishReason(choice.finish_reason),
     usage: readChatUsage(body.usage),
   };
 }

@@ -110,6 +110,7 @@ function endsWhole(run: Buffer | undefined): boolean {
 export function chatStreamReader(): C.StreamReader {
   let started = false;
   let finished = false;
+  let refused = false;
   const toolIndex = new Map<number, number>();
   const withArguments = new Set<number>();
   return {
@@ -129,6 +130,11 @@ export function chatStreamReader(): C.StreamReader {
       if (delta) {
         if (typeof delta.reasoning_content === 'string' && delta.reasoning_content) events.push({ type: 'reasoning', delta: delta.reasoning_content });
         if (typeof delta.content === 'string' && delta.content) events.push({ type: 'text', delta: delta.content });
+        // A refusal has no event in the other families: it is said as text, and the finish is a filter's.
+        if (typeof delta.refusal === 'string' && delta.refusal) {
+          refused = true;
+          events.push({ type: 'text', delta: delta.refusal });
+        }
         for (const call of delta.tool_calls ?? []) {
           const upstreamIndex = call.index ?? 0;
           let index = toolIndex.get(upstreamIndex);
@@ -146,7 +152,7 @@ export function chatStreamReader(): C.StreamReader {
       if (choice?.finish_reason) {
         // Some servers send no arguments for a tool without parameters; other families need the JSON `{}`.
         for (const index of toolIndex.values()) if (!withArguments.has(index)) events.push({ type: 'tool_arguments', index, delta: '{}' });
-        events.push({ type: 'finish', reason: readFinishReason(choice.finish_reason) });
+        events.push({ type: 'finish', reason: refused ? 'content_filter' : readFinishReason(choice.finish_reason) });
         finished = true;
       }
       const usage = readChatUsage(chunk.usage);

@@ -106,7 +106,7 @@ export interface UpstreamChatCompletion {
   id?: string;
   model?: string;
   created?: number;
-  choices?: { message?: { content?: unknown; reasoning_content?: unknown; tool_calls?: UpstreamToolCall[] }; finish_reason?: unknown }[];
+  choices?: { message?: { content?: unknown; refusal?: unknown; reasoning_content?: unknown; tool_calls?: UpstreamToolCall[] }; finish_reason?: unknown }[];
   usage?: UpstreamChatUsage | null;
 }
 
@@ -116,6 +116,6 @@ export interface UpstreamChatChunk {
   model?: string;
   created?: number;
   error?: unknown;
-  choices?: { index?: number; delta?: { content?: unknown; reasoning_content?: unknown; tool_calls?: UpstreamToolCall[] }; finish_reason?: unknown }[];
+  choices?: { index?: number; delta?: { content?: unknown; refusal?: unknown; reasoning_content?: unknown; tool_calls?: UpstreamToolCall[] }; finish_reason?: unknown }[];
   usage?: UpstreamChatUsage | null;
 }

@@ -312,11 +312,19 @@ export function canonicalToResponses(req: C.Request): ResponsesUpstreamBody {
 /** A Responses body from an upstream, canonically (7.3). */
 export function responsesBodyToCanonical(body: UpstreamResponse): C.Response {
   let text = '';
+  let refused = false;
   let reasoning: string | undefined;
   const toolCalls: C.ToolCall[] = [];
   for (const item of body.output ?? []) {
     if (item.type === 'message') {
-      for (const part of item.content ?? []) if (part.type === 'output_text') text += part.text;
+      for (const part of item.content ?? []) {
+        if (part.type === 'output_text') text += part.text;
+        // A refusal has no field in the other families: it is said as the answer's text, filtered.
+        else if (part.type === 'refusal' && typeof part.refusal === 'string') {
+          text += part.refusal;
+          refused = true;
+        }
+      }
     } else if (item.type === 'reasoning') {
       const summary = (item.summary ?? []).map((s) => s.text).join('\n\n');
       if (summary) reasoning = (reasoning ? reasoning + '\n\n' : '') + summary;
@@ -334,7 +342,7 @@ export function responsesBodyToCanonical(body: UpstreamResponse): C.Response {
     text,
     reasoning,
     toolCalls,
-    finishReason: finishFromStatus(body.status, body.incomplete_details?.reason, toolCalls.length),
+    finishReason: refused && !toolCalls.length ? 'content_filter' : finishFromStatus(body.status, body.incomplete_details?.reason, toolCalls.length),
     usage: readResponsesUsage(body.usage),
   };
 }

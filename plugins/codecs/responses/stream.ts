@@ -89,6 +89,7 @@ export function responsesStreamReader(): C.StreamReader {
   const byOutputIndex = new Map<number | undefined, string | undefined>();
   const call = (e: UpstreamResponsesEvent) => calls.get(e.item_id ?? byOutputIndex.get(e.output_index));
   let ended = false;
+  let refused = false;
   return {
     frame(data) {
       const e: UpstreamResponsesEvent | undefined = jsonOrUndefined(data);
@@ -101,6 +102,10 @@ export function responsesStreamReader(): C.StreamReader {
         case 'response.created':
           return [{ type: 'start', id: e.response?.id, model: e.response?.model, created: e.response?.created_at }];
         case 'response.output_text.delta':
+          return e.delta ? [{ type: 'text', delta: e.delta }] : [];
+        // A refusal has no event in the other families: it is said as text, and the finish is a filter's.
+        case 'response.refusal.delta':
+          refused = true;
           return e.delta ? [{ type: 'text', delta: e.delta }] : [];
         case 'response.reasoning_summary_text.delta':
         case 'response.reasoning_text.delta':
@@ -135,7 +140,8 @@ export function responsesStreamReader(): C.StreamReader {
         case 'response.done': {
           ended = true;
           const r = e.response ?? {};
-          const events: C.Event[] = [{ type: 'finish', reason: finishFromStatus(r.status, r.incomplete_details?.reason, calls.size) }];
+          const reason = refused && calls.size === 0 ? 'content_filter' : finishFromStatus(r.status, r.incomplete_details?.reason, calls.size);
+          const events: C.Event[] = [{ type: 'finish', reason }];
           const usage = readResponsesUsage(r.usage);
           if (usage) events.push({ type: 'usage', usage });
           return events;

@@ -271,7 +271,7 @@ export interface UpstreamOutputItem {
   name?: string;
   arguments?: string;
   input?: unknown;
-  content?: { type?: string; text?: string }[];
+  content?: { type?: string; text?: string; refusal?: string }[];
   summary?: { text?: string }[];
 }
 
