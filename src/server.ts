@@ -60,8 +60,14 @@ export function startServer(options: ServerOptions): Promise<RunningServer> {
   const hints = addFamilyRoutes(app, options.families, context, sockets, limits);
   addJsonRoutes(app, options.jsonRoutes ?? {}, context, log);
 
+  const health = () => (context.draining ? '{"status":"draining"}' : '{"status":"ok"}');
   app.get('/healthz', (res) => {
-    res.cork(() => res.writeHeader('content-type', 'application/json').end(context.draining ? '{"status":"draining"}' : '{"status":"ok"}'));
+    res.cork(() => res.writeHeader('content-type', 'application/json').end(health()));
+  });
+  // What a GET would answer, without its body (a HEAD reply with one desyncs a keep-alive client).
+  // Without a length: uWS 20.30 aborts the process when endWithoutBody is given one.
+  app.head('/healthz', (res) => {
+    res.cork(() => res.writeHeader('content-type', 'application/json').endWithoutBody());
   });
 
   app.any('/*', (res, req) => noRoute(res, req, hints));

@@ -167,6 +167,16 @@ t.test('no uWebSockets header on any response', async (t) => {
   }
 });
 
+t.test('a HEAD request gets the headers a GET would, and no body: the next response on the connection stays in step', async (t) => {
+  for (const [path, code] of [['/healthz', 200], ['/nowhere', 404], ['/v1beta/models/x/y', 404]] as const) {
+    const { text } = await raw(port, `HEAD ${path} HTTP/1.1\r\nHost: x\r\n\r\nGET /healthz HTTP/1.1\r\nHost: x\r\n\r\n`, 3000, (got) => got.endsWith('{"status":"ok"}'));
+    const [head, rest] = [text.slice(0, text.indexOf('\r\n\r\n') + 4), text.slice(text.indexOf('\r\n\r\n') + 4)];
+    t.equal(status(head), code, `HEAD ${path}: ${code}`);
+    t.match(rest, /^HTTP\/1\.1 200 OK\r\n[^]*\r\n\r\n\{"status":"ok"\}$/, `HEAD ${path}: no body before the next response (before, a 404 body came first)`);
+  }
+  t.ok(await healthy(), 'and the gateway serves on');
+});
+
 t.test('pipelined requests that are answered at once come back in order', async (t) => {
   const get = (path: string) => `GET ${path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${gw.key}\r\n\r\n`;
   const answer = await raw(port, get('/healthz') + get('/v1/models') + get('/healthz'), 2000, (text) => text.split('HTTP/1.1 200').length === 4);

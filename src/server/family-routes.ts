@@ -39,7 +39,12 @@ export function noRoute(res: HttpResponse, req: HttpRequest, hints?: RouteHints<
   } else {
     body = JSON.stringify({ error: { message, type: 'invalid_request_error', param: null, code: 'not_found' } });
   }
-  res.cork(() => res.writeStatus(statusLine(status)).writeHeader('content-type', 'application/json').end(body));
+  res.cork(() => {
+    res.writeStatus(statusLine(status)).writeHeader('content-type', 'application/json');
+    // A HEAD reply has no body: one would be read as the start of the next response.
+    if (method === 'HEAD') res.endWithoutBody();
+    else res.end(body);
+  });
 }
 
 /** The one family of the nearest routes (those whose condition the headers meet, when several are). */
