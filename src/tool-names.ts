@@ -37,7 +37,7 @@ export function fitToolName(name: string, rule: ToolNameRule): string {
  * results in the history), and the names changed, upstream → client; `req` itself when none had to.
  */
 export function fitToolNames(req: Request, rule: ToolNameRule | undefined): { req: Request; renamed?: Map<string, string> } {
-  if (!rule) return { req };
+  if (!rule || !namesToFit(req, rule)) return { req };
   const renamed = new Map<string, string>();
   const fit = (name: string) => {
     const fitted = fitToolName(name, rule);
@@ -53,8 +53,19 @@ export function fitToolNames(req: Request, rule: ToolNameRule | undefined): { re
   const choice = req.toolChoice;
   const toolChoice =
     typeof choice === 'object' && 'name' in choice ? { name: fit(choice.name) } : typeof choice === 'object' ? { ...choice, allowed: choice.allowed.map(fit) } : choice;
-  if (renamed.size === 0) return { req };
   return { req: { ...req, tools, messages, toolChoice }, renamed };
+}
+
+/** Whether any tool name in `req` needs fitting: most requests have none, and are not copied. */
+function namesToFit(req: Request, rule: ToolNameRule): boolean {
+  const fits = (name: string) => rule.valid.test(name);
+  if (!req.tools.every((t) => fits(t.name))) return true;
+  for (const m of req.messages) {
+    if (m.role === 'assistant' && !m.toolCalls.every((c) => fits(c.name))) return true;
+    if (m.role === 'tool' && m.name !== undefined && !fits(m.name)) return true;
+  }
+  const choice = req.toolChoice;
+  return typeof choice === 'object' && ('name' in choice ? !fits(choice.name) : !choice.allowed.every(fits));
 }
 
 /** An answer's tool calls under the client's names. */
