@@ -137,7 +137,6 @@ export interface StreamWriter {
   fail(err: GatewayError): string;
 }
 
-/** The text of text parts, joined. */
 /**
  * A file's name: its own, or for inline data one made from its type (`document.pdf`), since
  * OpenAI's APIs want a name with `file_data` and Gemini and Messages documents may have none.
@@ -159,6 +158,7 @@ export function systemTextOf(parts: Part[]): string {
   return out;
 }
 
+/** The text of text parts, joined. */
 export function textOf(parts: Part[]): string {
   let out = '';
   for (const p of parts) if (p.type === 'text') out += p.text;

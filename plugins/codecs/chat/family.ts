@@ -4,9 +4,9 @@
  */
 import {
   checkModelId,
-  echoed,
   type ClientFamily,
   compileValidator,
+  echoed,
   type Exchange,
   type FamilyPassthrough,
   frameJson,
