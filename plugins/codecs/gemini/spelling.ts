@@ -20,26 +20,28 @@ export function camelCaseFields(body: unknown): boolean {
     }
     if (value === null || typeof value !== 'object') return;
     const object = value as Record<string, unknown>;
-    for (const key of Object.keys(object)) {
-      let name = key;
-      if (key.includes('_')) {
-        name = key.replace(/_([a-z0-9])/g, (_, c: string) => c.toUpperCase());
-        if (name !== key) {
-          if (Object.hasOwn(object, name)) throw new GatewayError('invalid_request', `Both '${key}' and '${name}' are set: send one of them.`, name);
-          object[name] = object[key];
-          delete object[key];
-          changed = true;
-        }
-      }
-      const child = object[name];
-      if (OPAQUE.has(name)) continue;
-      // A Schema's `properties` are named by the caller; each of them is a Schema again.
-      if (name === 'properties' && child !== null && typeof child === 'object' && !Array.isArray(child)) {
-        for (const property of Object.values(child)) walk(property);
-        continue;
-      }
-      walk(child);
+    let snake: string[] | undefined;
+    for (const key in object) {
+      if (key.includes('_')) (snake ??= []).push(key);
+      else if (!OPAQUE.has(key)) walkField(key, object[key]);
     }
+    // Renamed after the loop (a `for…in` over an object being changed is unspecified), then walked.
+    for (const key of snake ?? []) {
+      const name = key.replace(/_([a-z0-9])/g, (_, c: string) => c.toUpperCase());
+      if (name !== key) {
+        if (Object.hasOwn(object, name)) throw new GatewayError('invalid_request', `Both '${key}' and '${name}' are set: send one of them.`, name);
+        object[name] = object[key];
+        delete object[key];
+        changed = true;
+      }
+      if (!OPAQUE.has(name)) walkField(name, object[name]);
+    }
+  };
+  const walkField = (name: string, child: unknown): void => {
+    // A Schema's `properties` are named by the caller; each of them is a Schema again.
+    if (name === 'properties' && child !== null && typeof child === 'object' && !Array.isArray(child)) {
+      for (const property of Object.values(child)) walk(property);
+    } else walk(child);
   };
   walk(body);
   return changed;
