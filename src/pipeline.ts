@@ -324,7 +324,8 @@ export class Pipeline implements RelayOwner {
       else {
         // Tool names the upstream would refuse are renamed for it; the relay names its calls back.
         const fitted = fitToolNames({ ...canonical!, model: channel.model.upstreamModel }, dialect.toolNames);
-        if (fitted.renamed) ex.set(fittedToolNames, fitted.renamed);
+        // Set, or cleared: a channel tried before may have needed names this one does not.
+        if (fitted.renamed || ex.get(fittedToolNames)) ex.set(fittedToolNames, fitted.renamed ?? new Map());
         req = dialect.fromCanonical(fitted.req, ex);
       }
       req.model = channel.model.upstreamModel;

@@ -47,13 +47,13 @@ export type { ErrorCode, ErrorKind } from './errors.js';
 // The canonical form every family translates through.
 export * as canonical from './canonical.js';
 export { unreadableEvent } from './canonical.js';
-export { splitToolId, toolIdWithSignature } from './tool-call-ids.js';
+export { isGatewaySignature, splitToolId, toolIdWithSignature } from './tool-call-ids.js';
 
 // Reading and writing the wire: JSON bodies, request caps, server-sent events, bytes.
 export { jsonOrUndefined, looksLikeJsonObject, parseRequestJson, parseUpstreamJson, positiveNumber, withFields } from './json-body.js';
 export { removeNullFields } from './json-splice.js';
 export { HOLE, jsonTemplate } from './json-template.js';
-export { checkDepth, checkModelId, echoed, lengthOf, partsIn } from './request-caps.js';
+export { checkDepth, checkModelId, decodedParam, echoed, lengthOf, partsIn } from './request-caps.js';
 export type { RequestCaps, RequestShape } from './request-caps.js';
 export { ObjectKeyNeedle, dataFrame, eventFrame, firstFrameToStopAt, firstMalformedFrame, frameData, frameJson, hasObjectField } from './sse.js';
 export type { SparseScan } from './sse.js';

@@ -359,7 +359,7 @@ export class Relay implements ResponseSink {
           try {
             answer = restoreToolNames(this.dialect.readResponse(body, ex), ex.get(fittedToolNames));
           } catch (err) {
-            if (err instanceof GatewayError && err.code === 'upstream_error') failure = new GatewayError('upstream_error', `Upstream \`${this.upstream.name}\` answered ${this.status}: ${err.message}`);
+            if (err instanceof GatewayError && err.code === 'upstream_error') failure = scrubError(new GatewayError('upstream_error', `Upstream \`${this.upstream.name}\` answered ${this.status}: ${err.message}`), this.upstream.secrets);
             else refusal = err;
           }
         }
@@ -415,6 +415,8 @@ export class Relay implements ResponseSink {
   /** The exchange failed midway: a stream ends with its family's failure event, anything else with an error reply. */
   failed(err: GatewayError): void {
     const { ex, res, stream } = this;
+    // Whatever the upstream said, from any reader (a passthrough stream's check included), keeps its secrets out.
+    err = scrubError(err, this.upstream.secrets);
     ex.failedWith(err);
     ex.usage ??= stream?.usage();
     if (!stream) return this.pipeline.fail(ex, res, err);

@@ -104,6 +104,15 @@ export function echoed(text: string, max = 64): string {
   return text.length > max ? `${text.slice(0, max)}…` : text;
 }
 
+/** A path parameter as the client meant it (`openai%2Fgpt-4o` is `openai/gpt-4o`); as it came when it is not valid percent-encoding. */
+export function decodedParam(param: string): string {
+  try {
+    return decodeURIComponent(param);
+  } catch {
+    return param;
+  }
+}
+
 /** Length of an array, 0 for anything else: counting runs before the schema is checked. */
 export const lengthOf = (value: unknown): number => (Array.isArray(value) ? value.length : 0);
 

@@ -76,7 +76,39 @@ export function estimateTokens(texts: string | readonly string[], options: Estim
     budget -= counted.bytes;
     if (counted.chars < text.length) rest.push(counted.chars === 0 ? text : text.slice(counted.chars));
   }
-  return rest.length === 0 ? tokens : tokens + extrapolate(rest, options.sampling === 'random');
+  if (rest.length === 0) return tokens;
+  const random = options.sampling === 'random';
+  const estimated = extrapolate(rest, random);
+  if (!random) return tokens + estimated;
+  // Drawn windows can still miss a dense block hidden in cheap text, and a client can resend until
+  // they do: a rest that reads cheaper than any prose is held to a floor counted from every character.
+  let chars = 0;
+  for (const text of rest) chars += text.length;
+  return tokens + (estimated < CHEAP_TOKENS_PER_CHAR * chars ? Math.max(estimated, floorTokens(rest)) : estimated);
+}
+
+/** Fewer tokens per character than prose or code ever has (English runs about 0.25): a text this cheap is looked at whole. */
+const CHEAP_TOKENS_PER_CHAR = 0.2;
+
+/**
+ * A floor under the o200k tokens of `texts`, from each character's kind: a printable ASCII one at
+ * least a fifth of a token, a 2-byte one (Cyrillic, Greek, accented) a quarter, a 3-byte one (CJK,
+ * kana) a half, a surrogate pair (rare scripts, emoji) one; whitespace nothing. Below the real
+ * count for text of any script, so it only ever raises an estimate that missed dense text: rare
+ * CJK (2 tokens a character) is held to within 4× of its count, not 100×.
+ */
+function floorTokens(texts: readonly string[]): number {
+  let floor = 0;
+  for (const text of texts) {
+    for (let i = 0; i < text.length; i++) {
+      const c = text.charCodeAt(i);
+      if (c > 0x20 && c < 0x7f) floor += 0.2;
+      else if (c >= 0xd800 && c <= 0xdfff) floor += 0.5;
+      else if (c >= 0x800) floor += 0.5;
+      else if (c >= 0x80) floor += 0.25;
+    }
+  }
+  return Math.round(floor);
 }
 
 /** Counts whole pieces from the start of `text` until `budget` bytes are spent. */

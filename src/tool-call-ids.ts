@@ -13,6 +13,16 @@ export function toolIdWithSignature(id: string, signature?: string): string {
   return signature ? `${id}${SIGNATURE_MARK}${Buffer.from(signature).toString('base64url')}` : id;
 }
 
+/**
+ * Whether a signature is one the gateway made to carry another family's state through a call
+ * (an Anthropic turn's thinking, plugins/codecs/messages/wire.ts): base64 of JSON whose key begins
+ * `sluice.`. Such a signature is no thought signature of Gemini's, which would refuse it as
+ * corrupted, and it holds Claude's thinking, which is not Google's to read.
+ */
+export function isGatewaySignature(signature: string): boolean {
+  return Buffer.from(signature.slice(0, 16), 'base64').toString('latin1').startsWith('{"sluice.');
+}
+
 /** A client's tool id back as the call's own id and its signature. */
 export function splitToolId(id: string): { id: string; signature?: string } {
   const at = id.indexOf(SIGNATURE_MARK);

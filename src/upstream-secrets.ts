@@ -9,18 +9,32 @@ import { GatewayError } from './errors.js';
 
 /** What replaces a secret. */
 export const REDACTED = '[redacted]';
-/** Shorter configured values (an API version date, a region) are not secrets worth a search. */
-const MIN_SECRET_CHARS = 8;
+/** Shorter configured values (an API version date, a region) are not secrets worth a search; keys are longer. */
+const MIN_SECRET_CHARS = 16;
 
 /** The values of an upstream's key and configured headers that are long enough to be secrets. */
 export function secretsOf(values: ReadonlyArray<string | undefined>): string[] {
   return [...new Set(values.filter((v): v is string => typeof v === 'string' && v.length >= MIN_SECRET_CHARS))];
 }
 
-/** `text` with each of `secrets` replaced. */
+/** A secret's start this long, cut off where an excerpt of the upstream's words ends, is redacted too. */
+const MIN_CUT_CHARS = 6;
+
+/**
+ * `text` with each of `secrets` replaced, and a secret's start that runs to the end of `text` (an
+ * error's words are cut at 80 to 300 characters, and a key may straddle the cut) or to `…`.
+ */
 export function scrubText(text: string, secrets: readonly string[] | undefined): string {
   if (!secrets) return text;
-  for (const secret of secrets) if (text.includes(secret)) text = text.replaceAll(secret, REDACTED);
+  for (const secret of secrets) {
+    if (text.includes(secret)) text = text.replaceAll(secret, REDACTED);
+    const at = text.lastIndexOf(secret.slice(0, MIN_CUT_CHARS));
+    if (at < 0) continue;
+    let end = at;
+    while (end < text.length && end - at < secret.length && text[end] === secret[end - at]) end++;
+    const tail = text.slice(end);
+    if (tail === '' || /^…/.test(tail) || /^["'\s]*$/.test(tail)) text = text.slice(0, at) + REDACTED + tail;
+  }
   return text;
 }
 

@@ -146,6 +146,16 @@ t.test('a prompt shaped around the estimate\'s windows is still counted: cheap t
   const refused = await settle(chat(key, prompt, { max_tokens: 16 }));
   t.equal(refused.status, 429, 'the limit refuses it before the upstream is called (it passed before)');
   t.match(JSON.parse(refused.text).error.message, /Request too large/);
+
+  // Drawn windows may miss one dense block in a sea of spaces, and a client may resend until they
+  // do: such a cheap-reading prompt is held to a floor counted from every character.
+  const block = '龘'.repeat(8_000);
+  const hidden = ' '.repeat(46_000) + block + ' '.repeat(46_000);
+  const draws = Array.from({ length: 50 }, () => estimateTokens(hidden, { sampling: 'random' }));
+  t.ok(Math.min(...draws) >= block.length / 2, `50 draws: the least, ${Math.min(...draws)}, is within 4× of the block's ${2 * block.length} tokens`);
+  const { key: small } = await keyIn({ limits: { tpm: 3000 } });
+  const tries = await Promise.all(Array.from({ length: 10 }, () => settle(chat(small, hidden, { max_tokens: 16 }))));
+  t.same(tries.map((r) => r.status), Array(10).fill(429), 'ten tries, ten refusals: resending does not find a lucky draw');
 });
 
 t.test('a model limit holds across keys', async (t) => {

@@ -109,6 +109,9 @@ const answers: Record<string, { status?: number; body?: string; stream?: string[
   // Upstreams that echo the request's credentials ($AUTH) in their errors.
   'echo-400': { status: 400, body: JSON.stringify({ error: { message: 'bad request for $AUTH', type: 'invalid_request_error' } }) },
   'echo-500': { status: 500, body: JSON.stringify({ error: { message: 'crashed serving $AUTH', type: 'server_error' } }) },
+  // A page of text, not JSON: the key straddles where its words are cut (300 characters).
+  'echo-500-cut': { status: 500, body: `${'x'.repeat(280)} $AUTH and more` },
+  'echo-gemini-garbage': { stream: [geminiChunk('Half'), 'data: proxy error for key $AUTH\n\n'] },
   'echo-200-error': { body: JSON.stringify({ error: { message: 'refused $AUTH', type: 'server_error' } }) },
   'echo-stream-error': { stream: [chunk({ role: 'assistant', content: 'Half' }), `data: ${JSON.stringify({ error: { message: 'stream died for $AUTH', type: 'server_error' } })}\n\n`] },
   'error-then-silent': { stream: [chunk({ role: 'assistant', content: 'Half' }), `data: ${JSON.stringify({ error: { message: 'mid-stream boom', type: 'server_error' } })}\n\n`], hold: true },
@@ -124,7 +127,7 @@ const liar = createServer((req: IncomingMessage, res) => {
     const fromPath = /\/models\/([^:/]+):/.exec(req.url ?? '')?.[1];
     const model: string = fromPath ?? JSON.parse(raw).model;
     const known = answers[model];
-    const auth = String(req.headers.authorization ?? '');
+    const auth = String(req.headers.authorization ?? req.headers['x-goog-api-key'] ?? '');
     const echo = (text: string) => text.replaceAll('$AUTH', auth);
     const answer = known && { ...known, body: known.body && echo(known.body), stream: known.stream?.map(echo) };
     if (!answer) {
@@ -160,7 +163,7 @@ const LIAR_KEY = 'sk-upstream-secret-7f3a9c';
 const { gw } = await startStack(
   (simUrl) => `${simulatorUpstreams(simUrl)}  liar-chat: { kind: openai-chat, baseUrl: "${liarUrl}/v1", apiKey: ${LIAR_KEY}, breaker: { failures: 1000 } }
   liar-responses: { kind: openai-responses, baseUrl: "${liarUrl}/v1", breaker: { failures: 1000 } }
-  liar-gemini: { kind: gemini, baseUrl: "${liarUrl}/v1beta", apiKey: k, breaker: { failures: 1000 } }
+  liar-gemini: { kind: gemini, baseUrl: "${liarUrl}/v1beta", apiKey: ${LIAR_KEY}, breaker: { failures: 1000 } }
   liar-messages: { kind: anthropic, baseUrl: "${liarUrl}/v1", apiKey: k, breaker: { failures: 1000 } }
 models:
   - { id: no-usage, upstream: liar-chat }
@@ -191,6 +194,8 @@ models:
   - { id: error-then-silent, upstream: liar-chat }
   - { id: echo-400, upstream: liar-chat }
   - { id: echo-500, upstream: liar-chat }
+  - { id: echo-500-cut, upstream: liar-chat }
+  - { id: echo-gemini-garbage, upstream: liar-gemini }
   - { id: echo-200-error, upstream: liar-chat }
   - { id: echo-stream-error, upstream: liar-chat }
   - id: error-200-then-healthy
@@ -484,6 +489,13 @@ t.test("an upstream that echoes the gateway's credentials in its errors: the key
     ['a 400, Messages translated', () => messages({ model: 'echo-400' }), 400],
     ['a 500', () => chat({ model: 'echo-500' }), 502],
     ['a 200 carrying an error', () => chat({ model: 'echo-200-error' }), 502],
+    ['a 200 carrying an error, Messages translated', () => messages({ model: 'echo-200-error' }), 502],
+    ['a 500 whose words are cut inside the key', () => chat({ model: 'echo-500-cut' }), 502],
+    [
+      "a Gemini JSON-array stream's event that is not JSON",
+      () => fetch(`${gw.url}/v1beta/models/echo-gemini-garbage:streamGenerateContent`, { method: 'POST', headers: { 'x-goog-api-key': gw.key, 'content-type': 'application/json' }, body: JSON.stringify({ contents: [{ role: 'user', parts: [{ text: 'hi' }] }] }) }),
+      200,
+    ],
     ['a stream error event, chat passthrough', () => chat({ model: 'echo-stream-error', stream: true }), 200],
     ['a stream error event, Messages translated', () => messages({ model: 'echo-stream-error', stream: true }), 200],
   ];
@@ -491,7 +503,7 @@ t.test("an upstream that echoes the gateway's credentials in its errors: the key
     const res = await call();
     t.equal(res.status, status, `${what}: ${status}`);
     const text = await res.text();
-    t.notMatch(text, LIAR_KEY, `${what}: not in the answer`);
+    t.notMatch(text, LIAR_KEY.slice(0, 10), `${what}: not in the answer, not even its start`);
     t.match(text, /\[redacted\]/, `${what}: the upstream's words, the key replaced`);
     const record = await usageRecord(res);
     t.notMatch(JSON.stringify(record), LIAR_KEY, `${what}: not in the usage record`);

@@ -11,6 +11,7 @@ import type { AddressInfo } from 'node:net';
 import OpenAI from 'openai';
 import t from 'tap';
 import WebSocket from 'ws';
+import { toolIdWithSignature } from '../src/tool-call-ids.js';
 import { eventually, simulatorUpstreams, startStack } from './helpers.js';
 
 /**
@@ -61,6 +62,7 @@ models:
   - { id: sim-gemini, upstream: gemini }
   - { id: sim-messages, upstream: messages }
   - { id: capped, upstream: chat, upstreamModel: sim-chat, maxOutputTokens: { max: 1000 } }
+  - { id: vendor/model-x, upstream: chat, upstreamModel: sim-chat }
   - { id: clamped, upstream: chat, upstreamModel: sim-chat, maxOutputTokens: { max: 1000, overMax: clamp } }
 `,
 );
@@ -103,6 +105,11 @@ t.test('Gemini thought signatures survive a chat client\'s tool loop, streamed o
 
 t.test('Gemini thought signatures survive a Responses client\'s tool loop', async (t) => {
   const tools = [{ type: 'function' as const, strict: false, ...weather }];
+  let streamed: Json;
+  for await (const e of await openai.responses.create({ model: 'sim-gemini', reasoning: { effort: 'low' }, tools, input: 'Weather in Oslo?', stream: true })) {
+    if (e.type === 'response.output_item.done' && e.item.type === 'function_call') streamed = e.item;
+  }
+  t.match(streamed.call_id, /__sig__/, "streamed, the call's call_id carries its signature");
   const first = await openai.responses.create({ model: 'sim-gemini', reasoning: { effort: 'low' }, tools, input: 'Weather in Oslo?' });
   const call = first.output.find((o) => o.type === 'function_call') as Json;
   t.match(call.call_id, /__sig__/, "the call's call_id carries its signature");
@@ -131,6 +138,22 @@ t.test('a call the gateway has no signature for reaches Gemini with the document
   t.equal(r.choices[0]!.finish_reason, 'stop');
   const replayed = (await lastUpstreamRequest()).contents[1].parts.find((p: Json) => p.functionCall);
   t.equal(replayed.thoughtSignature, 'skip_thought_signature_validator');
+  // An id carrying what the gateway made for another family (an Anthropic turn's thinking) is no signature of Gemini's.
+  const thinking = Buffer.from(JSON.stringify({ 'sluice.anthropic.thinking': [{ type: 'thinking', thinking: 'Claude thought', signature: 'c2ln' }] })).toString('base64');
+  const carried = toolIdWithSignature('toolu_1', thinking);
+  await openai.chat.completions.create({
+    model: 'sim-gemini',
+    reasoning_effort: 'low',
+    tools: [{ type: 'function', function: weather }],
+    messages: [
+      { role: 'user', content: 'Weather in Oslo?' },
+      { role: 'assistant', content: null, tool_calls: [{ id: carried, type: 'function', function: { name: 'get_weather', arguments: '{"city":"Oslo"}' } }] },
+      { role: 'tool', tool_call_id: carried, content: 'Sunny' },
+    ],
+  });
+  const sent = JSON.stringify(await lastUpstreamRequest());
+  t.match(sent, '"thoughtSignature":"skip_thought_signature_validator"', 'the bypass, not the other family\'s blob');
+  t.notMatch(sent, 'Claude thought', "and Claude's thinking does not reach Google");
 });
 
 /** A tiny PDF, base64. */
@@ -185,7 +208,7 @@ t.test("Gemini's snake_case spellings are read as their camelCase ones: by every
     fetch(`${gw.url}/v1beta/models/sim-gemini:generateContent`, { method: 'POST', headers: { 'x-goog-api-key': key, 'content-type': 'application/json' }, body: JSON.stringify(body) });
   const asked = await generate({
     system_instruction: { parts: [{ text: 'Be brief.' }] },
-    contents: [{ role: 'user', parts: [{ text: 'Hi [[sim tokens=3]]' }] }],
+    contents: [{ role: 'user', parts: [{ text: 'Hi [[sim tokens=3]]', partMetadata: { session_id: 's1' } }] }],
     generation_config: { candidate_count: 2, max_output_tokens: 8 },
     tools: [{ function_declarations: [{ name: 'look_up', parameters: { type: 'OBJECT', properties: { city_name: { type: 'STRING' } } } }] }],
   });
@@ -194,6 +217,7 @@ t.test("Gemini's snake_case spellings are read as their camelCase ones: by every
   const sent = await lastUpstreamRequest();
   t.match(sent, { systemInstruction: { parts: [{ text: 'Be brief.' }] }, generationConfig: { candidateCount: 2, maxOutputTokens: 8 } }, 'the upstream got camelCase');
   t.same(Object.keys(sent.tools[0].functionDeclarations[0].parameters.properties), ['city_name'], "a property's own name is the caller's, kept");
+  t.same(sent.contents[0].parts[0].partMetadata, { session_id: 's1' }, "so are a part's metadata"); 
   const large = await generate({ system_instruction: { parts: [{ text: 'word '.repeat(5000) }] }, contents: [{ role: 'user', parts: [{ text: 'Hi' }] }] });
   t.equal(large.status, 429, 'a system_instruction counts against the token limit (it passed before)');
   const both = await generate({ contents: [{ role: 'user', parts: [{ text: 'Hi' }] }], generationConfig: { maxOutputTokens: 8 }, generation_config: { max_output_tokens: 9000 } });
@@ -216,6 +240,7 @@ t.test("a Gemini Schema's int64 keywords, strings on Google's wire, reach other 
 });
 
 t.test('GET /v1/models/{id}: one model, for the openai SDK and for Anthropic\'s, or each one\'s 404', async (t) => {
+  t.match(await openai.models.retrieve('vendor/model-x'), { id: 'vendor/model-x' }, 'an id with a slash, percent-encoded by the SDK');
   const model = await openai.models.retrieve('sim-chat');
   t.match(model, { id: 'sim-chat', object: 'model' }, 'openai models.retrieve');
   const missing = await openai.models.retrieve('no-such-model').catch((e) => e);

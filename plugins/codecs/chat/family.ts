@@ -6,6 +6,7 @@ import {
   checkModelId,
   type ClientFamily,
   compileValidator,
+  decodedParam,
   echoed,
   type Exchange,
   type FamilyPassthrough,
@@ -141,8 +142,9 @@ export const family: Omit<ClientFamily, 'decode'> = {
 
   modelList(models, ex) {
     const entry = (m: ModelConfig) => ({ id: m.id, object: 'model', created: m.created, owned_by: m.ownedBy, families: m.families });
-    const id = ex.params[0];
-    if (id === undefined) return { object: 'list', data: models.map(entry) };
+    if (ex.params[0] === undefined) return { object: 'list', data: models.map(entry) };
+    // SDKs percent-encode the id (`openai%2Fgpt-4o`).
+    const id = decodedParam(ex.params[0]);
     // `GET /v1/models/{id}` (the SDK's models.retrieve): one model, or OpenAI's 404.
     const found = models.find((m) => m.id === id);
     if (!found) throw new GatewayError('model_not_found', `The model '${echoed(id)}' does not exist or you do not have access to it.`, 'model', 404);

@@ -4,7 +4,7 @@
  * in one user content, call ids are synthesized and mapped back, thought signatures survive the
  * round trip, tool calls report `tool_calls`, usage is cumulative, blocked prompts are errors.
  */
-import { canonical as C, type Exchange, GatewayError, type JsonObject, type ModelConfig, newId, type Usage } from '../../../src/plugin-api.js';
+import { canonical as C, type Exchange, GatewayError, isGatewaySignature, type JsonObject, type ModelConfig, newId, type Usage } from '../../../src/plugin-api.js';
 import { geminiSchemaToJsonSchema } from './json-schema.js';
 import type { GeminiGenerationConfig, GeminiRequest, GeminiRequestPart } from './schema.js';
 import type { GeminiAnswer, GeminiContent, GeminiGenerationOut, GeminiPart, GeminiUpstreamBody, GeminiUsage, UpstreamGeminiAnswer, UpstreamGeminiPart, UpstreamGeminiUsage } from './wire.js';
@@ -261,7 +261,9 @@ export function canonicalToGemini(req: C.Request): GeminiUpstreamBody {
         // Gemini 3 wants each call part replayed with its signature (7.11 item 3), and refuses a
         // turn whose first call has none: a call made elsewhere (another model, a client's own
         // history) gets the value Google documents for history it did not write.
-        const signature = c.signature ?? (i === 0 ? NO_THOUGHT_SIGNATURE : undefined);
+        // A signature the gateway made for another family (Anthropic's thinking) is none of Gemini's.
+        const own = c.signature && !isGatewaySignature(c.signature) ? c.signature : undefined;
+        const signature = own ?? (i === 0 ? NO_THOUGHT_SIGNATURE : undefined);
         parts.push({ functionCall: { name: c.name, args }, ...(signature && { thoughtSignature: signature }) });
       }
       contents.push({ role: 'model', parts: parts.length ? parts : [{ text: '' }] });

@@ -25,7 +25,7 @@ export const upstreamPath = (model: string, stream: boolean) => `/models/${encod
 /** What a native Gemini upstream speaks. */
 export const geminiDialect: UpstreamDialect = {
   family: 'gemini',
-  toolNames: { valid: /^[a-zA-Z_][a-zA-Z0-9_.:-]{0,63}$/, invalid: /[^a-zA-Z0-9_.:-]/g, maxLength: 64 },
+  toolNames: { valid: /^[a-zA-Z_][a-zA-Z0-9_.:-]{0,127}$/, invalid: /[^a-zA-Z0-9_.:-]/g, maxLength: 128 },
 
   fromCanonical(req) {
     return {

@@ -8,7 +8,7 @@
 import { GatewayError } from '../../../src/plugin-api.js';
 
 /** Fields whose value is the caller's own data (arguments, a tool's result, JSON Schema, labels): never respelled. */
-const OPAQUE = new Set(['args', 'response', 'parametersJsonSchema', 'responseJsonSchema', 'labels', 'example', 'default']);
+const OPAQUE = new Set(['args', 'response', 'parametersJsonSchema', 'responseJsonSchema', 'labels', 'example', 'default', 'partMetadata']);
 
 /** Respells `body`'s snake_case field names in place; true when it changed any. Bodies are depth-checked before. */
 export function camelCaseFields(body: unknown): boolean {

@@ -6,6 +6,7 @@
 import {
   checkModelId,
   type ClientFamily,
+  decodedParam,
   echoed,
   type Exchange,
   type FamilyPassthrough,
@@ -88,8 +89,9 @@ function modelEntry(m: ModelConfig): MessagesModel {
 /** One page of the model list, by Anthropic's `limit` (default 20), `after_id` and `before_id`. */
 /** `GET /v1/models/{id}`: that model, or Anthropic's 404; without an id, a page of the list. */
 function models(models: ModelConfig[], ex: Exchange): MessagesModel | ReturnType<typeof modelPage> {
-  const id = ex.params[0];
-  if (id === undefined) return modelPage(models, ex);
+  if (ex.params[0] === undefined) return modelPage(models, ex);
+  // SDKs percent-encode the id (`openai%2Fgpt-4o`).
+  const id = decodedParam(ex.params[0]);
   const found = models.find((m) => m.id === id);
   if (!found) throw new GatewayError('not_found', `model: ${echoed(id)}`);
   return modelEntry(found);

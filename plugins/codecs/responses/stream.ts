@@ -293,7 +293,7 @@ export function responsesStreamWriter(ex: Exchange): C.StreamWriter {
           const index = output.length;
           output.push(undefined);
           const custom = mapping?.custom.has(e.name) ?? false;
-          const state: CallState = { index, call: { id: e.id, name: e.name, arguments: '' }, itemId: newId(custom ? 'ctc_' : 'fc_'), custom };
+          const state: CallState = { index, call: { id: e.id, name: e.name, arguments: '', ...(e.signature && { signature: e.signature }) }, itemId: newId(custom ? 'ctc_' : 'fc_'), custom };
           calls[e.index] = state;
           const item = callItem(state.call, mapping, 'in_progress', state.itemId);
           return out + frame('response.output_item.added', { output_index: index, item: item.type === 'custom_tool_call' ? { ...item, input: '' } : item });
