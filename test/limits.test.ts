@@ -158,6 +158,17 @@ t.test('a prompt shaped around the estimate\'s windows is still counted: cheap t
   t.same(tries.map((r) => r.status), Array(10).fill(429), 'ten tries, ten refusals: resending does not find a lucky draw');
 });
 
+t.test("a chat request's structured-output schema and legacy functions count against the token limit", async (t) => {
+  const { key } = await keyIn({ limits: { tpm: 2000 } });
+  const properties = Object.fromEntries(Array.from({ length: 400 }, (_, i) => [`field_number_${i}`, { type: 'string', description: `The value of field ${i}` }]));
+  const schema = { type: 'object', properties };
+  const format = await settle(chat(key, 'Hi', { max_tokens: 16, response_format: { type: 'json_schema', json_schema: { name: 'big', schema } } }));
+  t.equal(format.status, 429, 'a schema of thousands of tokens (it passed before)');
+  const legacy = await settle(chat(key, 'Hi', { max_tokens: 16, functions: [{ name: 'big', parameters: schema }] }));
+  t.equal(legacy.status, 429, 'the same as legacy functions');
+  t.equal((await settle(chat(key, 'Hi', { max_tokens: 16 }))).status, 200, 'a short request still fits');
+});
+
 t.test('a model limit holds across keys', async (t) => {
   const a = await keyIn({});
   const b = await keyIn({});

@@ -137,6 +137,10 @@ export const family: Omit<ClientFamily, 'decode'> = {
       if (m.role === 'assistant') for (const call of m.tool_calls ?? []) parts.push(call.type === 'function' ? call.function.name : '', call.type === 'function' ? call.function.arguments : '');
     }
     if (req.tools) parts.push(JSON.stringify(req.tools));
+    // The upstream reads these too: a structured output's schema, and the older `functions`.
+    if (req.response_format?.type === 'json_schema') parts.push(JSON.stringify(req.response_format.json_schema));
+    const legacy = (req as { functions?: unknown }).functions;
+    if (legacy) parts.push(JSON.stringify(legacy));
     return parts.join('\n');
   },
 
