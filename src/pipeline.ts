@@ -184,21 +184,14 @@ export class Pipeline implements RelayOwner {
     if (ex.over) return;
     ex.over = true;
     this.inFlight.delete(ex);
-    // What reached the upstream is counted even when it never reported usage (a cut or aborted
-    // stream): estimated from the prompt and the output delivered. A refusal here consumed nothing.
-    const reachedUpstream = ex.upstream && !ex.get(betweenCalls);
-    if (!ex.usage && reachedUpstream && ex.endpoint.kind === 'generate' && (ex.status === 200 || ex.aborted || ex.outcome === 'shutdown')) {
-      try {
-        ex.usage = estimateUsage(ex);
-      } catch (err) {
-        this.log.error({ err, req: ex.id }, 'estimating usage failed');
-      }
-    }
     // An upstream's count no upstream could make is not billed: a negative one would refund a
     // budget, a huge one exhaust it for good. The gateway's estimate stands in, and the lie is logged.
     const impossible = ex.usage && !ex.usage.estimated ? implausibleCount(ex.usage) : undefined;
-    if (impossible) {
-      this.log.warn({ req: ex.id, upstream: ex.upstream?.name, count: impossible }, 'the upstream reported a token count that cannot be real: the usage is estimated instead');
+    if (impossible) this.log.warn({ req: ex.id, upstream: ex.upstream?.name, count: impossible }, 'the upstream reported a token count that cannot be real: the usage is estimated instead');
+    // What reached the upstream is counted even when it never reported usage (a cut or aborted
+    // stream): estimated from the prompt and the output delivered. A refusal here consumed nothing.
+    const reachedUpstream = ex.upstream && !ex.get(betweenCalls);
+    if (impossible || (!ex.usage && reachedUpstream && ex.endpoint.kind === 'generate' && (ex.status === 200 || ex.aborted || ex.outcome === 'shutdown'))) {
       try {
         ex.usage = estimateUsage(ex);
       } catch (err) {
@@ -325,7 +318,7 @@ export class Pipeline implements RelayOwner {
         // Tool names the upstream would refuse are renamed for it; the relay names its calls back.
         const fitted = fitToolNames({ ...canonical!, model: channel.model.upstreamModel }, dialect.toolNames);
         // Set, or cleared: a channel tried before may have needed names this one does not.
-        if (fitted.renamed || ex.get(fittedToolNames)) ex.set(fittedToolNames, fitted.renamed ?? new Map());
+        if (fitted.renamed || ex.get(fittedToolNames)) ex.set(fittedToolNames, fitted.renamed);
         req = dialect.fromCanonical(fitted.req, ex);
       }
       req.model = channel.model.upstreamModel;

@@ -78,12 +78,12 @@ export function estimateTokens(texts: string | readonly string[], options: Estim
   }
   if (rest.length === 0) return tokens;
   const random = options.sampling === 'random';
-  const estimated = extrapolate(rest, random);
+  let chars = 0;
+  for (const text of rest) chars += text.length;
+  const estimated = extrapolate(rest, chars, random);
   if (!random) return tokens + estimated;
   // Drawn windows can still miss a dense block hidden in cheap text, and a client can resend until
   // they do: a rest that reads cheaper than any prose is held to a floor counted from every character.
-  let chars = 0;
-  for (const text of rest) chars += text.length;
   return tokens + (estimated < CHEAP_TOKENS_PER_CHAR * chars ? Math.max(estimated, floorTokens(rest)) : estimated);
 }
 
@@ -169,9 +169,7 @@ function countChunks(piece: string, budget: number): Counted {
  * The texts' tokens from SAMPLES small windows spread over them (as if they were one text),
  * scaled from the windows' characters to all characters.
  */
-function extrapolate(texts: string[], random: boolean): number {
-  let total = 0;
-  for (const text of texts) total += text.length;
+function extrapolate(texts: string[], total: number, random: boolean): number {
   let tokens = 0;
   let chars = 0;
   let index = 0;

@@ -20,7 +20,7 @@ export interface ToolNameRule {
 }
 
 /** Upstream name → the client's, for the exchange's translated answer: set when a name was fitted. */
-export const fittedToolNames = new StateKey<Map<string, string>>('fitted tool names');
+export const fittedToolNames = new StateKey<Map<string, string> | undefined>('fitted tool names');
 
 /** `name` as `rule` takes it: itself when it already fits. */
 export function fitToolName(name: string, rule: ToolNameRule): string {
@@ -44,17 +44,22 @@ export function fitToolNames(req: Request, rule: ToolNameRule | undefined): { re
     if (fitted !== name) renamed.set(fitted, name);
     return fitted;
   };
-  const tools = req.tools.map((t) => (fit(t.name) === t.name ? t : { ...t, name: fit(t.name) }));
+  // Copies only what holds a name that changes.
+  const tools = req.tools.map((t) => withName(t, fit(t.name)));
   const messages = req.messages.map((m) => {
-    if (m.role === 'assistant' && m.toolCalls.some((c) => fit(c.name) !== c.name)) return { ...m, toolCalls: m.toolCalls.map((c) => ({ ...c, name: fit(c.name) })) };
-    if (m.role === 'tool' && m.name !== undefined && fit(m.name) !== m.name) return { ...m, name: fit(m.name) };
-    return m;
+    if (m.role === 'assistant') {
+      const toolCalls = m.toolCalls.map((c) => withName(c, fit(c.name)));
+      return toolCalls.some((c, i) => c !== m.toolCalls[i]) ? { ...m, toolCalls } : m;
+    }
+    return m.role === 'tool' && m.name !== undefined ? withName(m, fit(m.name)) : m;
   });
   const choice = req.toolChoice;
   const toolChoice =
     typeof choice === 'object' && 'name' in choice ? { name: fit(choice.name) } : typeof choice === 'object' ? { ...choice, allowed: choice.allowed.map(fit) } : choice;
   return { req: { ...req, tools, messages, toolChoice }, renamed };
 }
+
+const withName = <T extends { name?: string }>(holder: T, name: string): T => (holder.name === name ? holder : { ...holder, name });
 
 /** Whether any tool name in `req` needs fitting: most requests have none, and are not copied. */
 function namesToFit(req: Request, rule: ToolNameRule): boolean {
