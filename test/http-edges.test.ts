@@ -168,8 +168,10 @@ t.test('no uWebSockets header on any response', async (t) => {
 });
 
 t.test('a HEAD request gets the headers a GET would, and no body: the next response on the connection stays in step', async (t) => {
-  for (const [path, code] of [['/healthz', 200], ['/nowhere', 404], ['/v1beta/models/x/y', 404]] as const) {
-    const { text } = await raw(port, `HEAD ${path} HTTP/1.1\r\nHost: x\r\n\r\nGET /healthz HTTP/1.1\r\nHost: x\r\n\r\n`, 3000, (got) => got.endsWith('{"status":"ok"}'));
+  // /metrics and /console/ are JSON routes: a HEAD there reported its length with no body, and
+  // uWS 20.30 then closed the connection at the next request instead of answering it.
+  for (const [path, code] of [['/healthz', 200], ['/nowhere', 404], ['/v1beta/models/x/y', 404], ['/metrics', 200], ['/console/', 200]] as const) {
+    const { text } = await raw(port, `HEAD ${path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${gw.adminToken}\r\n\r\nGET /healthz HTTP/1.1\r\nHost: x\r\n\r\n`, 3000, (got) => got.endsWith('{"status":"ok"}'));
     const [head, rest] = [text.slice(0, text.indexOf('\r\n\r\n') + 4), text.slice(text.indexOf('\r\n\r\n') + 4)];
     t.equal(status(head), code, `HEAD ${path}: ${code}`);
     t.match(rest, /^HTTP\/1\.1 200 OK\r\n[^]*\r\n\r\n\{"status":"ok"\}$/, `HEAD ${path}: no body before the next response (before, a 404 body came first)`);

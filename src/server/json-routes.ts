@@ -152,7 +152,9 @@ class JsonWriter {
       : ['application/json', reply.body === undefined ? '' : JSON.stringify(reply.body)];
     this.res.cork(() => {
       this.head(reply, contentType);
-      if (headOnly) this.res.endWithoutBody(Buffer.byteLength(data), closeConnection);
+      // A HEAD reply's length is left out unless the connection closes after it: uWS 20.30, told a
+      // length with no body, waits for that body and closes the connection at the next request.
+      if (headOnly) closeConnection ? this.res.endWithoutBody(Buffer.byteLength(data), true) : this.res.endWithoutBody();
       else this.res.end(data, closeConnection);
     });
     // Only once written: a reply that failed to serialise can still be answered with a 500.
