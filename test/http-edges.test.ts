@@ -170,11 +170,15 @@ t.test('no uWebSockets header on any response', async (t) => {
 t.test('a HEAD request gets the headers a GET would, and no body: the next response on the connection stays in step', async (t) => {
   // /metrics and /console/ are JSON routes: a HEAD there reported its length with no body, and
   // uWS 20.30 then closed the connection at the next request instead of answering it.
-  for (const [path, code] of [['/healthz', 200], ['/nowhere', 404], ['/v1beta/models/x/y', 404], ['/metrics', 200], ['/console/', 200]] as const) {
-    const { text } = await raw(port, `HEAD ${path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${gw.adminToken}\r\n\r\nGET /healthz HTTP/1.1\r\nHost: x\r\n\r\n`, 3000, (got) => got.endsWith('{"status":"ok"}'));
+  // The model lists are GET routes of the families: a HEAD there was a 404.
+  const admin = gw.adminToken;
+  const cases = [['/healthz', 200, admin], ['/nowhere', 404, admin], ['/v1beta/models/x/y', 404, admin], ['/metrics', 200, admin], ['/console/', 200, admin],
+    ['/v1/models', 200, gw.key], ['/v1/models/sim-chat', 200, gw.key], ['/v1/models/nope', 404, gw.key], ['/v1/models', 401, 'wrong'], ['/v1beta/models', 200, gw.key]] as const;
+  for (const [path, code, token] of cases) {
+    const { text } = await raw(port, `HEAD ${path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${token}\r\nx-goog-api-key: ${token}\r\n\r\nGET /healthz HTTP/1.1\r\nHost: x\r\n\r\n`, 3000, (got) => got.endsWith('{"status":"ok"}'));
     const [head, rest] = [text.slice(0, text.indexOf('\r\n\r\n') + 4), text.slice(text.indexOf('\r\n\r\n') + 4)];
     t.equal(status(head), code, `HEAD ${path}: ${code}`);
-    t.match(rest, /^HTTP\/1\.1 200 OK\r\n[^]*\r\n\r\n\{"status":"ok"\}$/, `HEAD ${path}: no body before the next response (before, a 404 body came first)`);
+    t.match(rest, /^HTTP\/1\.1 200 OK\r\n[^]*\r\n\r\n\{"status":"ok"\}$/, `HEAD ${path} (${code}): no body before the next response (before, a 404 body came first)`);
   }
   t.ok(await healthy(), 'and the gateway serves on');
 });

@@ -91,7 +91,7 @@ export function addFamilyRoutes(app: TemplatedApp, families: ClientFamily[], con
       continue;
     }
     const paramCount = path.split('/').filter((s) => s.startsWith(':')).length;
-    app[method](path, (res, req) => {
+    const serve = (res: HttpResponse, req: HttpRequest) => {
       const { headers, repeated } = copyHeaders(req);
       const chosen = candidates.find((c) => !c.endpoint.when || c.endpoint.when(headers));
       // The path is served, for requests that say which API they speak: no other path to suggest.
@@ -105,7 +105,10 @@ export function addFamilyRoutes(app: TemplatedApp, families: ClientFamily[], con
       if (context.draining) return pipeline.reject(ex, out, new GatewayError('shutting_down', 'The gateway is shutting down.', null, undefined, undefined, 5));
       if (context.overloaded()) return pipeline.reject(ex, out, atCapacity());
       pipeline.accept(ex, out);
-    });
+    };
+    app[method](path, serve);
+    // HEAD gets what GET would, headers alone (UwsResponse leaves the body out).
+    if (method === 'get') app.head(path, serve);
   }
   return new RouteHints(served.map((r) => ({ ...r, value: routes.get(`${r.method} ${r.pattern}`) ?? r.value })));
 }

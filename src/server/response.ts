@@ -121,7 +121,7 @@ export class UwsResponse implements ClientResponse, Writer {
 
   reply(status: number, headers: Record<string, string>, body: string | Buffer): void {
     if (this.closed) return;
-    if (body.length > LARGE_REPLY_BYTES) {
+    if (body.length > LARGE_REPLY_BYTES && this.ex.method !== 'HEAD') {
       const bytes = typeof body === 'string' ? Buffer.from(body) : body;
       this.begin(status, headers, undefined);
       // The last byte is kept for end(), so a reply held back by a slow client always has a byte to probe with.
@@ -142,7 +142,9 @@ export class UwsResponse implements ClientResponse, Writer {
     this.sendUnlessGone(() =>
       this.res.cork(() => {
         this.head(last.status, last.headers);
-        this.res.end(last.body, last.closeConnection);
+        // A HEAD reply: no body, and no length (see JsonWriter.send for why).
+        if (this.ex.method === 'HEAD') last.closeConnection ? this.res.endWithoutBody(Buffer.byteLength(last.body), true) : this.res.endWithoutBody();
+        else this.res.end(last.body, last.closeConnection);
       }),
     );
   };
