@@ -61,8 +61,9 @@ export { LF, occursAt } from './bytes.js';
 export { compileValidator } from './validation.js';
 export type { RequestValidator } from './validation.js';
 
-// Upstreams over HTTP.
+// Upstreams over HTTP, and their secrets kept out of what is relayed and logged.
 export { createHttpUpstream } from './http-upstream.js';
+export { REDACTED, scrubText, secretsOf } from './upstream-secrets.js';
 
 // Tokens, usage estimates, prices and budgets.
 export { estimateTokens } from './tokens.js';

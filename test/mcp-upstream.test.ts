@@ -10,7 +10,7 @@ import { faultyEntry } from './mcp-helpers.js';
 const config = { transport: 'stdio' as const, command: process.execPath, args: [faultyEntry], env: {}, timeoutMs: 10_000 };
 
 t.test('a server stopped while starting stays stopped', async (t) => {
-  const server = new McpUpstream('faulty', config, pino({ level: 'silent' }));
+  const server = new McpUpstream('faulty', config, pino({ level: 'silent' }), 4 * 1024 * 1024);
   const starting = server.start();
   await server.stop();
   await starting;

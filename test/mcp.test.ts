@@ -95,6 +95,13 @@ t.test('an ungranted tool and an unknown tool are JSON-RPC errors; the denial is
     return (res.body.data as { target: string }[]).find((e) => e.target === 'everything/get-sum');
   }, 'the audit entry');
   t.match(audit, { action: 'mcp.denied', actor: /^key:/ });
+  // A server's prompts and resources, refused the same way, with the same data.code.
+  const everything = await mcpClient(gw.url, allTools);
+  t.teardown(() => everything.close());
+  const prompt = (await everything.listPrompts()).prompts[0]!.name;
+  t.match(await rpcError(client.getPrompt({ name: prompt })), { code: -32003, data: { code: 'tool_not_granted' } }, 'an ungranted prompt');
+  const uri = (await everything.listResources()).resources[0]!.uri;
+  t.match(await rpcError(client.readResource({ uri })), { code: -32003, data: { code: 'tool_not_granted' } }, 'an ungranted resource');
   t.equal(text(await client.callTool({ name: 'everything_echo', arguments: { message: 'still fine' } })), 'Echo: still fine', 'the session goes on');
 });
 

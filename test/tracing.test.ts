@@ -271,3 +271,43 @@ t.test('an unsupported OTEL_EXPORTER_OTLP_PROTOCOL fails the start, naming what 
   });
   t.match(exportSettings(undefined, { OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: 'http://127.0.0.1:9999/custom' }), { endpoint: 'http://127.0.0.1:9999/custom' }, 'the signal variable as it is');
 });
+
+t.test('OTEL_EXPORTER_OTLP_HEADERS that is not percent-encoded fails the start, naming the variable', async (t) => {
+  const { exportSettings } = await import('../plugins/tracing/index.js');
+  // Before, the start failed with a bare "URIError: URI malformed".
+  t.throws(() => exportSettings(undefined, { OTEL_EXPORTER_OTLP_ENDPOINT: 'http://127.0.0.1:4318', OTEL_EXPORTER_OTLP_HEADERS: 'a=%zz' }), /OTEL_EXPORTER_OTLP_HEADERS: "%zz" is not percent-encoded/);
+});
+
+t.test("OTEL_TRACES_SAMPLER decides before the upstream call: a trace it drops goes upstream unsampled, and nothing is exported", async (t) => {
+  const { samplerFromEnv } = await import('../plugins/tracing/index.js');
+  const sdk = await import('@opentelemetry/sdk-trace-base');
+  t.throws(() => samplerFromEnv(sdk, { OTEL_TRACES_SAMPLER: 'sometimes' }), /OTEL_TRACES_SAMPLER: "sometimes" is not a sampler.*traceidratio/);
+  t.throws(() => samplerFromEnv(sdk, { OTEL_TRACES_SAMPLER: 'traceidratio', OTEL_TRACES_SAMPLER_ARG: '2' }), /OTEL_TRACES_SAMPLER_ARG: a ratio from 0 to 1/);
+
+  const recorder = await startRecorder();
+  t.teardown(() => recorder.close());
+  const receiver = await startOtlpReceiver();
+  t.teardown(() => receiver.close());
+  const saved = { ...process.env };
+  Object.assign(process.env, { OTEL_TRACES_SAMPLER: 'traceidratio', OTEL_TRACES_SAMPLER_ARG: '0' });
+  t.teardown(() => {
+    delete process.env.OTEL_TRACES_SAMPLER;
+    delete process.env.OTEL_TRACES_SAMPLER_ARG;
+    Object.assign(process.env, saved);
+  });
+  const gw = await startTestGateway(
+    (dataDir) => `dataDir: ${dataDir}
+tracing: { endpoint: "${receiver.url}/v1/traces" }
+upstreams:
+  ok: { kind: openai-chat, baseUrl: "${recorder.url}/ok/v1" }
+models:
+  - { id: rec, upstream: ok, upstreamModel: recorded }
+`,
+  );
+  t.equal((await chat(gw, 'rec')).status, 200);
+  await gw.stop();
+  const sent = parseTraceparent(recorder.received[0]!.traceparent as string);
+  // Before, the upstream was told 01 (sampled), naming a parent span that was never exported.
+  t.equal(sent?.sampled, false, 'the upstream is told the trace is not recorded');
+  t.equal(receiver.spans.length, 0, 'and nothing was exported');
+});

@@ -41,8 +41,18 @@ const outcomeStatus: Record<string, number> = {
  */
 export function sessionLost(err: unknown): boolean {
   if (err instanceof McpError) return err.code === ErrorCode.ConnectionClosed;
-  return err instanceof StreamableHTTPError && (err.code === 404 || err.code === 400);
+  return sessionUnknown(err);
 }
+
+/**
+ * The server refused the request for its session alone, so it never ran: the spec's client then
+ * starts a new session, and the request may be sent again on it.
+ */
+const sessionUnknown = (err: unknown) => err instanceof StreamableHTTPError && (err.code === 404 || err.code === 400);
+
+/** The longest requested tool name logged and recorded as it came (MCP's own limit on a name is 128). */
+const SHOWN_NAME_CHARS = 128;
+const shownName = (name: string) => (name.length > SHOWN_NAME_CHARS ? `${name.slice(0, SHOWN_NAME_CHARS)}…` : name);
 
 /** A tool call's timeout may be restarted by progress notifications up to this many times its length in all. */
 export const PROGRESS_TOTAL_TIMEOUTS = 10;
@@ -88,11 +98,12 @@ export class ToolCalls {
     ctx: CallContext,
   ): Promise<CallToolResult> {
     const argumentBytes = args === undefined ? 0 : Buffer.byteLength(JSON.stringify(args));
-    const record = this.recorder({ method: 'tools/call', server: entry?.server, name: entry?.original ?? requested, requested }, ctx.principal, argumentBytes);
+    // A name no catalog holds can be as long as the body: it is cut before it is logged or recorded.
+    const record = this.recorder({ method: 'tools/call', server: entry?.server, name: entry?.original ?? shownName(requested), requested: shownName(requested) }, ctx.principal, argumentBytes);
     const { group } = ctx.principal;
     if (!entry || !server) {
       record('unknown_tool');
-      throw new RpcError(ErrorCode.InvalidParams, `Unknown tool: ${requested}. Call tools/list for the tools this key may use.`);
+      throw new RpcError(ErrorCode.InvalidParams, `Unknown tool: ${shownName(requested)}. Call tools/list for the tools this key may use.`);
     }
     if (!grantsTool(group.mcpTools, entry.server, entry.original)) {
       record('not_granted');
@@ -155,14 +166,26 @@ export class ToolCalls {
     this.inFlight++;
     try {
       if (server.state !== 'ready') throw new RpcError(SERVER_UNAVAILABLE, `MCP server "${server.name}" is ${server.state}${server.error ? ` (${server.error})` : ''}: try again shortly.`, { code: 'server_unavailable' });
-      const client = await session(server).catch((err: unknown) => {
-        if (err instanceof RpcError) throw err;
-        throw new RpcError(SERVER_UNAVAILABLE, `MCP server "${server.name}" cannot be reached: ${err instanceof Error ? err.message : String(err)}`, { code: 'server_unavailable' });
-      });
-      const result = await send(client).catch((err: unknown) => {
-        if (!ctx.signal.aborted && sessionLost(err)) ctx.unusable?.();
-        throw this.upstreamError(err, server, what, ctx.signal);
-      });
+      const sendOnce = async () => {
+        const client = await session(server).catch((err: unknown) => {
+          if (err instanceof RpcError) throw err;
+          throw new RpcError(SERVER_UNAVAILABLE, server.scrub(`MCP server "${server.name}" cannot be reached: ${err instanceof Error ? err.message : String(err)}`), { code: 'server_unavailable' });
+        });
+        return send(client);
+      };
+      const result = await sendOnce()
+        .catch((err: unknown) => {
+          // A session the server no longer knows (it restarted, or expired it): the request never
+          // ran there, so it goes once more, on a new session. A connection that closed mid-call
+          // may have run it, and is not sent again.
+          if (ctx.signal.aborted || !sessionUnknown(err)) throw err;
+          ctx.unusable?.();
+          return sendOnce();
+        })
+        .catch((err: unknown) => {
+          if (!ctx.signal.aborted && sessionLost(err)) ctx.unusable?.();
+          throw this.upstreamError(err, server, what, ctx.signal);
+        });
       resultBytes = Buffer.byteLength(JSON.stringify(result));
       if (resultBytes > this.config.maxResultBytes) {
         outcome = 'result_too_large';
@@ -175,6 +198,8 @@ export class ToolCalls {
     } catch (err) {
       if (ctx.signal.aborted) outcome = 'cancelled';
       else if (err instanceof RpcError && err.code === ErrorCode.RequestTimeout) outcome = 'timeout';
+      // The server's answer was over its cap (bounded-fetch.ts).
+      else if (err instanceof RpcError && err.code === TOO_LARGE) outcome = 'result_too_large';
       errorText = err instanceof Error ? err.message : String(err);
       throw err;
     } finally {
@@ -254,6 +279,12 @@ export class ToolCalls {
 
   /** An upstream failure as the client should see it, naming the server. */
   private upstreamError(err: unknown, server: McpUpstream, tool: string, signal: AbortSignal): RpcError {
+    const said = this.said(err, server, tool, signal);
+    const message = server.scrub(said.message);
+    return message === said.message ? said : new RpcError(said.code, message, said.data);
+  }
+
+  private said(err: unknown, server: McpUpstream, tool: string, signal: AbortSignal): RpcError {
     if (signal.aborted) return new RpcError(ErrorCode.RequestTimeout, `The call of ${tool} was cancelled.`, { code: 'cancelled' });
     if (err instanceof McpError) {
       if (err.code === ErrorCode.RequestTimeout) {

@@ -17,7 +17,7 @@ export interface McpGateway {
 
 export async function startMcpGateway(config: McpConfig, ctx: BootContext, gateway: GatewayView): Promise<McpGateway> {
   const log = ctx.log.child({ plugin: 'mcp' });
-  const servers = new Map(Object.entries(config.servers).map(([name, c]) => [name, new McpUpstream(name, c, log)]));
+  const servers = new Map(Object.entries(config.servers).map(([name, c]) => [name, new McpUpstream(name, c, log, config.maxResultBytes)]));
   let catalog: Catalog = buildCatalog([]);
   let booted = false;
   const calls = new ToolCalls(config, ctx.limiter, ctx.store, log);

@@ -237,7 +237,7 @@ export class ClientSession {
         const prompt = ref.type === 'ref/prompt' ? catalog.prompts.get(ref.name) : undefined;
         const owner = prompt?.server ?? (ref.type === 'ref/resource' ? catalog.templates.find((t) => t.item.uriTemplate === ref.uri)?.server : undefined);
         if (!owner) throw new RpcError(ErrorCode.InvalidParams, `Nothing to complete for ${ref.type === 'ref/prompt' ? `prompt ${ref.name}` : `resource ${ref.uri}`}.`);
-        if (!grantsServer(group.mcpTools, owner)) throw new RpcError(NOT_GRANTED, `MCP server "${owner}" is not granted to group "${group.name}" as a whole (grant "${owner}/*").`);
+        if (!grantsServer(group.mcpTools, owner)) throw new RpcError(NOT_GRANTED, `MCP server "${owner}" is not granted to group "${group.name}" as a whole (grant "${owner}/*").`, { code: 'tool_not_granted' });
         const params = prompt ? { ...req.params, ref: { type: 'ref/prompt' as const, name: prompt.original } } : req.params;
         const name = prompt ? prompt.original : ref.type === 'ref/resource' ? ref.uri : '';
         return this.upstreamRequest('completion/complete', owner, name, extra, (client, options) => client.complete(params, options));
@@ -266,7 +266,7 @@ export class ClientSession {
           const catalog = host.catalog();
           const owner = catalog.resources.get(req.params.uri)?.server ?? templateOwner(catalog, req.params.uri);
           if (!owner) throw new RpcError(-32002, `Resource not found: ${req.params.uri}. Call resources/list for the resources this key may read.`);
-          if (!grantsServer(group.mcpTools, owner)) throw new RpcError(NOT_GRANTED, `The resources of MCP server "${owner}" are not granted to group "${group.name}" (grant "${owner}/*").`);
+          if (!grantsServer(group.mcpTools, owner)) throw new RpcError(NOT_GRANTED, `The resources of MCP server "${owner}" are not granted to group "${group.name}" (grant "${owner}/*").`, { code: 'tool_not_granted' });
           return this.upstreamRequest('resources/read', owner, req.params.uri, extra, (client, options) => client.readResource({ uri: req.params.uri }, options));
         }),
       );
@@ -286,7 +286,7 @@ export class ClientSession {
           const { group } = principalOf(extra.authInfo);
           const entry = host.catalog().prompts.get(req.params.name);
           if (!entry) throw new RpcError(ErrorCode.InvalidParams, `Unknown prompt: ${req.params.name}. Call prompts/list for the prompts this key may use.`);
-          if (!grantsServer(group.mcpTools, entry.server)) throw new RpcError(NOT_GRANTED, `The prompts of MCP server "${entry.server}" are not granted to group "${group.name}" (grant "${entry.server}/*").`);
+          if (!grantsServer(group.mcpTools, entry.server)) throw new RpcError(NOT_GRANTED, `The prompts of MCP server "${entry.server}" are not granted to group "${group.name}" (grant "${entry.server}/*").`, { code: 'tool_not_granted' });
           return this.upstreamRequest('prompts/get', entry.server, entry.original, extra, (client, options) =>
             client.getPrompt({ name: entry.original, ...(req.params.arguments && { arguments: req.params.arguments }) }, options),
           );

@@ -23,7 +23,8 @@ import {
   type ResourceTemplate,
   type Tool,
 } from '@modelcontextprotocol/sdk/types.js';
-import type { McpServerConfig } from '../../src/plugin-api.js';
+import { scrubText, secretsOf, type McpServerConfig } from '../../src/plugin-api.js';
+import { boundedFetch } from './bounded-fetch.js';
 
 export type ServerState = 'starting' | 'ready' | 'failed' | 'restarting' | 'stopped';
 
@@ -42,6 +43,12 @@ const STABLE_MS = 60_000;
 const START_TIMEOUT_MS = 60_000;
 /** Longest stderr line logged as it is. */
 const STDERR_LINE_CHARS = 2000;
+/**
+ * How often the supervisor's session of an HTTP server is pinged. Nothing else would notice that
+ * the server went away or restarted: the SDK's HTTP transport reports a close only when it closes
+ * itself, and a restarted server does not know the old session, so its list went stale for good.
+ */
+export const HEALTH_CHECK_MS = 10_000;
 
 export interface ServerListing {
   tools: Tool[];
@@ -70,12 +77,29 @@ export class McpUpstream {
   private opening: Client | undefined;
   /** Runs after every change of state or listing (the catalog is rebuilt). */
   onChange: () => void = () => {};
+  /**
+   * The configured header values (HTTP) or environment values (stdio) long enough to be
+   * credentials: a server or a proxy before it may echo them in its errors, which are relayed to
+   * clients, logged and recorded.
+   */
+  readonly secrets: string[];
+  /** Pings the supervisor's session of an HTTP server (see watchHealth). */
+  private health: NodeJS.Timeout | undefined;
 
   constructor(
     readonly name: string,
     readonly config: McpServerConfig,
     private readonly log: Logger,
-  ) {}
+    /** `mcp.maxResultBytes`: what an HTTP server's answers are bounded by (bounded-fetch.ts). */
+    private readonly maxResultBytes: number,
+  ) {
+    this.secrets = secretsOf(Object.values((config.transport === 'http' ? config.headers : config.env) ?? {}));
+  }
+
+  /** `text` with this server's secrets redacted. */
+  scrub(text: string): string {
+    return scrubText(text, this.secrets);
+  }
 
   get shared(): boolean {
     return this.config.transport === 'stdio';
@@ -103,6 +127,7 @@ export class McpUpstream {
   async stop(): Promise<void> {
     this.stopping = true;
     clearTimeout(this.timer);
+    clearInterval(this.health);
     this.state = 'stopped';
     const client = this.client;
     this.client = undefined;
@@ -115,14 +140,15 @@ export class McpUpstream {
   private transport(): Transport {
     const c = this.config;
     if (c.transport === 'http') {
-      return new StreamableHTTPClientTransport(new URL(c.url), { requestInit: { headers: c.headers } });
+      return new StreamableHTTPClientTransport(new URL(c.url), { requestInit: { headers: c.headers }, fetch: boundedFetch({ server: this.name, maxResultBytes: this.maxResultBytes }) });
     }
     const transport = new StdioClientTransport({ command: c.command, args: c.args, env: c.env, ...(c.cwd && { cwd: c.cwd }), stderr: 'pipe' });
     // Each stderr line goes to the log under the server's name, as it comes.
     const stderr = transport.stderr;
     if (stderr) {
       createInterface({ input: stderr as unknown as NodeJS.ReadableStream, crlfDelay: Infinity }).on('line', (line) => {
-        this.log.warn({ mcpServer: this.name, stderr: line.length > STDERR_LINE_CHARS ? `${line.slice(0, STDERR_LINE_CHARS)}…` : line }, 'mcp server stderr');
+        const shown = this.scrub(line.length > STDERR_LINE_CHARS ? `${line.slice(0, STDERR_LINE_CHARS)}…` : line);
+        this.log.warn({ mcpServer: this.name, stderr: shown }, 'mcp server stderr');
       });
     }
     return transport;
@@ -148,6 +174,7 @@ export class McpUpstream {
     client.onclose = () => {
       if (this.client !== client || this.stopping) return;
       this.client = undefined;
+      clearInterval(this.health);
       if (Date.now() - connectedAt >= STABLE_MS) this.failures = 0;
       this.scheduleRestart(up ? 'the connection closed' : this.error ?? 'the connection closed');
     };
@@ -169,6 +196,7 @@ export class McpUpstream {
       this.error = undefined;
       this.readySince = Date.now();
       this.log.info({ mcpServer: this.name, tools: this.listing.tools.length }, 'mcp server ready');
+      if (!this.shared) this.watchHealth(client);
       this.onChange();
     } catch (err) {
       // Listing failed or never connected: failed, not connected with nothing.
@@ -180,8 +208,9 @@ export class McpUpstream {
     }
   }
 
-  private scheduleRestart(why: string, failed = false): void {
+  private scheduleRestart(unscrubbed: string, failed = false): void {
     if (this.stopping) return;
+    const why = this.scrub(unscrubbed);
     const wait = Math.min(BACKOFF_MOST_MS, BACKOFF_FIRST_MS * 2 ** this.failures);
     this.failures++;
     this.state = failed ? 'failed' : 'restarting';
@@ -198,6 +227,32 @@ export class McpUpstream {
     this.timer.unref();
   }
 
+  /**
+   * Pings an HTTP server's supervisor session every HEALTH_CHECK_MS. A ping that fails (the
+   * server is gone, or restarted and no longer knows the session) is taken as the connection's
+   * close: the server is reconnected with backoff and listed again.
+   */
+  private watchHealth(client: Client): void {
+    clearInterval(this.health);
+    let pinging = false;
+    this.health = setInterval(() => {
+      if (pinging || this.client !== client) return;
+      pinging = true;
+      client.ping({ timeout: this.config.timeoutMs }).then(
+        () => void (pinging = false),
+        (err: unknown) => {
+          pinging = false;
+          if (this.client !== client || this.stopping) return;
+          this.client = undefined;
+          clearInterval(this.health);
+          void client.close().catch(() => undefined);
+          this.scheduleRestart(`it did not answer a ping: ${err instanceof Error ? err.message : String(err)}`);
+        },
+      );
+    }, HEALTH_CHECK_MS);
+    this.health.unref();
+  }
+
   /** A server that says its lists changed is listed again. */
   private watch(client: Client): void {
     const relist = () => {
@@ -207,7 +262,7 @@ export class McpUpstream {
           this.listing = listing;
           this.onChange();
         },
-        (err) => this.log.error({ mcpServer: this.name, err }, 'mcp server listing failed after a change'),
+        (err) => this.log.error({ mcpServer: this.name, err: this.scrub(String(err)) }, 'mcp server listing failed after a change'),
       );
     };
     client.setNotificationHandler(ToolListChangedNotificationSchema, relist);

@@ -39,11 +39,44 @@ export function exportSettings(config: TracingConfig | undefined, env: NodeJS.Pr
 /** `key1=value1,key2=value2`, values percent-encoded (the OTLP exporter specification's format). */
 function otlpHeaders(text: string | undefined): Record<string, string> {
   const headers: Record<string, string> = {};
+  const decoded = (part: string) => {
+    try {
+      return decodeURIComponent(part.trim());
+    } catch {
+      throw new Error(`OTEL_EXPORTER_OTLP_HEADERS: "${part.trim()}" is not percent-encoded correctly; write each header as name=value, separated by commas, with % only as %XX`);
+    }
+  };
   for (const pair of (text ?? '').split(',')) {
     const eq = pair.indexOf('=');
-    if (eq > 0) headers[decodeURIComponent(pair.slice(0, eq).trim())] = decodeURIComponent(pair.slice(eq + 1).trim());
+    if (eq > 0) headers[decoded(pair.slice(0, eq))] = decoded(pair.slice(eq + 1));
   }
   return headers;
+}
+
+type Sdk = typeof import('@opentelemetry/sdk-trace-base');
+
+/**
+ * The sampler `OTEL_TRACES_SAMPLER` (and `OTEL_TRACES_SAMPLER_ARG`) names, as the specification
+ * defines them; parentbased_always_on by default. Built here rather than left to the SDK's
+ * provider because the gateway decides before the span exists: an upstream call's `traceparent`
+ * says sampled only when the spans will be exported (callSpan).
+ */
+export function samplerFromEnv(sdk: Sdk, env: NodeJS.ProcessEnv): import('@opentelemetry/sdk-trace-base').Sampler {
+  const name = (env.OTEL_TRACES_SAMPLER ?? 'parentbased_always_on').trim().toLowerCase();
+  const arg = env.OTEL_TRACES_SAMPLER_ARG?.trim();
+  const ratio = arg === undefined || arg === '' ? 1 : Number(arg);
+  if (!(ratio >= 0 && ratio <= 1)) throw new Error(`OTEL_TRACES_SAMPLER_ARG: a ratio from 0 to 1 is expected, not "${arg}"`);
+  const samplers: Record<string, () => import('@opentelemetry/sdk-trace-base').Sampler> = {
+    always_on: () => new sdk.AlwaysOnSampler(),
+    always_off: () => new sdk.AlwaysOffSampler(),
+    traceidratio: () => new sdk.TraceIdRatioBasedSampler(ratio),
+    parentbased_always_on: () => new sdk.ParentBasedSampler({ root: new sdk.AlwaysOnSampler() }),
+    parentbased_always_off: () => new sdk.ParentBasedSampler({ root: new sdk.AlwaysOffSampler() }),
+    parentbased_traceidratio: () => new sdk.ParentBasedSampler({ root: new sdk.TraceIdRatioBasedSampler(ratio) }),
+  };
+  const make = samplers[name];
+  if (!make) throw new Error(`OTEL_TRACES_SAMPLER: "${name}" is not a sampler Sluice knows; use one of ${Object.keys(samplers).join(', ')}`);
+  return make();
 }
 
 export default definePlugin(async ({ config, log }) => {
@@ -75,25 +108,30 @@ export default definePlugin(async ({ config, log }) => {
     },
   };
   const exporter = new OTLPTraceExporter({ url: settings.endpoint, headers: settings.headers });
+  const sampler = samplerFromEnv(sdk, process.env);
   const provider = new sdk.BasicTracerProvider({
     resource: resourceFromAttributes({ 'service.name': settings.serviceName }),
     idGenerator: ids,
+    sampler,
     spanProcessors: [new sdk.BatchSpanProcessor(exporter)],
   });
   const tracer = provider.getTracer('sluice');
   log.info({ endpoint: settings.endpoint, protocol: settings.protocol }, 'exporting traces over OTLP');
 
-  /** The exchange's server span; `operation` and `provider` are its GenAI names, shared with the client spans. */
-  const spanOf = (ex: Exchange, operation: string, provider: string | undefined, finishReasons: string[] | undefined) => {
-    const { traceId, spanId, parentId, sampled } = ex.trace;
-    // The client's span is the parent when it sent one; else this exchange is the trace's root.
-    const parent = parentId
+  /** The client's span is the parent when it sent one; else this exchange is the trace's root. */
+  const parentOf = (ex: Exchange) => {
+    const { traceId, parentId, sampled } = ex.trace;
+    return parentId
       ? api.trace.setSpanContext(api.ROOT_CONTEXT, { traceId, spanId: parentId, traceFlags: sampled ? api.TraceFlags.SAMPLED : api.TraceFlags.NONE, isRemote: true })
       : api.ROOT_CONTEXT;
-    presetTraceId = traceId;
-    presetSpanId = spanId;
+  };
+
+  /** The exchange's server span; `operation` and `provider` are its GenAI names, shared with the client spans. */
+  const spanOf = (ex: Exchange, operation: string, provider: string | undefined, finishReasons: string[] | undefined) => {
+    presetTraceId = ex.trace.traceId;
+    presetSpanId = ex.trace.spanId;
     const server = tracer.startSpan(
-      `${operation} ${ex.modelId}`,
+      ex.modelId ? `${operation} ${ex.modelId}` : operation,
       {
         kind: api.SpanKind.SERVER,
         startTime: ex.createdAt,
@@ -115,14 +153,20 @@ export default definePlugin(async ({ config, log }) => {
           ...(ex.error && { 'error.type': ex.error.code }),
         },
       },
-      parent,
+      parentOf(ex),
     );
     presetTraceId = undefined;
     return server;
   };
 
-  /** A client whose own trace is not recorded (its sampled flag is off) is not recorded here either. */
-  const recorded = (ex: Exchange) => !(ex.trace.parentId && !ex.trace.sampled);
+  /**
+   * Whether the exchange's spans are exported: the sampler's decision, the same one the provider
+   * makes when the spans start (each sampler decides from the parent and the trace id alone). By
+   * default a client whose own trace is not recorded (its sampled flag is off) is not recorded
+   * here either, and every other exchange is.
+   */
+  const recorded = (ex: Exchange) =>
+    sampler.shouldSample(parentOf(ex), ex.trace.traceId, 'exchange', api.SpanKind.SERVER, {}, []).decision === sdk.SamplingDecision.RECORD_AND_SAMPLED;
 
   return {
     name: 'tracing',
