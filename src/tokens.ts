@@ -59,7 +59,8 @@ export interface EstimateOptions {
    * same texts the same count every time, in every process (the simulator counts with it too);
    * `random` draws them per call, for a count an adversary must not steer. With fixed windows a
    * prompt made of cheap text (spaces) where the windows fall and dear text (rare CJK) everywhere
-   * else was estimated at 1,677 tokens against 375,325, and passed limits and budgets by 100×.
+   * else was estimated at 1,677 tokens against 375,325, and passed limits and budgets by 100×
+   * (both are now held to a floor, below).
    */
   sampling?: 'fixed' | 'random';
 }
@@ -77,13 +78,13 @@ export function estimateTokens(texts: string | readonly string[], options: Estim
     if (counted.chars < text.length) rest.push(counted.chars === 0 ? text : text.slice(counted.chars));
   }
   if (rest.length === 0) return tokens;
-  const random = options.sampling === 'random';
   let chars = 0;
   for (const text of rest) chars += text.length;
-  const estimated = extrapolate(rest, chars, random);
-  if (!random) return tokens + estimated;
-  // Drawn windows can still miss a dense block hidden in cheap text, and a client can resend until
-  // they do: a rest that reads cheaper than any prose is held to a floor counted from every character.
+  const estimated = extrapolate(rest, chars, options.sampling === 'random');
+  // Windows can miss a dense block hidden in cheap text: fixed ones where a prompt is shaped around
+  // them (an aborted stream's usage is estimated with them, and billed), drawn ones when a client
+  // resends until they do. A rest that reads cheaper than any prose is held to a floor counted
+  // from every character.
   return tokens + (estimated < CHEAP_TOKENS_PER_CHAR * chars ? Math.max(estimated, floorTokens(rest)) : estimated);
 }
 

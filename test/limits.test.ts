@@ -140,12 +140,27 @@ t.test('a prompt shaped around the estimate\'s windows is still counted: cheap t
   }
   const prompt = ' '.repeat(2048) + chars.join('');
   const dear = chars.filter((c) => c === '龘').length;
-  t.ok(estimateTokens(prompt) < dear / 10, `fixed windows see ${estimateTokens(prompt)} tokens of at least ${dear}: the shape works on them`);
+  // Fixed windows alone saw 1/30 of it; the floor counted from every character holds them too.
+  t.ok(estimateTokens(prompt) >= dear / 4, `fixed windows: ${estimateTokens(prompt)} tokens of at least ${dear}`);
   t.ok(estimateTokens(prompt, { sampling: 'random' }) > dear / 2, 'drawn windows see the dear text');
   const { key } = await keyIn({ limits: { tpm: 20_000 } });
   const refused = await settle(chat(key, prompt, { max_tokens: 16 }));
   t.equal(refused.status, 429, 'the limit refuses it before the upstream is called (it passed before)');
   t.match(JSON.parse(refused.text).error.message, /Request too large/);
+
+  // A stream the client cuts before the upstream's usage is billed on an estimate made with fixed
+  // windows (deterministic records): that estimate must not be the steerable one either. Before, it
+  // billed 1,687 prompt tokens for this prompt and let a budget be spent 200 times over.
+  const { key: open, id } = await keyIn({});
+  const cut = new AbortController();
+  const streamed = await chat(open, `${prompt} [[sim tokens=400 tps=20]]`, { stream: true, max_tokens: 400 }, cut.signal);
+  const reader = streamed.body!.getReader();
+  await reader.read();
+  cut.abort();
+  await reader.read().catch(() => undefined);
+  const billed = await eventually(async () => (await records(`key=${id}`)).find((r) => r.outcome === 'aborted'), 'the aborted record');
+  t.ok(billed.estimated, 'its usage is estimated');
+  t.ok(billed.promptTokens >= dear / 4, `the cut stream is billed ${billed.promptTokens} prompt tokens, within 4× of the ${dear} it holds`);
 
   // Drawn windows may miss one dense block in a sea of spaces, and a client may resend until they
   // do: such a cheap-reading prompt is held to a floor counted from every character.
@@ -167,6 +182,15 @@ t.test("a chat request's structured-output schema and legacy functions count aga
   const legacy = await settle(chat(key, 'Hi', { max_tokens: 16, functions: [{ name: 'big', parameters: schema }] }));
   t.equal(legacy.status, 429, 'the same as legacy functions');
   t.equal((await settle(chat(key, 'Hi', { max_tokens: 16 }))).status, 200, 'a short request still fits');
+});
+
+t.test('the token window reserves the output ceiling once per candidate (n)', async (t) => {
+  const { key } = await keyIn({ limits: { tpm: 1000 } });
+  // 20 candidates of up to 100 tokens each: 2,000 output tokens at most. Before, 100 were reserved.
+  const many = await settle(chat(key, 'Hi', { max_tokens: 100, n: 20 }));
+  t.equal(many.status, 429, 'more than the window holds');
+  t.match(JSON.parse(many.text).error.message, /Request too large/);
+  t.equal((await settle(chat(key, 'Hi', { max_tokens: 100, n: 2 }))).status, 200, 'two candidates fit');
 });
 
 t.test('a model limit holds across keys', async (t) => {

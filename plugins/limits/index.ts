@@ -90,11 +90,12 @@ export default definePlugin(({ limiter, log }) => {
     const asked = ex.clientFamily.requestedOutputTokens?.(ex);
     // Over the max, the model rules clamp it or refuse the request: either way no more than max runs.
     const output = (asked !== undefined && max !== undefined ? Math.min(asked, max) : asked) ?? byDefault ?? max ?? UNKNOWN_CEILING;
-    const ask = { tokens: input + output, cost: 0 };
-    if (!needsCost) return { ask };
-    const inputBound = Math.ceil(input * INPUT_MARGIN) + PER_LINE * (newlines(text) + 1) + FIXED;
+    // Each of `n` candidates may write up to the ceiling.
     const choices = candidates(ex);
     const outputBound = output * choices;
+    const ask = { tokens: input + outputBound, cost: 0 };
+    if (!needsCost) return { ask };
+    const inputBound = Math.ceil(input * INPUT_MARGIN) + PER_LINE * (newlines(text) + 1) + FIXED;
     const worst: WorstCase = {
       cost: worstCaseCost(inputBound, outputBound, prices),
       inputTokens: inputBound,

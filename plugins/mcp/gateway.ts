@@ -16,7 +16,8 @@ export interface McpGateway {
 }
 
 export async function startMcpGateway(config: McpConfig, ctx: BootContext, gateway: GatewayView): Promise<McpGateway> {
-  const log = ctx.log.child({ plugin: 'mcp' });
+  // Already bound to the plugin's name by the gateway.
+  const log = ctx.log;
   const servers = new Map(Object.entries(config.servers).map(([name, c]) => [name, new McpUpstream(name, c, log, config.maxResultBytes)]));
   let catalog: Catalog = buildCatalog([]);
   let booted = false;

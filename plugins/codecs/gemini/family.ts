@@ -187,6 +187,10 @@ export const family: Omit<ClientFamily, 'decode'> = {
       }
     }
     if (req.tools) texts.push(JSON.stringify(req.tools));
+    // A structured output's schema is read by the upstream as input.
+    const config = req.generationConfig;
+    if (config?.responseSchema) texts.push(JSON.stringify(config.responseSchema));
+    if (config?.responseJsonSchema) texts.push(JSON.stringify(config.responseJsonSchema));
     return texts.join('\n');
   },
 

@@ -69,6 +69,8 @@ function textOf(content: unknown): string {
   const texts: string[] = [];
   for (const b of content) {
     if (typeof b?.text === 'string') texts.push(b.text);
+    // Earlier turns' thinking, sent back with its signature: the upstream reads (and bills) it too.
+    else if (typeof b?.thinking === 'string') texts.push(b.thinking);
     else if (b?.type === 'tool_use') texts.push(b.name ?? '', JSON.stringify(b.input ?? {}));
     else if (b?.type === 'tool_result') texts.push(textOf(b.content));
   }
@@ -230,6 +232,8 @@ export function messagesFamily(caps: RequestCaps): ClientFamily {
       const parts: string[] = [textOf(req.system)];
       for (const m of req.messages ?? []) parts.push(textOf(m.content));
       if (req.tools) parts.push(JSON.stringify(req.tools));
+      // A structured output's schema is read by the upstream as input.
+      if (req.output_config?.format) parts.push(JSON.stringify(req.output_config.format));
       return parts.join('\n');
     },
 

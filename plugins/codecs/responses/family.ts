@@ -115,6 +115,8 @@ export const family: Omit<ClientFamily, 'decode' | 'socket'> = {
       else if (type === 'custom_tool_call') parts.push((item as CustomToolCallItem).name, (item as CustomToolCallItem).input);
     }
     if (req.tools) parts.push(JSON.stringify(req.tools));
+    // A structured output's schema is read by the upstream as input.
+    if (req.text?.format) parts.push(JSON.stringify(req.text.format));
     return parts.join('\n');
   },
 
