@@ -142,7 +142,15 @@ function resolveFamilies(model: ModelConfig, upstreamFamily: string, families: C
 /** The configured limiter: this process's memory, or Redis shared by every instance. */
 export async function createLimiter(config: Config, store: CachedStore, log: Logger): Promise<Limiter> {
   const spend = spendInUsage(store);
-  if (config.limiter.kind === 'memory') return new MemoryLimiter(spend);
+  if (config.limiter.kind === 'memory') {
+    // A shared store is how several instances run; each would then hold limits of its own.
+    if (config.store.kind === 'postgres') {
+      log.warn(
+        'limits, budgets and concurrency are counted in this process alone (limiter: memory) while the store is shared (postgres): with several instances each lets through the whole limit. Set limiter: { kind: redis, url: … } to count them across instances',
+      );
+    }
+    return new MemoryLimiter(spend);
+  }
   const { kind: _, ...options } = config.limiter;
   // Loaded only when configured, like the PostgreSQL store.
   const { RedisLimiter } = await import('./limits/redis.js');

@@ -241,6 +241,22 @@ t.test('a refusal waits for the entries that must leave the window', async (t) =
   t.ok(firstFrees <= WINDOW_MS - 500 && bothFree - firstFrees >= 500, `tpm: 60 tokens free with the first (${firstFrees}), 70 need the second (${bothFree})`);
 });
 
+t.test("a refusal's wait reads a bounded part of a crowded window: one key cannot hold Redis for every tenant", async (t) => {
+  const limiter = redisLimiter();
+  const scope: LimitScope = { id: 'key:crowded', limits: { tpm: 1_000_000 } };
+  for (let i = 0; i < 5000; i += 100) {
+    await Promise.all(Array.from({ length: 100 }, () => limiter.acquire([scope], { tokens: 1, cost: 0 })));
+  }
+  const hgets = async () => Number(/cmdstat_hget:calls=(\d+)/.exec(await admin.info('commandstats'))?.[1] ?? 0);
+  const before = await hgets();
+  // It fits only once all 5,000 entries have left: finding that would read every one of them.
+  const refused = await limiter.acquire([scope], { tokens: 1_000_000 - 1, cost: 0 });
+  const read = (await hgets()) - before;
+  t.match(refused, { granted: false, reason: 'tokens' });
+  t.ok(read <= 1100, `${read} entries read for the wait (before, all 5,000)`);
+  t.equal(refused.granted ? 0 : refused.retryAfterMs, WINDOW_MS, 'past the bound, the wait is the whole window');
+});
+
 t.test("windows and budgets run on Redis's clock, not the caller's", async (t) => {
   const limiter = redisLimiter();
   const scope: LimitScope = { id: 'key:clock', limits: { rpm: 1 } };

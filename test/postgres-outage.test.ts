@@ -30,6 +30,11 @@ t.teardown(async () => {
 
 const hello = (key: string) => call(gw.url, key, { messages: [{ role: 'user', content: 'hi [[sim tokens=2]]' }] });
 
+t.test('a shared store beside the in-memory limiter is warned about at start: each instance would let the whole limit through', async (t) => {
+  const warned = gw.logs.find((l) => l.level === 40 && /limiter: memory/.test(String(l.msg)));
+  t.match(warned?.msg, /while the store is shared \(postgres\).*Set limiter: \{ kind: redis/);
+});
+
 t.test('PostgreSQL away: seen keys serve, usage waits, admin writes get 503; then everything lands', async (t) => {
   const seen = await hello(gw.key);
   t.equal(seen.status, 200);

@@ -145,7 +145,11 @@ local function prune(s)
 end
 
 -- Milliseconds until the window has room: the excessRequests-th oldest entry leaves, or enough
--- of the oldest entries' tokens do.
+-- of the oldest entries' tokens do. The tokens are summed over at most WAIT_WALK entries: a key
+-- with tens of thousands of small requests in its window would otherwise hold Redis (one script
+-- at a time, for every tenant) for tens of milliseconds per refusal. Past it the wait is the whole
+-- window, which is never too short.
+local WAIT_WALK = 1000
 local function waitFor(s, excessTokens, excessRequests)
   if excessTokens <= 0 then
     local entry = redis.call('ZRANGE', s.window, excessRequests - 1, excessRequests - 1, 'WITHSCORES')
@@ -153,7 +157,7 @@ local function waitFor(s, excessTokens, excessRequests)
     return math.max(1, tonumber(entry[2]) + WINDOW - now)
   end
   local freed, start = 0, 0
-  while true do
+  while start < WAIT_WALK do
     local batch = redis.call('ZRANGE', s.window, start, start + 99, 'WITHSCORES')
     if #batch == 0 then return WINDOW end
     for j = 1, #batch, 2 do
@@ -162,6 +166,7 @@ local function waitFor(s, excessTokens, excessRequests)
     end
     start = start + 100
   end
+  return WINDOW
 end
 
 local refused
