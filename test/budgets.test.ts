@@ -65,6 +65,21 @@ for (const [name, limiter] of stacks) {
       t.equal(await spendOf(gw, id, 1), spent, 'and nothing more is spent');
     });
 
+    t.test('a renamed group keeps its spend: its budget does not start afresh', async (t) => {
+      const { key, id } = await keyIn(gw, { budget: { amount: 0.001, period: 'total' } });
+      let served = 0;
+      while (served < 100 && (await chat(gw, key, 'sim-flat', 'Hello [[sim tokens=8]]', { max_tokens: 8 })).status === 200) served++;
+      const spent = await spendOf(gw, id, served);
+      t.ok(served > 0 && spent <= 0.001, `${served} served, ${spent} spent, then refused`);
+      const group = ((await gw.admin('GET', '/admin/keys')).body.data as { id: string; group: string }[]).find((k) => k.id === id)!.group;
+      const renamed = await gw.admin('PATCH', `/admin/groups/${group}`, { name: `${group}-renamed` });
+      // Before, the spend was summed from records under the old name: 0, and a whole budget again.
+      t.equal(renamed.body.spend.spent, spent, 'the renamed group shows the same spend');
+      t.equal((await chat(gw, key, 'sim-flat', 'Hello [[sim tokens=8]]', { max_tokens: 8 })).status, 429, 'and its key is still refused');
+      const records = (await gw.admin('GET', `/admin/requests?group=${group}-renamed&limit=1000`)).body.data as unknown[];
+      t.ok(records.length >= served, 'its records moved with it');
+    });
+
     t.test('50 small requests at once, burst after burst: the spend never passes the budget', async (t) => {
       const amount = 0.003;
       const { key, id } = await keyIn(gw, { budget: { amount, period: 'total' } });

@@ -112,11 +112,15 @@ export function storeSuite(t: Test, name: string, open: () => Promise<StoreFixtu
       t.strictSame((await store.updateGroup('gamma', { mcpTools: [] }))?.mcpTools, [], 'and one that does replaces them');
     });
 
-    t.test('a rename moves the group and its keys', async (t) => {
+    t.test('a rename moves the group, its keys and its usage', async (t) => {
       const { store } = await fresh(t);
       await store.createGroup(group('old'));
       const { key, secret } = await store.createKey({ group: 'old' });
+      await store.writeUsage([usage({ keyId: key.id, group: 'old' }), usage({ keyId: key.id, group: 'old' })]);
       t.equal((await store.updateGroup('old', { name: 'new' }))?.name, 'new');
+      // A group's budget is spent from its records by name: left behind, they would refill it.
+      t.equal((await store.queryUsage({ group: 'new' })).totals.requests, 2, 'its records are under the new name');
+      t.equal((await store.queryUsage({ group: 'old' })).totals.requests, 0, 'and none under the old');
       t.equal(await store.getGroup('old'), undefined);
       t.equal((await store.getKey(key.id))?.group, 'new');
       t.equal((await store.findKeyBySecret(secret))?.group, 'new');

@@ -360,6 +360,8 @@ export class PostgresStore implements StoreBackend {
         'UPDATE groups SET name = $1, models = $2, families = $3, limits = $4, budget = $5, mcp_tools = $6 WHERE name = $7 RETURNING *',
         [next.name, JSON.stringify(next.models), JSON.stringify(next.families), jsonText(next.limits), jsonText(next.budget), JSON.stringify(next.mcpTools), name],
       );
+      // And its usage: a group's spend (budgets) is summed from its records by name.
+      if (next.name !== name) await client.query('UPDATE usage SET group_name = $1 WHERE group_name = $2', [next.name, name]);
       await notifyChange(client);
       return toGroup(rows[0]!);
     });

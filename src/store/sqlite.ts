@@ -256,9 +256,14 @@ export class SqliteStore implements StoreBackend {
     const current = await this.getGroup(name);
     if (!current) return undefined;
     const next = { ...current, ...patch };
-    this.db
-      .prepare('UPDATE groups SET name = ?, models = ?, families = ?, limits = ?, budget = ?, mcp_tools = ? WHERE name = ?')
-      .run(next.name, JSON.stringify(next.models), JSON.stringify(next.families), jsonText(next.limits), jsonText(next.budget), JSON.stringify(next.mcpTools), name);
+    this.db.transaction(() => {
+      this.db
+        .prepare('UPDATE groups SET name = ?, models = ?, families = ?, limits = ?, budget = ?, mcp_tools = ? WHERE name = ?')
+        .run(next.name, JSON.stringify(next.models), JSON.stringify(next.families), jsonText(next.limits), jsonText(next.budget), JSON.stringify(next.mcpTools), name);
+      // A rename moves the group's usage with its keys: its spend (budgets) is summed from its
+      // records by name, and a renamed group would otherwise start its budget afresh.
+      if (next.name !== name) this.db.prepare('UPDATE usage SET group_name = ? WHERE group_name = ?').run(next.name, name);
+    });
     this.announce();
     return this.getGroup(next.name);
   }
