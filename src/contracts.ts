@@ -364,6 +364,13 @@ export interface SocketProtocol<S = unknown> {
   request(message: unknown, state: S): { body: Buffer; answer?: string[] };
   /** Every event of a turn passes here on its way to the client: returns the text to send. */
   sent(event: string, state: S): string;
+  /**
+   * A turn on the lane ended (answered, refused or cut): lets go of what only that turn needed and
+   * returns the bytes the lane keeps for later turns (its chain), which the socket bounds.
+   */
+  turnEnded(state: S): number;
+  /** Drops what the lane keeps for later turns: the socket holds more than it may. */
+  forget(state: S): void;
   /** An error in the protocol's message shape, on a lane when known. */
   error(err: GatewayError, lane?: string): string;
 }

@@ -6,7 +6,7 @@
  * run side by side (a socket without lanes runs its turns one at a time). A message refused before
  * it could run is a turn too, so every turn gets its done and its access line. Closing the socket
  * interrupts every running turn. Sockets are capped in number, idle time (with pings), lifetime,
- * lanes and waiting messages.
+ * lanes, waiting messages and the history their lanes keep.
  */
 import { STATUS_CODES } from 'node:http';
 import type { HttpRequest, HttpResponse, TemplatedApp, WebSocket } from './uws.js';
@@ -25,7 +25,7 @@ const MAX_BACKPRESSURE_BYTES = 16 * 1024 * 1024;
 /** Messages a socket may have waiting behind the running ones (all lanes), and their bytes. */
 const MAX_QUEUED = 16;
 const MAX_QUEUED_BYTES = 4 * 1024 * 1024;
-/** Lanes one socket may open; each keeps its own chain. */
+/** Lanes one socket may open; each keeps its own chain (all of them together within maxMessageBytes). */
 const MAX_LANES = 8;
 /** A client with this much unread is not reading at all: it gets no more answers, it is closed. */
 const MAX_UNREAD_BYTES = 1024 * 1024;
@@ -43,6 +43,8 @@ interface Waiting {
 interface Lane {
   id?: string;
   state: unknown;
+  /** What the lane keeps for later turns (its chain), as its protocol counts it. */
+  retainedBytes: number;
   queue: Waiting[];
   current?: { ex: Exchange; res: ClientResponse };
 }
@@ -58,6 +60,8 @@ interface Connection {
   running: number;
   queued: number;
   queuedBytes: number;
+  /** The lanes' retained bytes together, held to maxMessageBytes. */
+  retainedBytes: number;
   closed: boolean;
   /** The lifetime is over: close once the turns running are done. */
   expiring: boolean;
@@ -144,6 +148,28 @@ export function addSocketRoutes(app: TemplatedApp, family: ClientFamily, pipelin
     pipeline.reject(ex, socketResponse(ws, turnContext, { id: lane, state: undefined }, () => {}), err);
   };
 
+  /**
+   * A turn on the lane ended: what the lanes keep for later turns is held to maxMessageBytes
+   * together, the most recently used last. A chain longer than that could not be continued anyway
+   * (its next request would be too large); without the bound, 8 lanes each keeping one made a
+   * socket hold 8 times it for its whole life.
+   */
+  const turnEnded = (connection: Connection, lane: Lane) => {
+    const kept = protocol.turnEnded(lane.state);
+    connection.retainedBytes += kept - lane.retainedBytes;
+    lane.retainedBytes = kept;
+    const name = lane.id ?? '';
+    connection.lanes.delete(name);
+    connection.lanes.set(name, lane);
+    for (const older of connection.lanes.values()) {
+      if (connection.retainedBytes <= options.maxMessageBytes) break;
+      if (older.retainedBytes === 0) continue;
+      protocol.forget(older.state);
+      connection.retainedBytes -= older.retainedBytes;
+      older.retainedBytes = 0;
+    }
+  };
+
   /** Runs the lane's next message, if it has none running. */
   const pump = (ws: WebSocket<Connection>, lane: Lane): void => {
     const connection = ws.getUserData();
@@ -158,6 +184,7 @@ export function addSocketRoutes(app: TemplatedApp, family: ClientFamily, pipelin
     const res = socketResponse(ws, turnContext, lane, () => {
       connection.running--;
       lane.current = undefined;
+      turnEnded(connection, lane);
       pump(ws, lane);
     });
     lane.current = { ex, res };
@@ -216,6 +243,7 @@ export function addSocketRoutes(app: TemplatedApp, family: ClientFamily, pipelin
             running: 0,
             queued: 0,
             queuedBytes: 0,
+            retainedBytes: 0,
             closed: false,
             expiring: false,
             resumes: [],
@@ -255,7 +283,7 @@ export function addSocketRoutes(app: TemplatedApp, family: ClientFamily, pipelin
             const err = new GatewayError('rate_limit_exceeded', `This socket already has ${MAX_LANES} lanes (stream_id); open another socket for more.`, 'stream_id');
             return refuse(ws, err, read.lane);
           }
-          lane = { id: read.lane, state: protocol.open(read.lane), queue: [] };
+          lane = { id: read.lane, state: protocol.open(read.lane), retainedBytes: 0, queue: [] };
           connection.lanes.set(read.lane ?? '', lane);
         }
         connection.queued++;

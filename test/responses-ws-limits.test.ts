@@ -2,7 +2,10 @@
  * The Responses WebSocket channel held to what HTTP holds a request to. A chained turn resends
  * the whole conversation it continues: past `server.maxBodyBytes` it is refused with
  * `request_too_large`, and the chain stays at the response before it (over HTTP such a body is a
- * 413; before, a socket could chain past any limit and hold its history in memory). A
+ * 413; before, a socket could chain past any limit and hold its history in memory). What a
+ * socket's lanes keep for chaining is held to `server.maxBodyBytes` together: the oldest chain is
+ * dropped first, and chaining to it is refused saying why (before, 8 lanes of 15 MB warm-ups made
+ * a socket hold 135 MB for its life, and some 33 such sockets ran the gateway out of memory). A
  * `response.create` whose `input` or `previous_response_id` has the wrong type is refused naming
  * the field, as the schema refuses it over HTTP. An error event's type is the one HTTP gives the
  * same failure: an upstream's failure is not reported as the client's mistake.
@@ -54,6 +57,26 @@ t.test('a chained turn past server.maxBodyBytes is refused, and the chain stays 
     const shorter = await turn({ model, previous_response_id: second.response.id, input: 'And in short? [[sim tokens=3]]' });
     t.match(shorter, { type: 'response.completed', response: { usage: { output_tokens: 3 } } }, `${model}: a shorter turn still chains from the second`);
   }
+});
+
+t.test('the lanes of a socket keep at most server.maxBodyBytes of history together: the oldest chain goes first', async (t) => {
+  const turn = await socket();
+  const words = 'word '.repeat(1200); // 6,000 bytes a warm-up: three are over the 16 KB kept
+  const warmUp = async (lane: string) => (await turn({ stream_id: lane, model: 'sim-chat', generate: false, input: words })).response.id;
+  const [oldest, older, newest] = [await warmUp('a'), await warmUp('b'), await warmUp('c')];
+  const dropped = await turn({ stream_id: 'a', model: 'sim-chat', previous_response_id: oldest, input: 'And then? [[sim tokens=2]]' });
+  t.match(dropped, {
+    type: 'error',
+    status: 400,
+    stream_id: 'a',
+    error: { code: 'previous_response_not_found', param: 'previous_response_id', message: /no longer held on this connection.*server\.maxBodyBytes.*Send the whole conversation/ },
+  });
+  for (const [lane, id] of [['b', older], ['c', newest]]) {
+    const chained = await turn({ stream_id: lane, model: 'sim-chat', previous_response_id: id, input: 'And then? [[sim tokens=2]]' });
+    t.equal(chained.type, 'response.completed', `lane ${lane} still chains from its warm-up`);
+  }
+  const fresh = await turn({ stream_id: 'a', model: 'sim-chat', input: `${words} [[sim tokens=2]]` });
+  t.equal(fresh.type, 'response.completed', 'the whole conversation resent works on the lane that lost its chain');
 });
 
 t.test('input and previous_response_id of the wrong type are refused, naming the field', async (t) => {

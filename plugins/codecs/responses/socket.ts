@@ -1,7 +1,8 @@
 /**
  * The Responses WebSocket mode (protocols.md 3): `response.create` messages, events back as JSON
  * text messages, and chaining with `previous_response_id` against the lane's most recent response,
- * which Sluice remembers per lane of a connection (nothing is stored server-side). `stream_id`
+ * which Sluice remembers per lane of a connection (nothing is stored server-side; the socket drops
+ * the oldest chains beyond its bound). `stream_id`
  * names the lane and is echoed on every event of its turns; `generate: false` is a warm-up,
  * answered here with no model output and no upstream call, that the next turn can chain from.
  */
@@ -27,12 +28,18 @@ interface ResponseCreate {
 
 interface Lane {
   lane?: string;
-  /** The input items of the response in flight, history included. */
+  /** The input items of the response in flight, history included, and the size of its request. */
   pendingInput?: JsonValue[];
+  pendingBytes?: number;
   /** The response in flight continues this one: its Response objects say so (`previous_response_id`). */
   pendingPrevious?: string;
-  /** The most recent completed response: its id and the whole conversation up to it. */
-  last?: { id: string; items: JsonValue[] };
+  /**
+   * The most recent completed response: its id, the whole conversation up to it, and its size
+   * (its request's bytes and its terminal event's, which holds its output).
+   */
+  last?: { id: string; items: JsonValue[]; bytes: number };
+  /** The response the socket last dropped from this lane to stay in its bound, to say so. */
+  forgotten?: string;
 }
 
 /** A lane name longer than this is refused: it is echoed on every event. */
@@ -105,6 +112,15 @@ export const responsesSocket = (caps: RequestCaps): SocketProtocol<Lane> => ({
     let history: JsonValue[] = [];
     if (previous != null) {
       const last = chain.last;
+      if (previous === chain.forgotten) {
+        throw new GatewayError(
+          'invalid_request',
+          `Previous response with id '${previous}' is no longer held on this connection: a connection keeps at most server.maxBodyBytes of history across its lanes, and drops the oldest first. Send the whole conversation as input, without previous_response_id.`,
+          'previous_response_id',
+          400,
+          'previous_response_not_found',
+        );
+      }
       if (!last || last.id !== previous) {
         throw new GatewayError('invalid_request', `Previous response with id '${previous}' not found on this connection.`, 'previous_response_id', 400, 'previous_response_not_found');
       }
@@ -113,6 +129,7 @@ export const responsesSocket = (caps: RequestCaps): SocketProtocol<Lane> => ({
     chain.pendingInput = [...history, ...asItems(body.input)];
     chain.pendingPrevious = previous ?? undefined;
     const request = Buffer.from(JSON.stringify({ ...body, input: chain.pendingInput, stream: true }));
+    chain.pendingBytes = request.length;
     return generate === false ? { body: request, answer: warmUp(body) } : { body: request };
   },
 
@@ -125,13 +142,23 @@ export const responsesSocket = (caps: RequestCaps): SocketProtocol<Lane> => ({
         const { type, response }: { type: string; response: { id: string; output?: JsonValue[] } } = JSON.parse(event);
         chain.last =
           type === 'response.completed' || type === 'response.incomplete'
-            ? { id: response.id, items: [...(chain.pendingInput ?? []), ...(response.output ?? [])] }
+            ? { id: response.id, items: [...(chain.pendingInput ?? []), ...(response.output ?? [])], bytes: (chain.pendingBytes ?? 0) + event.length }
             : undefined;
       } catch {
         chain.last = undefined;
       }
     }
     return onLane(event, chain.lane);
+  },
+
+  turnEnded(chain) {
+    chain.pendingInput = chain.pendingBytes = chain.pendingPrevious = undefined;
+    return chain.last?.bytes ?? 0;
+  },
+
+  forget(chain) {
+    chain.forgotten = chain.last?.id;
+    chain.last = undefined;
   },
 
   error(err, lane) {
