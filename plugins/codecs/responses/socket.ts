@@ -47,10 +47,13 @@ const MAX_LANE_CHARS = 128;
 
 const asItems = (input: JsonValue | undefined): JsonValue[] => (typeof input === 'string' ? [{ role: 'user', content: input }] : Array.isArray(input) ? input : []);
 
-/** Terminal events name themselves near the start; only those are parsed. */
-const TERMINAL = /"type":"(response\.completed|response\.incomplete|response\.failed|error)"/;
+/**
+ * What may be a terminal event, spaced or not, its `type` anywhere (a native upstream may write
+ * `"type": "response.completed"` last): only those are parsed, and the parse says which it is.
+ */
+const TERMINAL = /"type"\s*:\s*"(?:response\.(?:completed|incomplete|failed)|error)"/;
 /** A Response object's `previous_response_id` when the upstream had none to say. */
-const NO_PREVIOUS = /"previous_response_id": ?null/;
+const NO_PREVIOUS = /"previous_response_id"\s*:\s*null/;
 
 /** The event with the lane's `stream_id` added as its last field (events are JSON objects). */
 const onLane = (event: string, lane: string | undefined): string => {
@@ -136,14 +139,16 @@ export const responsesSocket = (caps: RequestCaps): SocketProtocol<Lane> => ({
   sent(event, chain) {
     // The upstream got the history inlined, so its Response objects say null: they say what the client chained from.
     if (chain.pendingPrevious !== undefined) event = event.replace(NO_PREVIOUS, `"previous_response_id":${JSON.stringify(chain.pendingPrevious)}`);
-    if (TERMINAL.test(event.slice(0, 160))) {
-      // A completed (or cut-short) response can be chained from; a failure ends the chain.
+    if (TERMINAL.test(event)) {
+      // A completed (or cut-short) response can be chained from; a failure ends the chain. Any
+      // other type is an event whose items merely contain such a `type`.
       try {
         const { type, response }: { type: string; response: { id: string; output?: JsonValue[] } } = JSON.parse(event);
-        chain.last =
-          type === 'response.completed' || type === 'response.incomplete'
-            ? { id: response.id, items: [...(chain.pendingInput ?? []), ...(response.output ?? [])], bytes: (chain.pendingBytes ?? 0) + event.length }
-            : undefined;
+        if (type === 'response.completed' || type === 'response.incomplete') {
+          chain.last = { id: response.id, items: [...(chain.pendingInput ?? []), ...(response.output ?? [])], bytes: (chain.pendingBytes ?? 0) + event.length };
+        } else if (type === 'response.failed' || type === 'error') {
+          chain.last = undefined;
+        }
       } catch {
         chain.last = undefined;
       }
