@@ -112,7 +112,9 @@ export function addSocketRoutes(app: TemplatedApp, family: ClientFamily, pipelin
       connection.blockedSince = now;
       connection.blockedBytes = queued;
     }
-    if (queued < BACKPRESSURE_BYTES) return void blocked.delete(ws);
+    // Watched as long as an upstream waits for the drain, however little is queued: uWS refuses a
+    // send (status 0) once the kernel's buffer is full, with as little as a KB of its own queued.
+    if (queued < BACKPRESSURE_BYTES && connection.resumes.length === 0) return void blocked.delete(ws);
     if (now - connection.blockedSince < options.writeStallMs) return;
     blocked.delete(ws);
     closeConnection(connection, 'client_stalled');

@@ -1,15 +1,16 @@
 /**
  * Clients that read slowly or not at all. A slow reader gets its whole stream, however long it
  * takes, while the upstream waits; a client that takes nothing for `writeStallMs` is cut, the
- * upstream call is aborted and the exchange is recorded as `client_stalled`; one that leaves while
- * behind is seen at the next probe; and what the gateway holds per stream stays small whatever the
- * client does.
+ * upstream call is aborted and the exchange is recorded as `client_stalled` (a WebSocket turn
+ * too); one that leaves while behind is seen at the next probe; and what the gateway holds per
+ * stream stays small whatever the client does.
  */
 import { spawn } from 'node:child_process';
 import { connect, type Socket } from 'node:net';
 import { setFlagsFromString } from 'node:v8';
 import { runInNewContext } from 'node:vm';
 import t from 'tap';
+import WebSocket from 'ws';
 import { childEnv, eventually, startStack, startTestGateway, type TestGateway, watchProcess } from './helpers.js';
 
 t.setTimeout(120_000);
@@ -116,6 +117,21 @@ t.test('a client that stops reading is cut after writeStallMs and recorded as cl
   t.ok(closed, 'the gateway closed the connection');
   const record = await usageOf(local, await id);
   t.equal(record.outcome, 'client_stalled');
+});
+
+t.test('a WebSocket client that stops reading is cut after writeStallMs and its turn recorded as client_stalled', async (t) => {
+  const ws = new WebSocket(`${local.url.replace('http', 'ws')}/v1/responses`, { headers: { authorization: `Bearer ${local.key}` } });
+  await new Promise((resolve, reject) => (ws.once('open', resolve), ws.once('error', reject)));
+  // Reads nothing from here on (its socket is paused): the turn's events back up into the gateway.
+  ws.pause();
+  ws.send(JSON.stringify({ type: 'response.create', model: 'sim-chat', input: 'a long one [[sim tokens=100000]]' }));
+  // Before, only the idle timeout (120 s) ended it, as aborted: the wait's bound runs out first.
+  const record = await eventually(async () => {
+    const { body } = await local.admin('GET', '/admin/usage?limit=1000');
+    return (body.records as { family: string; outcome: string }[]).find((r) => r.family === 'responses');
+  }, 'the turn to end');
+  t.equal(record.outcome, 'client_stalled');
+  ws.terminate();
 });
 
 t.test('a client that stops reading and then leaves is let go at the next probe, as aborted, not after writeStallMs', async (t) => {
