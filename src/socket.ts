@@ -11,7 +11,7 @@
 import { STATUS_CODES } from 'node:http';
 import type { HttpRequest, HttpResponse, TemplatedApp, WebSocket } from './uws.js';
 import type { WebSocketLimits } from './config/types.js';
-import { socketTurn, type ClientFamily, type SocketProtocol } from './contracts.js';
+import { socketTurn, type ClientFamily, type Principal, type SocketProtocol } from './contracts.js';
 import { GatewayError, asGatewayError, catalog, codeForStatus, type ErrorCode } from './errors.js';
 import { Exchange } from './exchange.js';
 import type { ClientResponse } from './client-response.js';
@@ -53,6 +53,8 @@ interface Connection {
   /** The upgrade's request id, which names the socket in the logs. */
   id: string;
   headers: Record<string, string>;
+  /** Who opened the socket: each turn that runs is checked again, a refused one is recorded under it. */
+  principal: Principal | undefined;
   handle: { close(code: number, reason: string): void };
   /** Lanes by name; '' is the lane of messages that name none. */
   lanes: Map<string, Lane>;
@@ -143,11 +145,17 @@ export function addSocketRoutes(app: TemplatedApp, family: ClientFamily, pipelin
     return ex;
   };
 
+  /** A turn refused before it could run: under the key that opened the socket, as over HTTP. */
+  const rejectTurn = (connection: Connection, ex: Exchange, res: ClientResponse, err: GatewayError) => {
+    ex.principal = connection.principal;
+    pipeline.reject(ex, res, err);
+  };
+
   /** A message that cannot run, answered with an error event as a turn of its own. */
   const refuse = (ws: WebSocket<Connection>, err: GatewayError, lane?: string) => {
     const connection = ws.getUserData();
     const ex = turnExchange(connection, ++connection.turns, lane);
-    pipeline.reject(ex, socketResponse(ws, turnContext, { id: lane, state: undefined }, () => {}), err);
+    rejectTurn(connection, ex, socketResponse(ws, turnContext, { id: lane, state: undefined }, () => {}), err);
   };
 
   /**
@@ -195,13 +203,13 @@ export function addSocketRoutes(app: TemplatedApp, family: ClientFamily, pipelin
     try {
       turn = protocol.request(next.message, lane.state);
     } catch (err) {
-      return pipeline.reject(ex, res, asGatewayError(err));
+      return rejectTurn(connection, ex, res, asGatewayError(err));
     }
     // A turn may carry a history (Responses chaining) that no single message shows: the whole
     // request is held to the limit an HTTP body is, so chaining cannot grow it without bound.
     if (turn.body.length > options.maxMessageBytes) {
       const err = new GatewayError('request_too_large', `This turn's request, with the history it continues, is ${turn.body.length} bytes: over the limit of ${options.maxMessageBytes} bytes (server.maxBodyBytes). Start a new conversation, or send less.`);
-      return pipeline.reject(ex, res, err);
+      return rejectTurn(connection, ex, res, err);
     }
     ex.body = turn.body;
     const answer = turn.answer;
@@ -239,6 +247,7 @@ export function addSocketRoutes(app: TemplatedApp, family: ClientFamily, pipelin
           const connection: Connection = {
             id: ex.id,
             headers,
+            principal: ex.principal,
             handle: { close() {} },
             lanes: new Map(),
             turns: 0,

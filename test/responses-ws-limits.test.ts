@@ -8,7 +8,8 @@
  * a socket hold 135 MB for its life, and some 33 such sockets ran the gateway out of memory). A
  * `response.create` whose `input` or `previous_response_id` has the wrong type is refused naming
  * the field, as the schema refuses it over HTTP. An error event's type is the one HTTP gives the
- * same failure: an upstream's failure is not reported as the client's mistake.
+ * same failure: an upstream's failure is not reported as the client's mistake. A turn refused before
+ * it runs is recorded under the key that opened the socket (before, with no key and no group).
  */
 import t from 'tap';
 import WebSocket from 'ws';
@@ -32,9 +33,10 @@ async function socket() {
   ws.on('message', (m) => events.push(JSON.parse(m.toString())));
   await new Promise((resolve, reject) => (ws.once('open', resolve), ws.once('error', reject)));
   t.teardown(() => ws.close());
-  const turn = async (event: Record<string, unknown>) => {
+  /** A `response.create` with these fields, or a message sent as it is (a Buffer as a binary frame). */
+  const turn = async (event: Record<string, unknown> | string | Buffer) => {
     const from = events.length;
-    ws.send(JSON.stringify({ type: 'response.create', ...event }));
+    ws.send(typeof event === 'string' || Buffer.isBuffer(event) ? event : JSON.stringify({ type: 'response.create', ...event }));
     return eventually(() => events.slice(from).find(terminal), 'the turn to end');
   };
   return turn;
@@ -89,6 +91,39 @@ t.test('input and previous_response_id of the wrong type are refused, naming the
   t.match(badId, { type: 'error', status: 400, error: { param: 'previous_response_id', message: /must be a string/ } });
   const fine = await turn({ model: 'sim-responses', input: 'hi [[sim tokens=2]]' });
   t.equal(fine.type, 'response.completed', 'the socket stays usable');
+});
+
+t.test('a turn refused before it runs is recorded under the key that opened the socket, as over HTTP', async (t) => {
+  const turn = await socket();
+  const warm = await turn({ stream_id: 'identity', model: 'sim-chat', generate: false, input: 'word '.repeat(2000) });
+  const refusals: [code: string, message: Record<string, unknown> | string | Buffer][] = [
+    ['invalid_json', 'not json'],
+    ['invalid_request', Buffer.from('{"type":"response.create"}')], // a binary frame
+    ['invalid_request', JSON.stringify({ type: 'response.cancel' })],
+    ['previous_response_not_found', { stream_id: 'identity', model: 'sim-chat', previous_response_id: 'resp_unknown', input: 'x' }],
+    // 10 KB of history and 7 KB new: over the 16 KB a request may be.
+    ['request_too_large', { stream_id: 'identity', model: 'sim-chat', previous_response_id: warm.response.id, input: 'word '.repeat(1400) }],
+  ];
+  for (const [code, message] of refusals) t.match(await turn(message), { type: 'error', error: { code } }, `refused: ${code}`);
+
+  const turnIds = await eventually(() => {
+    const lines = gw.logs.filter((l) => l.msg === 'request' && l.method === 'WS');
+    const socket = lines.find((l) => l.lane === 'identity')?.socket;
+    const mine = lines.filter((l) => l.socket === socket).map((l) => l.req as string);
+    return mine.length === 1 + refusals.length ? mine : undefined;
+  }, "every turn's access line");
+  const records = await eventually(async () => {
+    const { body } = await gw.admin('GET', '/admin/usage?limit=1000');
+    const mine = (body.records as { requestId: string; keyId: string | null; group: string | null; status: number }[]).filter((r) => turnIds.includes(r.requestId));
+    return mine.length === turnIds.length ? mine : undefined;
+  }, "every turn's usage record");
+  const keyId = records.find((r) => r.status === 200)?.keyId;
+  t.ok(keyId, 'the warm-up is recorded under the key');
+  t.same(
+    records.filter((r) => r.status !== 200).map((r) => [r.keyId, r.group]),
+    refusals.map(() => [keyId, 'default']),
+    'and so is every refused turn',
+  );
 });
 
 t.test("an error event's type is the one HTTP gives the same failure", async (t) => {
