@@ -366,11 +366,12 @@ export interface SocketProtocol<S = unknown> {
   sent(event: string, state: S): string;
   /**
    * A turn on the lane ended (answered, refused or cut): lets go of what only that turn needed and
-   * returns the bytes the lane keeps for later turns (its chain), which the socket bounds.
+   * returns the bytes the lane keeps for later turns (its chain), which the socket bounds. A
+   * protocol that keeps nothing between turns leaves it out.
    */
-  turnEnded(state: S): number;
+  turnEnded?(state: S): number;
   /** Drops what the lane keeps for later turns: the socket holds more than it may. */
-  forget(state: S): void;
+  forget?(state: S): void;
   /** An error in the protocol's message shape, on a lane when known. */
   error(err: GatewayError, lane?: string): string;
 }

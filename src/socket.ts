@@ -165,7 +165,7 @@ export function addSocketRoutes(app: TemplatedApp, family: ClientFamily, pipelin
    * socket hold 8 times it for its whole life.
    */
   const turnEnded = (connection: Connection, lane: Lane) => {
-    const kept = protocol.turnEnded(lane.state);
+    const kept = protocol.turnEnded?.(lane.state) ?? 0;
     connection.retainedBytes += kept - lane.retainedBytes;
     lane.retainedBytes = kept;
     const name = lane.id ?? '';
@@ -174,7 +174,7 @@ export function addSocketRoutes(app: TemplatedApp, family: ClientFamily, pipelin
     for (const older of connection.lanes.values()) {
       if (connection.retainedBytes <= options.maxMessageBytes) break;
       if (older.retainedBytes === 0) continue;
-      protocol.forget(older.state);
+      protocol.forget?.(older.state);
       connection.retainedBytes -= older.retainedBytes;
       older.retainedBytes = 0;
     }
