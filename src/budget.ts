@@ -9,12 +9,18 @@ export interface BudgetPeriod {
   until: number | undefined;
 }
 
-export function budgetPeriod(budget: Budget, now: number): BudgetPeriod {
+/**
+ * The current period of `budget`, counted from `createdAt` at the earliest: a group's spend is
+ * summed from the usage records by its name, and a new group given a deleted one's name must not
+ * start with what that one spent.
+ */
+export function budgetPeriod(budget: Budget, now: number, createdAt = 0): BudgetPeriod {
   const d = new Date(now);
   const [y, m, day] = [d.getUTCFullYear(), d.getUTCMonth(), d.getUTCDate()];
-  if (budget.period === 'day') return { amount: budget.amount, since: Date.UTC(y, m, day), until: Date.UTC(y, m, day + 1) };
-  if (budget.period === 'month') return { amount: budget.amount, since: Date.UTC(y, m, 1), until: Date.UTC(y, m + 1, 1) };
-  return { amount: budget.amount, since: 0, until: undefined };
+  const from = (since: number) => Math.max(since, createdAt);
+  if (budget.period === 'day') return { amount: budget.amount, since: from(Date.UTC(y, m, day)), until: Date.UTC(y, m, day + 1) };
+  if (budget.period === 'month') return { amount: budget.amount, since: from(Date.UTC(y, m, 1)), until: Date.UTC(y, m + 1, 1) };
+  return { amount: budget.amount, since: from(0), until: undefined };
 }
 
 /**

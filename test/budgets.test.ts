@@ -80,6 +80,21 @@ for (const [name, limiter] of stacks) {
       t.ok(records.length >= served, 'its records moved with it');
     });
 
+    t.test("a new group given a deleted group's name does not start with that group's spend", async (t) => {
+      const { key, id } = await keyIn(gw, { budget: { amount: 0.001, period: 'total' } });
+      let served = 0;
+      while (served < 100 && (await chat(gw, key, 'sim-flat', 'Hello [[sim tokens=8]]', { max_tokens: 8 })).status === 200) served++;
+      await spendOf(gw, id, served);
+      const group = ((await gw.admin('GET', '/admin/keys')).body.data as { id: string; group: string }[]).find((k) => k.id === id)!.group;
+      t.equal((await gw.admin('DELETE', `/admin/keys/${id}`)).status, 200);
+      t.equal((await gw.admin('DELETE', `/admin/groups/${group}`)).status, 200);
+      const again = await gw.admin('POST', '/admin/groups', { name: group, models: ['*'], families: ['chat'], budget: { amount: 0.001, period: 'total' } });
+      // Before, its spend was summed from the deleted group's records: spent, and every request refused.
+      t.equal(again.body.spend.spent, 0, 'the new group has spent nothing');
+      const fresh = await gw.admin('POST', '/admin/keys', { group });
+      t.equal((await chat(gw, fresh.body.key, 'sim-flat', 'Hello [[sim tokens=8]]', { max_tokens: 8 })).status, 200, 'and its key is served');
+    });
+
     t.test('50 small requests at once, burst after burst: the spend never passes the budget', async (t) => {
       const amount = 0.003;
       const { key, id } = await keyIn(gw, { budget: { amount, period: 'total' } });

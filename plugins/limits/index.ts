@@ -66,7 +66,7 @@ export default definePlugin(({ limiter, log }) => {
       if (Object.keys(keyLimits).length > 0 || key.budget) {
         scopes.push({ id: `key:${key.id}`, limits: keyLimits, ...(key.budget && { budget: budgetPeriod(key.budget, now) }) });
       }
-      if (group.budget) scopes.push({ id: `group:${group.name}`, budget: budgetPeriod(group.budget, now) });
+      if (group.budget) scopes.push({ id: `group:${group.name}`, budget: budgetPeriod(group.budget, now, group.createdAt) });
     }
     const modelLimits = ex.model!.limits;
     if (modelLimits) scopes.push({ id: `model:${ex.model!.id}`, limits: modelLimits });

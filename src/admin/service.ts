@@ -294,9 +294,9 @@ export class AdminService {
   }
 
   /** An item with a budget gains its spend in the current period, from the usage records. */
-  private async withSpend<T extends { budget: Budget | null }>(item: T, scope: UsageQuery, now = Date.now()) {
+  private async withSpend<T extends { budget: Budget | null; createdAt: number }>(item: T, scope: UsageQuery, now = Date.now()) {
     if (!item.budget) return { ...item, spend: null };
-    const period = budgetPeriod(item.budget, now);
+    const period = budgetPeriod(item.budget, now, item.createdAt);
     const spent = (await this.store.queryUsage({ ...scope, since: period.since, limit: 1 })).totals.cost;
     return {
       ...item,
