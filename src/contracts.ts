@@ -477,8 +477,9 @@ export interface FamilyPassthrough {
   bodyUsage(body: Buffer): Usage | undefined;
   /**
    * Whether a complete 2xx upstream body could be one of this family's answers, by its outline
-   * (`looksLikeJsonObject`), not a parse: a passthrough answers anything else with a 502 rather
-   * than relay it as a success.
+   * (`looksLikeJsonObject`) and the field every answer has (`holdsArray`, `fieldStartsWith`: chat's
+   * `choices` array), not a parse: a passthrough answers anything else (`{}`, `{"ok":true}`, a page of text)
+   * with a 502 rather than relay it as a success.
    */
   isAnswer?(body: Buffer): boolean;
   /**

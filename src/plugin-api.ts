@@ -55,7 +55,7 @@ export { removeNullFields } from './json-splice.js';
 export { HOLE, jsonTemplate } from './json-template.js';
 export { checkDepth, checkModelId, decodedParam, echoed, lengthOf, partsIn } from './request-caps.js';
 export type { RequestCaps, RequestShape } from './request-caps.js';
-export { ObjectKeyNeedle, dataFrame, eventFrame, firstFrameToStopAt, firstMalformedFrame, frameData, frameJson, hasObjectField } from './sse.js';
+export { ObjectKeyNeedle, dataFrame, eventFrame, fieldStartsWith, firstFrameToStopAt, firstMalformedFrame, frameData, frameJson, hasObjectField, holdsArray } from './sse.js';
 export type { SparseScan } from './sse.js';
 export { LF, occursAt } from './bytes.js';
 export { compileValidator } from './validation.js';

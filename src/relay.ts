@@ -11,7 +11,7 @@ import { scrubBytes, scrubError, scrubText } from './upstream-secrets.js';
 import { fittedToolNames, restoreEventNames, restoreToolNames } from './tool-names.js';
 import { implausibleCount, type Usage } from './usage.js';
 import { errorHeaders, GatewayError, withRetryAfter } from './errors.js';
-import { errorInAnswer } from './json-body.js';
+import { errorInAnswer, looksLikeJsonObject } from './json-body.js';
 import { StateKey } from './state-key.js';
 import type { Exchange } from './exchange.js';
 import type { Outcome } from './contracts.js';
@@ -441,14 +441,17 @@ export class Relay implements ResponseSink {
 
   private readChannelFailure(body: Buffer): GatewayError | undefined {
     const { status } = this;
-    // A passthrough 2xx whose body is not the family's answer (cut short, text in place of JSON, an error) is the channel failing too.
+    // A passthrough 2xx whose body is not the family's answer (cut short, text in place of JSON, an
+    // error, JSON without the answer's fields) is the channel failing too; said as what it is.
     if (status >= 200 && status < 300) {
       if (!this.passthrough) return undefined;
-      if (this.passthrough.isAnswer?.(body) === false) {
+      const answer = this.passthrough.isAnswer?.(body) !== false;
+      if (!answer && !looksLikeJsonObject(body)) {
         return new GatewayError('upstream_error', `Upstream \`${this.upstream.name}\` answered ${status} with a body that is not JSON (${body.length} bytes): ${excerpt(body)}`);
       }
       const said = errorInAnswer(body);
-      return said === undefined ? undefined : new GatewayError('upstream_error', `Upstream \`${this.upstream.name}\` answered ${status}: The upstream answered with an error: ${said}`);
+      if (said !== undefined) return new GatewayError('upstream_error', `Upstream \`${this.upstream.name}\` answered ${status}: The upstream answered with an error: ${said}`);
+      return answer ? undefined : new GatewayError('upstream_error', `Upstream \`${this.upstream.name}\` answered ${status} with JSON that is not an answer (${body.length} bytes): ${excerpt(body)}`);
     }
     if (status < 500 && status !== 429 && status !== 401 && status !== 403) return undefined;
     const err = this.dialect.readError(status, body);

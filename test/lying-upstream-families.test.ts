@@ -5,7 +5,8 @@
  * client family's failure, not a finish, and is recorded as failed; so does a passthrough event
  * that is not JSON (Responses, Gemini as SSE and as its JSON array, Messages, as chat already did). An error frame without a
  * type is an error too; a 200 that carries an error is the channel failing (another channel
- * answers when there is one); a failure event ends the client's stream and the upstream call at
+ * answers when there is one), and so is one whose JSON is no answer of its family (`{}`), in every
+ * pairing, streamed or not; a failure event ends the client's stream and the upstream call at
  * once, even when the upstream then stays silent; and a token count no upstream could make
  * (negative, fractional, past any context), or none at all, is estimated from the answer's text.
  * The liar is a small HTTP server on 127.0.0.1; the healthy channel is a simulator process.
@@ -66,6 +67,9 @@ const answers: Record<string, { status?: number; body?: string; stream?: string[
   'usage-after-finish-gemini': { stream: [geminiChunk('Whole', 'STOP'), `data: ${JSON.stringify({ usageMetadata: { promptTokenCount: 3, candidatesTokenCount: 1, totalTokenCount: 4 } })}\n\n`] },
   'blocked-gemini': { stream: [`data: ${JSON.stringify({ promptFeedback: { blockReason: 'SAFETY' }, usageMetadata: { promptTokenCount: 3, totalTokenCount: 3 } })}\n\n`] },
   'error-200': { body: JSON.stringify({ error: { message: 'upstream exploded', type: 'server_error' } }) },
+  // JSON objects that are no family's answer, for a stream request too.
+  'empty-200': { body: '{}', whole: true },
+  'ok-200': { body: '{"ok":true}', whole: true },
   'no-usage': { body: JSON.stringify({ id: 'chatcmpl-liar', object: 'chat.completion', created: 1767225600, model: 'liar', choices: [{ index: 0, message: { role: 'assistant', content: 'An answer of some length, long enough to be counted as more than a token or two.' }, finish_reason: 'stop' }] }) },
   'malformed-responses-native': {
     stream: [
@@ -160,6 +164,10 @@ const prices = '{ input: 1000000, output: 1000000 }';
 /** The gateway's own key for the liar, which the echoing upstreams put in their errors. */
 const LIAR_KEY = 'sk-upstream-secret-7f3a9c';
 
+/** The upstream families, as the liar's and the simulator's upstreams are named. */
+const UPSTREAMS = ['chat', 'responses', 'gemini', 'messages'] as const;
+const NOT_ANSWERS = ['empty-200', 'ok-200'] as const;
+
 const { gw } = await startStack(
   (simUrl) => `${simulatorUpstreams(simUrl)}  liar-chat: { kind: openai-chat, baseUrl: "${liarUrl}/v1", apiKey: ${LIAR_KEY}, breaker: { failures: 1000 } }
   liar-responses: { kind: openai-responses, baseUrl: "${liarUrl}/v1", breaker: { failures: 1000 } }
@@ -198,6 +206,8 @@ models:
   - { id: echo-gemini-garbage, upstream: liar-gemini }
   - { id: echo-200-error, upstream: liar-chat }
   - { id: echo-stream-error, upstream: liar-chat }
+${NOT_ANSWERS.flatMap((a) => UPSTREAMS.map((u) => `  - { id: ${a}-${u}, upstream: liar-${u}, upstreamModel: ${a} }`)).join('\n')}
+${UPSTREAMS.map((u) => `  - id: empty-200-then-healthy-${u}\n    channels: [{ upstream: liar-${u}, upstreamModel: empty-200 }, { upstream: ${u}, upstreamModel: sim-${u}, priority: 1 }]`).join('\n')}
   - id: error-200-then-healthy
     channels: [{ upstream: liar-chat, upstreamModel: error-200 }, { upstream: chat, upstreamModel: sim-chat, priority: 1 }]
 `,
@@ -312,6 +322,52 @@ t.test('a 200 that carries an error is the channel failing: 502, or the next cha
   t.equal(rescued.status, 200, 'with a second channel, that channel answers');
   t.match(await rescued.json(), { type: 'message', content: [{ type: 'text' }] });
   t.match(await usageRecord(rescued), { outcome: 'finished', channel: /sim-chat|chat/, attempts: 2 }, 'the second attempt served it');
+});
+
+/** A request of each client family for `model`, streamed or not. */
+function ask(family: (typeof UPSTREAMS)[number], model: string, stream: boolean): Promise<Response> {
+  const auth = { authorization: `Bearer ${gw.key}`, 'x-goog-api-key': gw.key, 'x-api-key': gw.key, 'anthropic-version': '2023-06-01', 'content-type': 'application/json' };
+  const post = (path: string, body: object) => fetch(`${gw.url}${path}`, { method: 'POST', headers: auth, body: JSON.stringify(body) });
+  if (family === 'chat') return chat({ model, stream });
+  if (family === 'messages') return messages({ model, stream });
+  if (family === 'responses') return post('/v1/responses', { model, input: 'hi', stream });
+  return post(`/v1beta/models/${model}:${stream ? 'streamGenerateContent?alt=sse' : 'generateContent'}`, { contents: [{ role: 'user', parts: [{ text: 'hi' }] }] });
+}
+
+/** A body as JSON, or as its text when it is not JSON (a stream). */
+function bodyOf(text: string): unknown {
+  try {
+    return JSON.parse(text);
+  } catch {
+    return text;
+  }
+}
+
+/** Each client family's error body. */
+const errorShape = (family: string, message: RegExp) =>
+  family === 'messages' ? { type: 'error', error: { type: 'api_error', message } } : family === 'gemini' ? { error: { code: 502, status: 'INTERNAL', message } } : { error: { type: 'upstream_error', message } };
+
+t.test('a 200 whose JSON is no answer of its family ({} or {"ok":true}) is the channel failing, in every pairing, streamed or not', async (t) => {
+  for (const client of UPSTREAMS) {
+    for (const upstream of UPSTREAMS) {
+      for (const answer of NOT_ANSWERS) {
+        for (const stream of [false, true]) {
+          const what = `${client} client, ${upstream} upstream, ${answer}${stream ? ', stream' : ''}`;
+          const res = await ask(client, `${answer}-${upstream}`, stream);
+          t.equal(res.status, 502, `${what}: 502`);
+          t.match(bodyOf(await res.text()), errorShape(client, new RegExp(`^Upstream \`liar-${upstream}\` answered 200`)), `${what}: the family's error, naming the upstream`);
+          t.match(await usageRecord(res), { status: 502, outcome: 'error', error: /answered 200/ }, `${what}: recorded as failed`);
+        }
+      }
+      for (const stream of [false, true]) {
+        const what = `${client} client, ${upstream} upstream${stream ? ', stream' : ''}`;
+        const res = await ask(client, `empty-200-then-healthy-${upstream}`, stream);
+        t.equal(res.status, 200, `${what}: the next channel answers`);
+        t.notMatch(await res.text(), /answered 200|"error":\{/, `${what}: with its answer`);
+        t.match(await usageRecord(res), { outcome: 'finished', attempts: 2 }, `${what}: the second attempt served it`);
+      }
+    }
+  }
 });
 
 t.test('a failure event ends the client stream and the upstream call, though the upstream stays silent', async (t) => {

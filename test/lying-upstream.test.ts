@@ -13,7 +13,7 @@ import type { AddressInfo } from 'node:net';
 import OpenAI from 'openai';
 import t from 'tap';
 import { looksLikeJsonObject } from '../src/json-body.js';
-import { firstMalformedFrame } from '../src/sse.js';
+import { fieldStartsWith, firstMalformedFrame, holdsArray } from '../src/sse.js';
 import { eventually, simulatorUpstreams, startStack } from './helpers.js';
 
 const chunk = (model: string, delta: object, finish: string | null = null) =>
@@ -207,6 +207,18 @@ t.test('the outline checks', async (t) => {
   t.equal(check('data: {"a":1}\n\ndata: {"a":\n\n'), 15, 'cut short');
   t.equal(check('data: {"a":1}\r\n\r\ndata: [DONE]x\r\n\r\n'), 17);
   t.equal(check('data: {"a":1}\n\ndata: {"a"'), 15, 'an unterminated last frame');
+  const choices = Buffer.from('"choices"');
+  const holds = (json: string) => holdsArray(Buffer.from(json), choices);
+  t.ok(holds('{"id":"x","choices":[{}]}'));
+  t.ok(holds('{"id": "x", "choices" :\n [ ]}'), 'spaced');
+  t.ok(holds('{"tags":["a"],"note":"[","choices":[{}]}'), 'another array first: the key is searched');
+  t.notOk(holds('{"text":"\\"choices\\": [1]"}'), 'in a string');
+  t.notOk(holds('{"choices":null,"data":[]}'));
+  t.notOk(holds('{"ok":true}'));
+  t.notOk(holds('{}'));
+  const type = (json: string) => fieldStartsWith(Buffer.from(json), Buffer.from('"type"'), Buffer.from('"message"'));
+  t.ok(type('{"content":[{"type":"text"}],"type": "message"}'));
+  t.notOk(type('{"type":"message_start"}'));
 });
 
 t.test('the other families pass through a 200 cut short as a 502 too', async (t) => {

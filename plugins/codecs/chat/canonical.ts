@@ -249,7 +249,9 @@ export function canonicalToChat(req: C.Request, streamUsage: boolean): ChatUpstr
 
 /** A chat completions body from an upstream, canonically. */
 export function chatResponseToCanonical(body: UpstreamChatCompletion): C.Response {
-  const choice = body.choices?.[0] ?? {};
+  // JSON without its choices (`{}`, `{"ok":true}`) is no answer: the channel failing, not an empty reply.
+  if (!Array.isArray(body.choices)) throw new GatewayError('upstream_error', 'The upstream answered with no choices.');
+  const choice = body.choices[0] ?? {};
   const message = choice.message ?? {};
   const toolCalls: C.ToolCall[] = (message.tool_calls ?? [])
     .filter((c) => c.type === 'function')

@@ -12,6 +12,7 @@ import {
   type FamilyPassthrough,
   frameJson,
   GatewayError,
+  holdsArray,
   lengthOf,
   looksLikeJsonObject,
   type ModelConfig,
@@ -53,6 +54,9 @@ function textOf(content: unknown): string {
   if (!Array.isArray(content)) return '';
   return content.map((p) => (typeof p?.text === 'string' ? p.text : typeof p?.refusal === 'string' ? p.refusal : '')).join('');
 }
+
+/** Every chat completion has its `choices` array: JSON without it (`{}`, `{"ok":true}`) is no answer. */
+const CHOICES = Buffer.from('"choices"');
 
 /** A chat upstream gets the client's bytes, and its answers come back as they are. */
 const passthrough: FamilyPassthrough = {
@@ -97,7 +101,7 @@ const passthrough: FamilyPassthrough = {
 
   bodyUsage: (body) => readChatUsage(USAGE_OBJECT.objectIn(body) as UpstreamChatUsage | undefined),
 
-  isAnswer: looksLikeJsonObject,
+  isAnswer: (body) => looksLikeJsonObject(body) && holdsArray(body, CHOICES),
 
   deliveredText(frames) {
     let text = '';

@@ -10,8 +10,10 @@ import {
   echoed,
   type Exchange,
   type FamilyPassthrough,
+  fieldStartsWith,
   frameJson,
   GatewayError,
+  holdsArray,
   lengthOf,
   looksLikeJsonObject,
   type ModelConfig,
@@ -148,11 +150,16 @@ export function anthropicRateLimitHeaders({ requests, tokens }: RateLimitWindows
   return headers;
 }
 
+/** Every answer is `"type": "message"` with its `content` array: JSON without them (`{}`, `{"ok":true}`) is no answer. */
+const TYPE = Buffer.from('"type"');
+const MESSAGE = Buffer.from('"message"');
+const CONTENT = Buffer.from('"content"');
+
 /** A Messages upstream gets the client's bytes and headers, and its answers come back as they are. */
 const passthrough: FamilyPassthrough = {
   modelKey: '"model"',
-  // A passthrough 200 that is not outlined as a JSON object is a lying upstream: a 502 (relay).
-  isAnswer: looksLikeJsonObject,
+  // A passthrough 200 that is not a JSON object of type message with its content is a lying upstream: a 502 (relay).
+  isAnswer: (body) => looksLikeJsonObject(body) && holdsArray(body, CONTENT) && fieldStartsWith(body, TYPE, MESSAGE),
 
   prepare(ex, _upstream, rules) {
     const req = requestOf(ex);

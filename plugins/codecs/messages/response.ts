@@ -1,5 +1,5 @@
 /** Complete Messages answers to and from the canonical pivot. */
-import { canonical as C, type Exchange, newId } from '../../../src/plugin-api.js';
+import { canonical as C, type Exchange, GatewayError, newId } from '../../../src/plugin-api.js';
 import type { JsonTool } from './request.js';
 import {
   type AnswerBlock,
@@ -22,12 +22,14 @@ export const jsonToolText = (input: unknown, tool: JsonTool) => JSON.stringify(t
 
 /** A Messages body from an upstream, canonically; the input of the forced JSON tool becomes the answer's text. */
 export function messagesResponseToCanonical(body: UpstreamMessagesAnswer, jsonTool: JsonTool | undefined): C.Response {
+  // JSON that is not a message with its content (`{}`, `{"ok":true}`) is no answer: the channel failing, not an empty reply.
+  if (body.type !== 'message' || !Array.isArray(body.content)) throw new GatewayError('upstream_error', 'The upstream answered with no message.');
   let text = '';
   let reasoning = '';
   let answeredByJsonTool = false;
   const thinking: ThinkingBlocks = [];
   const toolCalls: C.ToolCall[] = [];
-  for (const b of Array.isArray(body.content) ? body.content : []) {
+  for (const b of body.content) {
     switch (b?.type) {
       case 'text':
         text += b.text ?? '';

@@ -206,6 +206,7 @@ export interface UpstreamMessagesBlock {
 /** A complete answer from an upstream. */
 export interface UpstreamMessagesAnswer {
   id?: string;
+  type?: string;
   model?: string;
   content?: (UpstreamMessagesBlock | null)[];
   stop_reason?: unknown;

@@ -311,6 +311,8 @@ export function canonicalToResponses(req: C.Request): ResponsesUpstreamBody {
 
 /** A Responses body from an upstream, canonically (7.3). */
 export function responsesBodyToCanonical(body: UpstreamResponse): C.Response {
+  // JSON without its output (`{}`, `{"ok":true}`) is no answer: the channel failing, not an empty reply.
+  if (!Array.isArray(body.output)) throw new GatewayError('upstream_error', 'The upstream answered with no output.');
   let text = '';
   let refused = false;
   let reasoning: string | undefined;

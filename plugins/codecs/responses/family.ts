@@ -9,6 +9,7 @@ import {
   type FamilyPassthrough,
   frameJson,
   GatewayError,
+  holdsArray,
   lengthOf,
   looksLikeJsonObject,
   ObjectKeyNeedle,
@@ -50,11 +51,14 @@ function textOf(content: unknown): string {
   return content.map((p) => (typeof p?.text === 'string' ? p.text : '')).join('');
 }
 
+/** Every response has its `output` array: JSON without it (`{}`, `{"ok":true}`) is no answer. */
+const OUTPUT = Buffer.from('"output"');
+
 /** A Responses upstream gets the client's bytes, and its answers come back as they are. */
 const passthrough: FamilyPassthrough = {
   modelKey: '"model"',
-  // A passthrough 200 that is not outlined as a JSON object is a lying upstream: a 502 (relay).
-  isAnswer: looksLikeJsonObject,
+  // A passthrough 200 that is not a JSON object with its `output` is a lying upstream: a 502 (relay).
+  isAnswer: (body) => looksLikeJsonObject(body) && holdsArray(body, OUTPUT),
 
   prepare(ex, _upstream, rules) {
     const req = requestOf(ex);
