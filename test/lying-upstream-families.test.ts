@@ -7,7 +7,8 @@
  * type is an error too; a 200 that carries an error is the channel failing (another channel
  * answers when there is one), and so is one whose JSON is no answer of its family (`{}`), in every
  * pairing, streamed or not; a failure event ends the client's stream and the upstream call at
- * once, even when the upstream then stays silent; and a token count no upstream could make
+ * once, even when the upstream then stays silent, and an overloaded one is overloaded in the
+ * client's family too; and a token count no upstream could make
  * (negative, fractional, past any context), or none at all, is estimated from the answer's text.
  * The liar is a small HTTP server on 127.0.0.1; the healthy channel is a simulator process.
  */
@@ -103,6 +104,7 @@ const answers: Record<string, { status?: number; body?: string; stream?: string[
       responsesEvent('error', { code: 'server_error', message: 'responses went wrong' }),
     ],
   },
+  'unavailable-gemini': { stream: [geminiChunk('Half'), `data: ${JSON.stringify({ error: { code: 503, message: 'gemini is overloaded', status: 'UNAVAILABLE' } })}\n\n`] },
   'error-gemini-native': { stream: [geminiChunk('Half'), `data: ${JSON.stringify({ error: { code: 500, message: 'gemini went wrong', status: 'INTERNAL' } })}\n\n`] },
   'error-messages-native': {
     stream: [
@@ -185,6 +187,7 @@ models:
   - { id: error-silent-chat-native, upstream: liar-chat }
   - { id: error-responses-native, upstream: liar-responses }
   - { id: error-gemini-native, upstream: liar-gemini }
+  - { id: unavailable-gemini, upstream: liar-gemini }
   - { id: error-messages-native, upstream: liar-messages }
   - { id: negative-usage, upstream: liar-chat, prices: ${prices} }
   - { id: huge-usage, upstream: liar-chat, prices: ${prices} }
@@ -367,6 +370,22 @@ t.test('a 200 whose JSON is no answer of its family ({} or {"ok":true}) is the c
         t.match(await usageRecord(res), { outcome: 'finished', attempts: 2 }, `${what}: the second attempt served it`);
       }
     }
+  }
+});
+
+t.test("an upstream's overloaded failure midway is overloaded in the client's family too, both ways", async (t) => {
+  const gemini = (model: string) =>
+    fetch(`${gw.url}/v1beta/models/${model}:streamGenerateContent?alt=sse`, { method: 'POST', headers: { 'x-goog-api-key': gw.key, 'content-type': 'application/json' }, body: JSON.stringify({ contents: [{ role: 'user', parts: [{ text: 'hi' }] }] }) });
+  const cases: [string, () => Promise<Response>, RegExp][] = [
+    ['Gemini UNAVAILABLE to a Messages client', () => messages({ model: 'unavailable-gemini', stream: true }), /event: error\ndata: \{"type":"error","error":\{"type":"overloaded_error","message":"[^"]*gemini is overloaded/],
+    ['Gemini INTERNAL to a Messages client (not overloaded)', () => messages({ model: 'error-gemini-native', stream: true }), /event: error\ndata: \{"type":"error","error":\{"type":"api_error","message":"[^"]*gemini went wrong/],
+    ['Anthropic overloaded_error to a Gemini client', () => gemini('error-messages-native'), /data: \{"error":\{"code":503,"message":"[^"]*messages went wrong","status":"UNAVAILABLE"/],
+  ];
+  for (const [what, send, failure] of cases) {
+    const res = await send();
+    t.equal(res.status, 200, `${what}: the stream had started`);
+    t.match(await res.text(), failure, `${what}: the failure event says so`);
+    t.match(await usageRecord(res), { outcome: 'error' }, `${what}: recorded as failed`);
   }
 });
 

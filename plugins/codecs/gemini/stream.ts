@@ -133,7 +133,9 @@ export function geminiStreamReader(): C.StreamReader {
       if (!chunk) return [unreadableEvent()];
       if (chunk.error) {
         const e = chunk.error;
-        return [{ type: 'error', error: new GatewayError('upstream_error', e.message ?? 'The upstream failed.', null, undefined, e.status) }];
+        // UNAVAILABLE is Google's overloaded: a 503, as Anthropic's overloaded_error is, so a Messages client gets its overloaded_error.
+        const code = e.status === 'UNAVAILABLE' ? 'upstream_unavailable' : 'upstream_error';
+        return [{ type: 'error', error: new GatewayError(code, e.message ?? 'The upstream failed.', null, undefined, e.status) }];
       }
       const blocked = blockedPrompt(chunk);
       if (blocked) return [{ type: 'error', error: blocked }];
