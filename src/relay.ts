@@ -16,7 +16,7 @@ import { StateKey } from './state-key.js';
 import type { Exchange } from './exchange.js';
 import type { Outcome } from './contracts.js';
 import { replaceStringField } from './json-splice.js';
-import { SseSplitter, failureSaid, frameData, frameEndAt, sniffEventStream, type SparseScan } from './sse.js';
+import { SseSplitter, failureSaid, frameData, frameEndAt, sniffEventStream, sseLines, type SparseScan } from './sse.js';
 import { SAMPLE_BYTES, answerText, deliveredOutput, deliveredScale, estimateUsage } from './usage-estimate.js';
 
 const NO_BODY = Buffer.alloc(0);
@@ -170,7 +170,8 @@ export class Relay implements ResponseSink {
   private malformedEvent(frames: Buffer): GatewayError {
     const end = frames.indexOf('\n\n');
     const event = end < 0 ? frames : frames.subarray(0, end);
-    const err = new GatewayError('upstream_error', `Upstream \`${this.upstream.name}\` sent a stream event that is not JSON: ${scrubText(excerpt(event), this.upstream.secrets)}`);
+    const what = sseLines(event) ? 'a stream event that is not JSON' : 'a line that is not a stream event';
+    const err = new GatewayError('upstream_error', `Upstream \`${this.upstream.name}\` sent ${what}: ${scrubText(excerpt(event), this.upstream.secrets)}`);
     // The call is stopped here: once the failover has settled the attempt, it no longer knows the call.
     this.call?.abort();
     this.failover.failed(err, undefined, false);

@@ -200,8 +200,9 @@ const EVENT_FIELD = Buffer.from('event:');
 
 /**
  * Where the first frame of `frames` (whole frames, as a passthrough writes them) starts whose data
- * is neither `terminator` nor the outline of a JSON object, `{` … `}`; -1 when every frame is fine.
- * Frames without data (comments, a lone `event:`) are fine. This is an outline, not a parse: it
+ * is neither `terminator` nor the outline of a JSON object, `{` … `}`, or that has a line that is
+ * not SSE (`sseLines`); -1 when every frame is fine. Frames without data (comments, a lone
+ * `event:`) are fine. This is an outline, not a parse: it
  * catches what a failing upstream actually sends (text or an HTML page in place of an event, an
  * event cut short), not a crafted object that is invalid inside, and it costs one byte search per
  * frame (the end of its data line), a few bytes compared at both ends and no allocation: the
@@ -226,7 +227,7 @@ function scanFrames(frames: Buffer, terminator: string, failures: boolean): numb
   let start = 0;
   while (start < frames.length) {
     const lf = frames.indexOf(LF, start);
-    if (lf < 0) return malformedData(frames.subarray(start), terminator) || (failures && failureFrame(frames.subarray(start))) ? start : -1;
+    if (lf < 0) return malformed(frames.subarray(start), terminator) || (failures && failureFrame(frames.subarray(start))) ? start : -1;
     // A frame that names its event first (Responses, Messages) has its data on the next line.
     let line = start;
     let lineLf = lf;
@@ -258,7 +259,7 @@ function scanFrames(frames: Buffer, terminator: string, failures: boolean): numb
     // Anything else (several lines, other fields, `[DONE]`): the frame's joined data, looked at whole.
     const end = frameEnd(frames, lf);
     const frame = frames.subarray(start, end);
-    if (malformedData(frame, terminator) || (failures && failureFrame(frame))) return start;
+    if (malformed(frame, terminator) || (failures && failureFrame(frame))) return start;
     start = end;
   }
   return -1;
@@ -282,9 +283,26 @@ function frameEnd(frames: Buffer, lf: number): number {
   }
 }
 
-function malformedData(frame: Buffer, terminator: string): boolean {
+/** A frame with a line that is not SSE (bare JSON, text), or whose data is neither the terminator nor `{` … `}`. */
+function malformed(frame: Buffer, terminator: string): boolean {
+  if (!sseLines(frame)) return true;
   const data = frameData(frame)?.trim();
   return data !== undefined && data !== terminator && !(data.startsWith('{') && data.endsWith('}'));
+}
+
+/**
+ * Whether each line of a frame is blank, a comment or a field of SSE (`data:`, `event:`, `id:`,
+ * `retry:`). A line of JSON with no `data:` (an upstream's error written bare) is none of these:
+ * passed on, the client would read it as a field of its own or not at all.
+ */
+export function sseLines(frame: Buffer): boolean {
+  for (let at = 0; at < frame.length; ) {
+    let end = frame.indexOf(LF, at);
+    if (end < 0) end = frame.length;
+    if (end > at && frame[at] !== CR && !SSE_STARTS.some((start) => occursAt(frame, start, at))) return false;
+    at = end + 1;
+  }
+  return true;
 }
 
 const ERROR_DATA = [Buffer.from('{"error"'), Buffer.from('{"type":"error"'), Buffer.from('{"type":"response.failed"')];

@@ -3,7 +3,8 @@
  * of another), in passthrough, and in what is billed. A stream cut before its end (no
  * finish_reason or [DONE], no response.completed, no finishReason, no message_stop) ends with the
  * client family's failure, not a finish, and is recorded as failed; so does a passthrough event
- * that is not JSON (Responses, Gemini as SSE and as its JSON array, Messages, as chat already did). An error frame without a
+ * that is not JSON (Responses, Gemini as SSE and as its JSON array, Messages, as chat already did),
+ * and a line that is not SSE at all (bare JSON), which never reaches the client. An error frame without a
  * type is an error too; a 200 that carries an error is the channel failing (another channel
  * answers when there is one), and so is one whose JSON is no answer of its family (`{}`), in every
  * pairing, streamed or not; a failure event ends the client's stream and the upstream call at
@@ -28,6 +29,8 @@ const responsesEvent = (type: string, fields: object = {}) => `event: ${type}\nd
 const RESPONSE_CREATED = responsesEvent('response.created', { response: { id: 'resp_liar', model: 'liar', created_at: 1767225600, status: 'in_progress' } });
 const geminiChunk = (text: string, finishReason?: string) => `data: ${JSON.stringify({ candidates: [{ content: { role: 'model', parts: [{ text }] }, ...(finishReason && { finishReason }), index: 0 }] })}\n\n`;
 const MESSAGE_START = `event: message_start\ndata: ${JSON.stringify({ type: 'message_start', message: { id: 'msg_liar', type: 'message', role: 'assistant', model: 'liar', content: [], stop_reason: null, usage: { input_tokens: 3, output_tokens: 1 } } })}\n\n`;
+
+const RAW_ERROR = JSON.stringify({ error: { message: 'quota exceeded', type: 'insufficient_quota' } });
 
 const NEGATIVE = { prompt_tokens: -5, completion_tokens: -3, total_tokens: -8 };
 const HUGE = { prompt_tokens: 1e20, completion_tokens: 9007199254740993, total_tokens: 1e20 };
@@ -104,6 +107,10 @@ const answers: Record<string, { status?: number; body?: string; stream?: string[
       responsesEvent('error', { code: 'server_error', message: 'responses went wrong' }),
     ],
   },
+  // A bare line of JSON, not an event, labelled as an event stream: alone, and after the first event.
+  'raw-json-sse': { stream: [RAW_ERROR] },
+  'raw-json-after-gemini': { stream: [geminiChunk('Half'), `${RAW_ERROR}\n`] },
+  'raw-json-after-messages': { stream: [MESSAGE_START, `${RAW_ERROR}\n\n`] },
   'unavailable-gemini': { stream: [geminiChunk('Half'), `data: ${JSON.stringify({ error: { code: 503, message: 'gemini is overloaded', status: 'UNAVAILABLE' } })}\n\n`] },
   'error-gemini-native': { stream: [geminiChunk('Half'), `data: ${JSON.stringify({ error: { code: 500, message: 'gemini went wrong', status: 'INTERNAL' } })}\n\n`] },
   'error-messages-native': {
@@ -188,6 +195,9 @@ models:
   - { id: error-responses-native, upstream: liar-responses }
   - { id: error-gemini-native, upstream: liar-gemini }
   - { id: unavailable-gemini, upstream: liar-gemini }
+  - { id: raw-json-after-gemini, upstream: liar-gemini }
+  - { id: raw-json-after-messages, upstream: liar-messages }
+${UPSTREAMS.map((u) => `  - { id: raw-json-sse-${u}, upstream: liar-${u}, upstreamModel: raw-json-sse }`).join('\n')}
   - { id: error-messages-native, upstream: liar-messages }
   - { id: negative-usage, upstream: liar-chat, prices: ${prices} }
   - { id: huge-usage, upstream: liar-chat, prices: ${prices} }
@@ -389,6 +399,29 @@ t.test("an upstream's overloaded failure midway is overloaded in the client's fa
   }
 });
 
+t.test('a line of an event stream that is not SSE (bare JSON) reaches no client: it gets only its family\'s failure', async (t) => {
+  const failures = {
+    chat: /^data: \{"error":\{/,
+    responses: /^event: response\.failed\ndata: /,
+    gemini: /^data: \{"error":\{"code":502/,
+    messages: /^event: error\ndata: \{"type":"error"/,
+  };
+  const cases: [(typeof UPSTREAMS)[number], string][] = [
+    ...UPSTREAMS.flatMap((client) => UPSTREAMS.map((upstream) => [client, `raw-json-sse-${upstream}`] as [(typeof UPSTREAMS)[number], string])),
+    ['gemini', 'raw-json-after-gemini'],
+    ['messages', 'raw-json-after-messages'],
+  ];
+  for (const [client, model] of cases) {
+    const what = `${client} client, ${model}`;
+    const res = await ask(client, model, true);
+    t.equal(res.status, 200, `${what}: the stream had started`);
+    const frames = (await res.text()).split(/\n\n/).filter(Boolean);
+    t.notOk(frames.some((f) => !/^(data|event):/.test(f)), `${what}: every frame is an event, none the bare line`);
+    t.match(frames.at(-1), failures[client], `${what}: ends with the family's failure`);
+    t.match(await usageRecord(res), { outcome: 'error' }, `${what}: recorded as failed`);
+  }
+});
+
 t.test('a failure event ends the client stream and the upstream call, though the upstream stays silent', async (t) => {
   const res = await messages({ model: 'error-then-silent', stream: true });
   t.equal(res.status, 200);
@@ -523,7 +556,8 @@ t.test('the outline check reads a frame with an event line as one without, and f
     fc.string({ maxLength: 6 }).filter((d) => !/[\r\n]/.test(d)),
   );
   const frame = fc.record({
-    event: fc.option(fc.constantFrom('event: x', 'event:response.completed', 'id: 7', 'event: error', 'event: response.failed', 'event: errors'), { nil: undefined }),
+    // A line: a field, or bare JSON, which is not SSE.
+    event: fc.option(fc.constantFrom('event: x', 'event:response.completed', 'id: 7', 'event: error', 'event: response.failed', 'event: errors', '{"error":{}}'), { nil: undefined }),
     data: fc.option(data, { nil: undefined }),
     space: fc.boolean(),
     crlf: fc.boolean(),
@@ -544,7 +578,7 @@ t.test('the outline check reads a frame with an event line as one without, and f
       for (let i = 0; i < texts.length; i++) {
         const { event, data: raw } = frames[i]!;
         const d = raw?.trim();
-        const bad = d !== undefined && d !== '[DONE]' && !(d.startsWith('{') && d.endsWith('}'));
+        const bad = event === '{"error":{}}' || (d !== undefined && d !== '[DONE]' && !(d.startsWith('{') && d.endsWith('}')));
         const failure = (d !== undefined && /^\{"(?:error"|type":"(?:error|response\.failed)")/.test(d)) || event === 'event: error' || event === 'event: response.failed';
         if (bad && malformed < 0) malformed = at;
         if ((bad || failure) && stop < 0) stop = at;

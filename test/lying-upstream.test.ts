@@ -207,6 +207,8 @@ t.test('the outline checks', async (t) => {
   t.equal(check('data: {"a":1}\n\ndata: {"a":\n\n'), 15, 'cut short');
   t.equal(check('data: {"a":1}\r\n\r\ndata: [DONE]x\r\n\r\n'), 17);
   t.equal(check('data: {"a":1}\n\ndata: {"a"'), 15, 'an unterminated last frame');
+  t.equal(check('data: {"a":1}\n\n{"error":{"message":"x"}}\n\n'), 15, 'a bare line of JSON, not SSE');
+  t.equal(check('data: {"a":1}\n\ndata: {"b":2}\n{"error":{}}\n\n'), 15, 'after a data line');
   const choices = Buffer.from('"choices"');
   const holds = (json: string) => holdsArray(Buffer.from(json), choices);
   t.ok(holds('{"id":"x","choices":[{}]}'));
