@@ -5,7 +5,7 @@
 import { userInfo } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
-import { AdminError } from './admin/service.js';
+import { AdminError, UNSAFE_TEXT } from './admin/service.js';
 import { ConfigError, loadConfig } from './config/load.js';
 import type { Config } from './config/types.js';
 import { openStore, type Gateway } from './boot.js';
@@ -80,6 +80,14 @@ const { values, positionals } = parseArgs({
 class Csv {
   constructor(readonly text: string) {}
 }
+
+/**
+ * JSON for a terminal. JSON.stringify escapes C0 controls in strings but leaves DEL, C1 and bidi
+ * controls raw, and stored strings (a model id a key holder sent) may hold them: they are written
+ * as `\u` escapes, which read back as the same JSON. Its own line breaks (the indent) stay.
+ */
+const terminalJson = (value: unknown) =>
+  JSON.stringify(value, null, 2).replace(UNSAFE_TEXT, (c) => (c === '\n' ? c : `\\u${c.charCodeAt(0).toString(16).padStart(4, '0')}`));
 
 const list = (s: string | undefined) => s?.split(',').map((x) => x.trim()).filter(Boolean);
 
@@ -270,7 +278,7 @@ async function main(): Promise<void> {
   const [command = 'serve', ...rest] = positionals;
   if (command === 'serve') return serve(config);
   const result = await manage(config, [command, ...rest]);
-  process.stdout.write(result instanceof Csv ? result.text : JSON.stringify(result, null, 2) + '\n');
+  process.stdout.write(result instanceof Csv ? result.text : terminalJson(result) + '\n');
 }
 
 main().catch((err) => {

@@ -110,7 +110,7 @@ t.test('usage series and CSV', async (t) => {
   const lines = (await csv.text()).trim().split('\r\n');
   t.equal(lines[0], 'time,requestId,keyId,group,model,upstream,channel,attempts,family,status,promptTokens,cachedInputTokens,cacheWriteTokens,completionTokens,reasoningTokens,cost,estimated,latencyMs,ttfbMs,streamed,outcome,error,notes');
   t.equal(lines.length, 2);
-  t.match(lines[1], /,sim-broken,broken,broken,\d+,chat,503,.*,upstream_unavailable: Upstream `broken` is unreachable \(ECONNREFUSED\)\.,$/);
+  t.match(lines[1], /,"sim-broken","broken","broken",\d+,"chat",503,.*,"upstream_unavailable: Upstream `broken` is unreachable \(ECONNREFUSED\)\.",$/, 'text quoted, numbers and empty cells as they are');
 });
 
 t.test('the console page: gzip, ETag, a strict CSP', async (t) => {

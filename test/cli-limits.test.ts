@@ -45,6 +45,11 @@ const refused = async (...args: string[]) => {
   return { code: err.code, stderr: err.stderr };
 };
 
+/** A model id a spreadsheet would split at `;` into a formula, with a terminal title escape, BEL, C1 CSI and a bidi override. */
+const hostileModel = "x;=cmd|' /C calc'!A0\u001b]0;owned\u0007\u009b2J\u202e";
+/** What a terminal would act on: controls other than the line breaks each output ends its lines with, and bidi controls. */
+const rawControls = /[\u0000-\u0009\u000b\u000c\u000e-\u001f\u007f-\u009f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]/;
+
 let keyId = '';
 let secret = '';
 
@@ -117,12 +122,19 @@ t.test('groups list and keys list show what a priced request spent', async (t) =
     t.equal(res.status, 200, res.status === 200 ? 'the priced request passes' : JSON.stringify(body));
     const usage = (body as { usage: { prompt_tokens: number; completion_tokens: number } }).usage;
     cost = (usage.prompt_tokens * 2 + usage.completion_tokens * 8) / 1e6;
+    // A key holder names the model: refused, and recorded as it was sent (for the output test below).
+    const hostile = await fetch(`http://127.0.0.1:${gateway.port}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${secret}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ model: hostileModel, max_tokens: 10, messages: [{ role: 'user', content: 'hi' }] }),
+    });
+    t.equal(hostile.status, 400, 'an unknown model is refused');
   } finally {
     await gateway.shutdown();
   }
   t.ok(cost > 0);
 
-  const [record] = (await cli('usage', '--key', keyId)).records;
+  const [record] = (await cli('usage', '--key', keyId, '--model', 'priced')).records;
   t.ok(Math.abs(record.cost - cost) < 1e-12, `the record carries the cost at the model's prices (${record.cost})`);
   t.equal(record.channel, 'primary', 'served by the first channel');
 
@@ -131,6 +143,15 @@ t.test('groups list and keys list show what a priced request spent', async (t) =
   t.equal(team.spend.remaining, Math.round((25 - record.cost) * 1e9) / 1e9);
   const key = (await cli('keys', 'list')).find((k: { id: string }) => k.id === keyId);
   t.equal(key.spend.spent, record.cost, "the key's spend in total");
+});
+
+t.test("usage output, CSV or JSON, prints no control character from a key holder's model id", async (t) => {
+  const csv = (await run(process.execPath, [main, 'usage', '--key', keyId, '--csv'], { env })).stdout;
+  t.notMatch(csv, rawControls, 'no raw control character in the CSV');
+  t.ok(csv.includes(`,"x;'=cmd|' /C calc'!A0]0;owned2J",`), 'the model cell quoted, its formula neutralised, its controls dropped');
+  const json = (await run(process.execPath, [main, 'usage', '--key', keyId], { env })).stdout;
+  t.notMatch(json, rawControls, 'no raw control character in the JSON');
+  t.ok(JSON.parse(json).records.some((r: { model: string }) => r.model === hostileModel), 'escaped, the JSON still reads back as stored');
 });
 
 t.test('upstreams list shows the configured channels and says where the live state is', async (t) => {

@@ -176,7 +176,8 @@ t.test('the usage CSV neutralises formula cells and still quotes them', async (t
   const rows = csv.split('\r\n');
   const header = rows[0]!.split(',');
   const modelAt = header.indexOf('model');
-  for (const cell of ["'=1+2", "'+SUM(A1)", "'-2+3", "'@cmd", "'\tx"]) {
+  // Every text cell quoted; the tab became a space, which a spreadsheet may trim, so it is neutralised too.
+  for (const cell of [`"'=1+2"`, `"'+SUM(A1)"`, `"'-2+3"`, `"'@cmd"`, `"' x"`]) {
     t.ok(rows.some((r) => r.split(',')[modelAt] === cell), `${JSON.stringify(cell)} is a cell`);
   }
   t.ok(csv.includes(`,"'=HYPERLINK(""http://x"",""y""),z",`), 'a neutralised cell is still quoted');

@@ -111,17 +111,30 @@ const csvColumns: (keyof UsageRecord)[] = [
 ];
 
 /**
- * Text a spreadsheet may read as a formula when it comes first: OWASP's CSV injection list (`=`,
- * `+`, `-`, `@`, tab, CR, LF, NUL), a space (some spreadsheets trim it and read what follows), and
- * the fullwidth `＝ ＋ － ＠` that some spreadsheets take for their ASCII forms.
+ * Characters a terminal or a text layout acts on instead of showing: C0 and C1 controls with DEL
+ * (ESC starts a terminal escape, BEL rings) and the bidi controls, which reorder what is shown
+ * around them. Stored strings such as a model id come from key holders.
  */
-const FORMULA_START = /^[=+\-@\t\r\n\0 \uFF1D\uFF0B\uFF0D\uFF20]/;
+export const UNSAFE_TEXT = /[\u0000-\u001f\u007f-\u009f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]/g;
 
-/** One CSV field: text that may start a formula gets a leading `'`; numbers are Sluice's own and stay numbers. */
+/**
+ * Where a spreadsheet could start a formula: at the start of a cell (after spaces too, which some
+ * spreadsheets trim), and after a `,` or `;` inside it, where a reader that splits on that
+ * separator starts a cell of its own. The formula characters are OWASP's `= + - @` and the
+ * fullwidth `＝ ＋ － ＠` some spreadsheets take for them; tab, CR and LF are gone by then.
+ */
+const FORMULA_START = /^(?=[\s=+\-@\uFF1D\uFF0B\uFF0D\uFF20])|(?<=[,;])(?=\s*[=+\-@\uFF1D\uFF0B\uFF0D\uFF20])/g;
+
+/**
+ * One CSV field, as OWASP's CSV injection advice has it: text is always quoted (its `"` doubled),
+ * so no separator inside it splits it, and gets a `'` wherever a formula could start; controls
+ * are dropped (line breaks and tabs become spaces) so the CSV printed to a terminal cannot drive
+ * it. Numbers and booleans are Sluice's own and stay as they are.
+ */
 export function csvCell(value: unknown): string {
-  let text = value === null || value === undefined ? '' : String(value);
-  if (typeof value === 'string' && FORMULA_START.test(text)) text = `'${text}`;
-  return /[",\r\n]/.test(text) ? `"${text.replace(/"/g, '""')}"` : text;
+  if (typeof value !== 'string') return value === null || value === undefined ? '' : String(value);
+  const text = value.replace(/[\t\n\v\f\r]/g, ' ').replace(UNSAFE_TEXT, '').replace(FORMULA_START, "'");
+  return `"${text.replace(/"/g, '""')}"`;
 }
 
 export class AdminService {
