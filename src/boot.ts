@@ -5,7 +5,7 @@
  * Apart from gateway.ts because the primary of worker threads (workers/primary.ts) does the same
  * before it starts them: both import this, and neither imports the other's half.
  */
-import { accessSync, constants, mkdirSync, readdirSync, unlinkSync } from 'node:fs';
+import { accessSync, constants, existsSync, mkdirSync, readdirSync, unlinkSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Logger } from 'pino';
 import type { AdminCredential } from './admin/token.js';
@@ -61,8 +61,22 @@ export async function openStore(config: Pick<Config, 'dataDir' | 'store'>, journ
   }
 }
 
+/** Where a SQLite store keeps its database. */
+const sqliteFile = (dataDir: string) => join(dataDir, 'sluice.db');
+
+/**
+ * For the CLI, before it opens the store: a SQLite database must already be there, since opening
+ * one creates it. An empty one in a mistyped data dir is a database the gateway never reads, and
+ * one made before the first start keeps that start from making the default group and demo key.
+ * A PostgreSQL store keeps nothing in the data dir, so there is nothing to look for.
+ */
+export function requireStoreData(config: Pick<Config, 'dataDir' | 'store'>): void {
+  if (config.store.kind !== 'sqlite' || existsSync(sqliteFile(config.dataDir))) return;
+  throw new Error(`no Sluice data in ${config.dataDir}: start the gateway once (\`npm start\`) or set SLUICE_DATA_DIR / --config to the gateway's`);
+}
+
 async function openBackend(config: Pick<Config, 'dataDir' | 'store'>, log?: Logger, serving = false): Promise<StoreBackend> {
-  if (config.store.kind === 'sqlite') return new SqliteStore(join(config.dataDir, 'sluice.db'), { usageWriter: serving ? 'thread' : 'inline', ...(log && { log }) });
+  if (config.store.kind === 'sqlite') return new SqliteStore(sqliteFile(config.dataDir), { usageWriter: serving ? 'thread' : 'inline', ...(log && { log }) });
   // Loaded only when configured: the embedded default starts without pg's modules.
   const { PostgresStore } = await import('./store/postgres.js');
   return PostgresStore.open(config.store.url, { poolSize: config.store.poolSize, ...(log && { log }) });

@@ -8,7 +8,7 @@ import { parseArgs } from 'node:util';
 import { AdminError, UNSAFE_TEXT } from './admin/service.js';
 import { ConfigError, loadConfig } from './config/load.js';
 import type { Config } from './config/types.js';
-import { openStore, type Gateway } from './boot.js';
+import { openStore, requireStoreData, type Gateway } from './boot.js';
 import { adminService, loadPlugins, startGateway, type Loaded } from './gateway.js';
 import { createLogger } from './log.js';
 import type { Budget, Limits } from './store/store.js';
@@ -198,6 +198,8 @@ async function serve(config: Config): Promise<void> {
 
 async function manage(config: Config, [resource, action, target]: string[]): Promise<unknown> {
   const log = createLogger('error');
+  // Only `serve` makes a data dir and its database; the rest work on the gateway's.
+  requireStoreData(config);
   const store = await openStore(config);
   try {
     const loaded = await loadPlugins(config, store, log);

@@ -9,7 +9,7 @@ import t from 'tap';
 import { loadConfig } from '../src/config/load.js';
 import { startGateway } from '../src/gateway.js';
 import { createLogger } from '../src/log.js';
-import { childEnv, distRoot, runCommand } from './helpers.js';
+import { childEnv, distRoot, firstStart, runCommand } from './helpers.js';
 
 // About twenty CLI processes, each a node start that loads every plugin, and a gateway: close to a
 // minute of CPU, so far more than tap's default 60 s on two busy cores. This bounds only a hang.
@@ -35,6 +35,7 @@ models:
 `,
 );
 const env = childEnv({ SLUICE_DATA_DIR: dataDir, SLUICE_CONFIG: configFile, SLUICE_LOG_LEVEL: 'warn' });
+await firstStart(dataDir);
 const cli = async (...args: string[]) => JSON.parse((await run(process.execPath, [main, ...args], { env })).stdout);
 /** A refused command: its exit code and what it printed on stderr. */
 const refused = async (...args: string[]) => {

@@ -165,6 +165,15 @@ export interface GatewayProcess extends WatchedProcess {
   stop(): Promise<void>;
 }
 
+/**
+ * A data dir as an operator's first start leaves it (its database, the default group and demo
+ * key): the CLI refuses to work on one the gateway never started on. In process, on port 0.
+ */
+export async function firstStart(dataDir: string): Promise<void> {
+  const gateway = await startGateway(loadConfig({ env: { SLUICE_DATA_DIR: dataDir, SLUICE_PORT: '0' } }), createLogger('silent'));
+  await gateway.shutdown(0);
+}
+
 /** `spawnGateway`, resolved once its banner is printed (the demo key too, on a first start). */
 export async function startedGateway(env: Record<string, string> = {}, cwd = tmpdir()): Promise<GatewayProcess> {
   const gateway = spawnGateway(env, cwd);

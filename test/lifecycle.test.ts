@@ -3,11 +3,12 @@
  * and a graceful shutdown that lets a stream finish and loses no usage.
  */
 import { spawn } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import OpenAI from 'openai';
 import t from 'tap';
+import { requireStoreData } from '../src/boot.js';
 import { loadConfig } from '../src/config/load.js';
 import { childEnv, distRoot, runCommand, watchProcess } from './helpers.js';
 
@@ -45,6 +46,21 @@ t.test('a bad config file stops start-up with a readable message', async (t) => 
   const err = await run(process.execPath, [main, 'serve', '--config', file], { env }).catch((e) => e);
   t.equal(err.code, 1);
   t.match(err.stderr, /invalid configuration: .*models\[0\]\.upstream: no upstream named "nowhere"/);
+});
+
+t.test('before the first start, the CLI refuses the data dir instead of making an empty one', async (t) => {
+  const missing = join(dataDir, 'nodir', 'sub');
+  const refused = (args: string[], dir: string) => run(process.execPath, [main, ...args], { env: { ...env, SLUICE_DATA_DIR: dir } }).then(() => ({ code: 0, stderr: '' }), (e: { code: number; stderr: string }) => e);
+  const nowhere = await refused(['keys', 'list'], missing);
+  t.equal(nowhere.code, 1);
+  t.equal(nowhere.stderr, `sluice: no Sluice data in ${missing}: start the gateway once (\`npm start\`) or set SLUICE_DATA_DIR / --config to the gateway's\n`, 'one line: the dir and what to do');
+  t.notOk(existsSync(join(dataDir, 'nodir')), 'the dir is not made');
+  const empty = await refused(['groups', 'create', 'early', '--models', '*', '--families', 'chat'], dataDir);
+  t.equal(empty.code, 1);
+  t.match(empty.stderr, /^sluice: no Sluice data in /);
+  t.same(readdirSync(dataDir).filter((f) => f.startsWith('sluice.db')), [], 'no database made, so the first start below still makes the demo key');
+  // A PostgreSQL store keeps nothing in the data dir: nothing there is no reason to refuse.
+  t.doesNotThrow(() => requireStoreData({ dataDir: missing, store: { kind: 'postgres', url: 'postgres://127.0.0.1:1/sluice', poolSize: 1 } }));
 });
 
 let demoKey = '';

@@ -6,7 +6,7 @@ import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import t from 'tap';
-import { childEnv, distRoot, runCommand } from './helpers.js';
+import { childEnv, distRoot, firstStart, runCommand } from './helpers.js';
 
 t.setTimeout(240_000);
 const main = join(distRoot, 'src/main.js');
@@ -25,6 +25,8 @@ mcp:
     tattle: { transport: stdio, command: ${JSON.stringify(process.execPath)}, args: ["-e", ${JSON.stringify(`require('fs').writeFileSync(${JSON.stringify(marker)}, 'ran')`)}] }
 `,
 );
+// Started on the embedded default, not this config: a start would run the MCP server.
+await firstStart(dataDir);
 const env = childEnv({ SLUICE_DATA_DIR: dataDir, SLUICE_CONFIG: configFile, SLUICE_LOG_LEVEL: 'warn' });
 const cli = async (...args: string[]) => JSON.parse((await runCommand(process.execPath, [main, ...args], { env })).stdout);
 
