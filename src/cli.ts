@@ -47,34 +47,66 @@ LIMITS (a group's are its keys' defaults; a key's replace them field by field):
 Options: --config PATH (or SLUICE_CONFIG); SLUICE_DATA_DIR, SLUICE_HOST, SLUICE_PORT,
 SLUICE_ADMIN_TOKEN and SLUICE_LOG_LEVEL override the config file.`;
 
-const { values, positionals } = parseArgs({
-  allowPositionals: true,
-  options: {
-    config: { type: 'string' },
-    group: { type: 'string' },
-    name: { type: 'string' },
-    models: { type: 'string' },
-    families: { type: 'string' },
-    'mcp-tools': { type: 'string' },
-    rename: { type: 'string' },
-    key: { type: 'string' },
-    model: { type: 'string' },
-    since: { type: 'string' },
-    until: { type: 'string' },
-    limit: { type: 'string' },
-    bucket: { type: 'string' },
-    csv: { type: 'boolean' },
-    expires: { type: 'string' },
-    status: { type: 'string' },
-    action: { type: 'string' },
-    rpm: { type: 'string' },
-    tpm: { type: 'string' },
-    concurrency: { type: 'string' },
-    'no-limits': { type: 'boolean' },
-    budget: { type: 'string' },
-    help: { type: 'boolean', short: 'h' },
-  },
-});
+const options = {
+  config: { type: 'string' },
+  group: { type: 'string' },
+  name: { type: 'string' },
+  models: { type: 'string' },
+  families: { type: 'string' },
+  'mcp-tools': { type: 'string' },
+  rename: { type: 'string' },
+  key: { type: 'string' },
+  model: { type: 'string' },
+  since: { type: 'string' },
+  until: { type: 'string' },
+  limit: { type: 'string' },
+  bucket: { type: 'string' },
+  csv: { type: 'boolean' },
+  expires: { type: 'string' },
+  status: { type: 'string' },
+  action: { type: 'string' },
+  rpm: { type: 'string' },
+  tpm: { type: 'string' },
+  concurrency: { type: 'string' },
+  'no-limits': { type: 'boolean' },
+  budget: { type: 'string' },
+  help: { type: 'boolean', short: 'h' },
+} as const;
+
+/**
+ * The form of one command in the usage above (`keys move ID --group NAME`), for a refusal to
+ * show; a command without an action is its `list` or the one form it has.
+ */
+function commandUsage([resource = 'serve', action = 'list']: string[]): string {
+  const forms = usage.split('\n').filter((l) => /^  [a-z]/.test(l)).flatMap((l) => l.trim().split(/\s{2,}/)[0]!.split(' | '));
+  const form =
+    forms.find((f) => f === `${resource} ${action}` || f.startsWith(`${resource} ${action} `)) ??
+    (action === 'list' ? forms.find((f) => f === resource || f.startsWith(`${resource} [`)) : undefined);
+  return form ? `usage: sluice ${form}` : 'sluice --help lists the commands';
+}
+
+/**
+ * The arguments, or the process ends with one line naming the option and the command's usage:
+ * an unknown option or a missing value used to throw from here, before main() could catch it.
+ */
+const { values, positionals } = (() => {
+  try {
+    return parseArgs({ allowPositionals: true, options });
+  } catch (err) {
+    const option = /'(-[^' ]+)/.exec((err as Error).message)?.[1];
+    const code = (err as { code?: string }).code;
+    const problem =
+      code === 'ERR_PARSE_ARGS_UNKNOWN_OPTION'
+        ? `unknown option ${option}`
+        : code === 'ERR_PARSE_ARGS_INVALID_OPTION_VALUE'
+          ? /does not take/.test((err as Error).message) ? `${option} takes no value` : `${option} needs a value`
+          : (err as Error).message.split('\n')[0];
+    // Read leniently, the arguments still name the command.
+    const command = parseArgs({ allowPositionals: true, options, strict: false }).positionals.slice(0, 2);
+    process.stderr.write(`sluice: ${problem}; ${commandUsage(command)}\n`);
+    process.exit(2);
+  }
+})();
 
 /** Output that is printed as it is rather than as JSON. */
 class Csv {
@@ -207,25 +239,36 @@ async function manage(config: Config, [resource, action, target]: string[]): Pro
     const filters = { key: values.key, group: values.group, model: values.model, since: values.since, until: values.until, limit: values.limit };
     const actor = `cli:${userInfo().username}`;
     const expires = values.expires === undefined ? {} : { expiresAt: values.expires === 'none' ? null : values.expires };
+    const refuse = (problem: string) => usageError(`${resource} ${action} ${problem}; ${commandUsage([resource!, action!])}`);
     const need = (what: string) => {
-      if (!target) throw new AdminError(400, 'usage', `${resource} ${action} needs ${what}`);
+      if (!target) throw refuse(`needs ${what}`);
       return target;
+    };
+    /** An update that would change nothing is refused in options, not in the API's body terms. */
+    const changes = <T extends object>(body: T, which: string) => {
+      if (Object.keys(body).length === 0) throw refuse(`needs one of ${which} at least`);
+      return body;
     };
     switch (`${resource} ${action ?? 'list'}`) {
       case 'groups list':
         return await admin.listGroups();
       case 'groups create':
+        // A group of MCP tools alone (--mcp-tools) needs neither; the service says what is missing then.
+        if ((values.models === undefined || values.families === undefined) && values['mcp-tools'] === undefined) throw refuse('needs --models and --families');
         return await admin.createGroup({ name: need('a NAME'), models: list(values.models) ?? [], families: list(values.families) ?? [], ...mcpToolsOption(), ...limitOptions() }, actor);
       case 'groups update':
         return await admin.updateGroup(
           need('a NAME'),
-          {
-            ...(values.rename && { name: values.rename }),
-            ...(values.models && { models: list(values.models) }),
-            ...(values.families && { families: list(values.families) }),
-            ...mcpToolsOption(),
-            ...limitOptions((await admin.listGroups()).find((g) => g.name === target)?.limits),
-          },
+          changes(
+            {
+              ...(values.rename && { name: values.rename }),
+              ...(values.models && { models: list(values.models) }),
+              ...(values.families && { families: list(values.families) }),
+              ...mcpToolsOption(),
+              ...limitOptions((await admin.listGroups()).find((g) => g.name === target)?.limits),
+            },
+            '--rename, --models, --families, --mcp-tools, --rpm, --tpm, --concurrency, --no-limits, --budget',
+          ),
           actor,
         );
       case 'groups delete':
@@ -238,18 +281,23 @@ async function manage(config: Config, [resource, action, target]: string[]): Pro
       case 'keys update':
         return await admin.updateKey(
           need('an ID'),
-          {
-            ...(values.name !== undefined && { name: values.name }),
-            ...(values.group && { group: values.group }),
-            ...expires,
-            ...limitOptions((await admin.getKey(need('an ID'))).limits),
-          },
+          changes(
+            {
+              ...(values.name !== undefined && { name: values.name }),
+              ...(values.group && { group: values.group }),
+              ...expires,
+              ...limitOptions((await admin.getKey(need('an ID'))).limits),
+            },
+            '--name, --group, --expires, --rpm, --tpm, --concurrency, --no-limits, --budget',
+          ),
           actor,
         );
       case 'keys disable':
       case 'keys enable':
         return await admin.updateKey(need('an ID'), { disabled: action === 'disable' }, actor);
       case 'keys move':
+        // Without --group the body was {}: an update that changed nothing, and was audited.
+        if (!values.group) throw refuse('needs --group NAME');
         return await admin.updateKey(need('an ID'), { group: values.group }, actor);
       case 'keys delete':
         await admin.deleteKey(need('an ID'), actor);

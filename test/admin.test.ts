@@ -191,6 +191,21 @@ t.test('key expiry: set, shown, changed, and refused in every family once past',
   t.equal(listed.expiresAt, new Date(soon).toISOString(), 'listed with its expiry');
 });
 
+t.test('bodies the admin API refuses, with a message that says what is allowed', async (t) => {
+  const bearer = { authorization: `Bearer ${gw.adminToken}` };
+  const refused = async (path: string, body: unknown, message: RegExp, what: string) => {
+    const res = await call(path.startsWith('/admin/keys/') ? 'PATCH' : 'POST', path, { headers: bearer, body });
+    t.equal(res.status, 400, what);
+    t.match(((await res.json()) as { error: { message: string } }).error.message, message, what);
+  };
+  const useless = /^a new group needs at least one model and one family, or MCP grants \(mcpTools\)/;
+  await refused('/admin/groups', { name: 'useless', models: [], families: ['chat'] }, useless, 'a new group without a model');
+  await refused('/admin/groups', { name: 'useless', models: ['*'], families: [], mcpTools: [] }, useless, 'a new group without a family');
+  const tools = await call('POST', '/admin/groups', { headers: bearer, body: { name: 'tools-only', models: [], families: [], mcpTools: ['files/*'] } });
+  t.equal(tools.status, 201, 'a group of MCP tools alone needs no model: /mcp checks only its grants');
+  await call('DELETE', '/admin/groups/tools-only', { headers: bearer });
+});
+
 t.test('the audit log: every change, by the admin token, a console session and the CLI', async (t) => {
   const made = await call('POST', '/admin/groups', { headers: bearer, body: { name: 'audited', models: ['*'], families: ['chat'] } });
   t.equal(made.status, 201);

@@ -189,7 +189,7 @@ t.test('401: missing, malformed, unknown and disabled keys', async (t) => {
 });
 
 t.test('403: a model or family the group lacks', async (t) => {
-  await gw.admin('POST', '/admin/groups', { name: 'no-chat', models: ['*'], families: [] });
+  await gw.admin('POST', '/admin/groups', { name: 'no-chat', models: ['*'], families: ['gemini'] });
   const key = await gw.admin('POST', '/admin/keys', { group: 'no-chat' });
   const noChat = await client(key.body.key).chat.completions.create({ model: 'sim-chat', messages: user('hi') }).catch((e) => e);
   t.type(noChat, OpenAI.PermissionDeniedError);

@@ -108,6 +108,26 @@ t.test('bad values are refused with a message, exit code 2, and change nothing',
   t.same(team.budget, { amount: 25, period: 'month' });
 });
 
+t.test('a bad option, a missing value or a missing required option: one line with the usage, exit 2, nothing changed', async (t) => {
+  const keysCreate = 'usage: sluice keys create --group NAME [--name LABEL] [--expires ISO-TIME] [LIMITS]';
+  const audited = (await cli('audit', '--limit', '1000')).length;
+  for (const [args, line] of [
+    [['keys', 'create', '--group', 'team', '--label', 'y'], `sluice: unknown option --label; ${keysCreate}`],
+    [['--bogus'], 'sluice: unknown option --bogus; usage: sluice serve'],
+    [['keys', 'create', '--group'], `sluice: --group needs a value; ${keysCreate}`],
+    [['usage', '--csv=yes'], 'sluice: --csv takes no value; usage: sluice usage [--key ID] [--group NAME] [--model ID] [--since DATE] [--until DATE] [--limit N] [--csv]'],
+    [['keys', 'move', keyId], 'sluice: keys move needs --group NAME; usage: sluice keys move ID --group NAME'],
+    [['groups', 'create', 'useless'], 'sluice: groups create needs --models and --families; usage: sluice groups create NAME --models a,b|* --families chat,... [--mcp-tools server/tool,server/*] [LIMITS]'],
+    [['keys', 'update', keyId], `sluice: keys update needs one of --name, --group, --expires, --rpm, --tpm, --concurrency, --no-limits, --budget at least; usage: sluice keys update ID [--name LABEL] [--group NAME] [--expires ISO-TIME|none] [LIMITS]`],
+  ] as const) {
+    const { code, stderr } = await refused(...args);
+    t.equal(code, 2, args.join(' '));
+    t.equal(stderr, `${line}\n`);
+  }
+  t.equal((await cli('audit', '--limit', '1000')).length, audited, 'nothing audited');
+  t.notOk((await cli('groups', 'list')).some((g: { name: string }) => g.name === 'useless'), 'no group made');
+});
+
 t.test('groups list and keys list show what a priced request spent', async (t) => {
   const config = loadConfig({ path: configFile, env: { SLUICE_DATA_DIR: dataDir, SLUICE_PORT: '0' } });
   const gateway = await startGateway(config, createLogger('error'));

@@ -193,6 +193,10 @@ export class AdminService {
   async createGroup(input: unknown, actor: string) {
     const g = check<{ name: string; models: string[]; families: string[]; mcpTools?: string[]; limits?: Limits | null; budget?: Budget | null }>('createGroup', input);
     this.checkGrants(g);
+    // Model calls need a model and a family; /mcp needs only MCP grants. With neither, its keys could use nothing.
+    if ((!g.models.length || !g.families.length) && !g.mcpTools?.length) {
+      throw new AdminError(400, 'invalid_request', 'a new group needs at least one model and one family, or MCP grants (mcpTools): without them its keys could use nothing');
+    }
     if (await this.store.getGroup(g.name)) throw new AdminError(409, 'conflict', `group "${g.name}" already exists`);
     const group = await this.store.createGroup({ ...g, limits: cleared(g.limits), budget: g.budget ?? null });
     await this.audit(actor, 'group.create', g.name, `models ${g.models.join(',')}; families ${g.families.join(',')}${g.mcpTools?.length ? `; mcpTools ${g.mcpTools.join(',')}` : ''}${limitsNote(g)}`);
