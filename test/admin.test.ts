@@ -204,6 +204,31 @@ t.test('bodies the admin API refuses, with a message that says what is allowed',
   const tools = await call('POST', '/admin/groups', { headers: bearer, body: { name: 'tools-only', models: [], families: [], mcpTools: ['files/*'] } });
   t.equal(tools.status, 201, 'a group of MCP tools alone needs no model: /mcp checks only its grants');
   await call('DELETE', '/admin/groups/tools-only', { headers: bearer });
+
+  const { id } = (await (await call('POST', '/admin/keys', { headers: bearer, body: { group: 'default', name: 'CI bot – Zürich 🚀' } })).json()) as { id: string };
+  t.ok(id, 'a name in any script, with spaces and punctuation, is a name');
+  const nameRule = /^name must not be blank, nor hold control characters or bidi controls/;
+  for (const [name, what] of [
+    ['ci\u0000bot', 'NUL'],
+    ['\u001b[2Jci', 'ESC'],
+    ['ci\u0085bot', 'a C1 control'],
+    ['\u202egpj.exe', 'a right-to-left override'],
+    ['ci\u2066bot', 'a bidi isolate'],
+    ['', 'empty'],
+    [' \t ', 'whitespace only'],
+  ]) {
+    await refused('/admin/keys', { group: 'default', name }, nameRule, `a new key's name: ${what}`);
+    await refused(`/admin/keys/${id}`, { name }, nameRule, `a rename: ${what}`);
+  }
+  const impossible = /^expiresAt: 2026-02-31 is not a day of the calendar$/;
+  await refused('/admin/keys', { group: 'default', expiresAt: '2026-02-31' }, impossible, 'a new key expiring on 31 February');
+  await refused(`/admin/keys/${id}`, { expiresAt: '2026-02-31T00:00:00Z' }, impossible, 'an expiry moved to 31 February');
+  const tooMuch = /^budget\.amount must be <= 1000000000000$/;
+  await refused('/admin/keys', { group: 'default', budget: { amount: 1e308, period: 'day' } }, tooMuch, 'a key budget of 1e308');
+  await refused('/admin/groups', { name: 'rich', models: ['*'], families: ['chat'], budget: { amount: 1e308, period: 'month' } }, tooMuch, 'a group budget of 1e308');
+  const most = await call('PATCH', `/admin/keys/${id}`, { headers: bearer, body: { budget: { amount: 1e12, period: 'total' }, expiresAt: '2028-02-29' } });
+  t.match(await most.json(), { expiresAt: '2028-02-29T00:00:00.000Z', spend: { remaining: 1e12 } }, 'a trillion and a leap day are taken; remaining is a number');
+  await call('DELETE', `/admin/keys/${id}`, { headers: bearer });
 });
 
 t.test('the audit log: every change, by the admin token, a console session and the CLI', async (t) => {

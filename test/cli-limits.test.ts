@@ -98,6 +98,11 @@ t.test('bad values are refused with a message, exit code 2, and change nothing',
     [['groups', 'update', 'team', '--rpm', 'fast'], /--rpm takes a whole number/],
     [['groups', 'update', 'team', '--rpm', '0'], /limits\.rpm must be >= 1/],
     [['keys', 'update', keyId, '--no-limits', '--rpm', '5'], /--no-limits removes every limit/],
+    // The CLI goes through the admin API's rules.
+    [['keys', 'update', keyId, '--name', '\u001b[2Jci'], /name must not be blank, nor hold control characters/],
+    [['keys', 'update', keyId, '--name', '  '], /name must not be blank/],
+    [['keys', 'update', keyId, '--expires', '2026-02-31'], /expiresAt: 2026-02-31 is not a day of the calendar/],
+    [['groups', 'update', 'team', '--budget', '2000000000000/month'], /budget\.amount must be <= 1000000000000/],
   ] as const) {
     const { code, stderr } = await refused(...args);
     t.equal(code, 2, args.join(' '));

@@ -30,15 +30,30 @@ const limitFields = {
         type: 'object',
         required: ['amount', 'period'],
         additionalProperties: false,
-        properties: { amount: { type: 'number', minimum: 0 }, period: { enum: ['day', 'month', 'total'] } },
+        // A trillion is beyond any real budget; far larger amounts (1e308) overflowed the spend shown to Infinity, printed as null.
+        properties: { amount: { type: 'number', minimum: 0, maximum: 1e12 }, period: { enum: ['day', 'month', 'total'] } },
       },
       { type: 'null' },
     ],
   },
 };
 
+const GROUP_NAME = '^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$';
+/**
+ * A key's name is shown in the console, the CLI and the audit log: not blank, and without control
+ * characters (NUL, ESC) or bidi controls (U+202A–U+202E, U+2066–U+2069 and the marks), which
+ * would drive a terminal or make one name read as another.
+ */
+const KEY_NAME = '^(?!\\s*$)[^\\u0000-\\u001f\\u007f-\\u009f\\u061c\\u200e\\u200f\\u202a-\\u202e\\u2066-\\u2069]*$';
+/** What a pattern allows, said for a refusal instead of the pattern itself. */
+const patternMessages: Record<string, string> = {
+  [GROUP_NAME]: 'must start with a letter or digit and have only letters, digits, ".", "_" and "-" (64 at most)',
+  [KEY_NAME]: 'must not be blank, nor hold control characters or bidi controls (U+202A–U+202E, U+2066–U+2069); null for none',
+};
+const keyName = { type: ['string', 'null'], maxLength: 128, pattern: KEY_NAME };
+
 const groupFields = {
-  name: { type: 'string', pattern: '^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$' },
+  name: { type: 'string', pattern: GROUP_NAME },
   models: { type: 'array', items: { type: 'string', minLength: 1 }, uniqueItems: true },
   families: { type: 'array', items: { type: 'string' }, uniqueItems: true },
   /** MCP grants: `server/tool` or `server/*`, checked against nothing (a server may be configured later). */
@@ -57,7 +72,7 @@ const schemas = {
     type: 'object',
     required: ['group'],
     additionalProperties: false,
-    properties: { group: { type: 'string', minLength: 1 }, name: { type: ['string', 'null'], maxLength: 128 }, expiresAt: expiresAtField, ...limitFields },
+    properties: { group: { type: 'string', minLength: 1 }, name: keyName, expiresAt: expiresAtField, ...limitFields },
   },
   updateKey: {
     type: 'object',
@@ -65,7 +80,7 @@ const schemas = {
     minProperties: 1,
     properties: {
       disabled: { type: 'boolean' },
-      name: { type: ['string', 'null'], maxLength: 128 },
+      name: keyName,
       group: { type: 'string', minLength: 1 },
       expiresAt: expiresAtField,
       ...limitFields,
@@ -87,7 +102,7 @@ function check<T>(schema: keyof typeof schemas, input: unknown): T {
         ? `unknown field "${(e.params as { additionalProperty: string }).additionalProperty}"`
         : e.keyword === 'required'
           ? `missing field "${(e.params as { missingProperty: string }).missingProperty}"`
-          : `${field} ${e.message}`;
+          : `${field} ${(e.keyword === 'pattern' && patternMessages[(e.params as { pattern: string }).pattern]) || e.message}`;
     throw new AdminError(400, 'invalid_request', detail);
   }
   return input as T;
@@ -380,12 +395,15 @@ function parseLimit(value: string | undefined, max: number): number | undefined 
 }
 
 /** `expiresAt` as the API takes it (ISO 8601 or null) to unix milliseconds; undefined stays unset. */
-function parseExpiry(value: string | null | undefined): number | null | undefined {
+export function parseExpiry(value: string | null | undefined): number | null | undefined {
   if (value === undefined || value === null) return value;
   const ms = isoTime.test(value) ? Date.parse(value) : NaN;
   if (!Number.isFinite(ms)) {
     throw new AdminError(400, 'invalid_request', 'expiresAt must be an ISO 8601 date or time with a zone (2026-12-31T00:00:00Z), or null');
   }
+  // Date.parse rolls a day past the month's end over (2026-02-31 is 3 March): the day must read back.
+  const day = value.slice(0, 10);
+  if (new Date(day).toISOString().slice(0, 10) !== day) throw new AdminError(400, 'invalid_request', `expiresAt: ${day} is not a day of the calendar`);
   return ms;
 }
 
