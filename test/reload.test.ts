@@ -144,6 +144,19 @@ t.test('a bad file is refused with the start-up message and the running config s
   );
 });
 
+t.test('a YAML syntax error is refused by line and column: the line, and the key on it, are not repeated', async (t) => {
+  const secret = 'sk-UPSTREAM-SECRET-reload-0123456789';
+  writeConfig(reloaded.replace(`fresh: { kind: openai-chat, baseUrl: "${sim.url}/v1" }`, `fresh: { apiKey: ${secret}, kind: openai-chat, baseUrl: "${sim.url}/v1"`));
+  const logged = gw.logs.length;
+  const res = await reload();
+  t.equal(res.status, 400);
+  t.match(res.body.error.reasons, [/: not valid YAML at line 7, column 1: Flow map in block collection must be sufficiently indented and end with a \}$/]);
+  t.notMatch(JSON.stringify(res.body), secret, 'not in the answer (the console shows it)');
+  const refusal = gw.logs.slice(logged).find((l) => l.msg === 'config reload refused; the running config stays');
+  t.ok(refusal, 'the refusal is logged');
+  t.notMatch(JSON.stringify(refusal), secret, 'not in the log line');
+});
+
 t.test('settings read only at start: a file that changes them is refused, naming each', async (t) => {
   writeConfig(`log: { level: debug }\n${reloaded.replace('second-name', 'third-name')}`, '{"shutdownTimeoutMs":2000,"maxBodyBytes":4096,"websocket":{"enabled":false}}');
   const res = await reload();

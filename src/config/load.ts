@@ -8,7 +8,7 @@ import { readFileSync } from 'node:fs';
 import { availableParallelism } from 'node:os';
 import { dirname, resolve as resolvePath } from 'node:path';
 import type { ErrorObject } from 'ajv';
-import { parse as parseYaml } from 'yaml';
+import { LineCounter, parseDocument } from 'yaml';
 import { parseAddressRange } from '../trusted-proxies.js';
 import { defaultRequestCaps } from '../request-caps.js';
 import { defaultAffinity, defaultDroppedParameters, defaultPlugins, defaultResponseCache, embeddedDefault } from './defaults.js';
@@ -33,16 +33,36 @@ export function loadConfig({ path, env = process.env }: LoadOptions = {}): Confi
     } catch (err) {
       throw new ConfigError(`${path}: cannot read the file (${(err as Error).message})`);
     }
-    try {
-      raw = parseYaml(text) ?? {};
-    } catch (err) {
-      throw new ConfigError(`${path}: not valid YAML: ${(err as Error).message}`);
-    }
+    raw = parseFile(text, path) ?? {};
     raw = interpolate(raw, env, '');
   }
   if (!validateConfig(raw)) throw new ConfigError(`${source}:\n${formatErrors(validateConfig.errors ?? [])}`);
   return resolve(raw as RawConfig, env, source, path);
 }
+
+/**
+ * The file's YAML, or a ConfigError naming where it breaks and why. The parser's own message
+ * quotes the offending line (a code frame) or its token, which in a config is often a key's
+ * value: the reason is cut where what it quotes begins (after a colon), and the position given
+ * as line and column instead. The reload's answer and log line carry this too.
+ */
+function parseFile(text: string, path: string): unknown {
+  const lines = new LineCounter();
+  try {
+    const doc = parseDocument(text, { lineCounter: lines, prettyErrors: false });
+    const [error] = doc.errors;
+    if (!error) return doc.toJS();
+    const at = error.pos[0] >= 0 ? lines.linePos(error.pos[0]) : undefined;
+    throw new ConfigError(`${path}: not valid YAML${at ? ` at line ${at.line}, column ${at.col}` : ''}: ${reason(error.message)}`);
+  } catch (err) {
+    if (err instanceof ConfigError) throw err;
+    // toJS: too many aliases (a resource exhaustion attack), or an alias to no anchor.
+    throw new ConfigError(`${path}: not valid YAML: ${reason((err as Error).message)}`);
+  }
+}
+
+/** The parser's reason without what it quotes; its advice to call another function of its own ("; please use …") is for programmers. */
+const reason = (message: string) => message.split(/: |; /)[0];
 
 function resolve(raw: RawConfig, env: NodeJS.ProcessEnv, source: string, path?: string): Config {
   const upstreams = raw.upstreams ?? embeddedDefault.upstreams;
