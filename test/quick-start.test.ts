@@ -4,11 +4,14 @@
  * gateway runs as its own process with the `start` script's command line (read from package.json)
  * in an empty working directory, with the default worker threads, so `./data` is made by the start.
  */
+import { spawn } from 'node:child_process';
+import { once } from 'node:events';
 import { mkdtempSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { connect } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import t from 'tap';
-import { spawnGateway, startedGateway } from './helpers.js';
+import { childEnv, distRoot, spawnGateway, startedGateway, watchProcess } from './helpers.js';
 
 // Two worker threads start on a busy machine: readiness is the banner (helpers bound a hang).
 t.setTimeout(240_000);
@@ -69,4 +72,37 @@ t.test('a data directory that cannot be made is refused in one sentence', async 
   t.equal(await gateway.exited, 1, 'it exits');
   t.match(gateway.stderr(), /^sluice: cannot use the data directory ".*a-file\/data" \(ENOTDIR\): .*SLUICE_DATA_DIR/);
   t.notMatch(gateway.stderr(), /\n\s+at /, 'no stack trace');
+});
+
+t.test('npm start under a supervisor: a SIGTERM to npm drains the gateway, which frees its port', async (t) => {
+  const dataDir = mkdtempSync(join(scratch, 'npm-start-'));
+  // Its own process group, so that a gateway npm left behind is still killed at the end.
+  const npm = spawn('npm', ['start'], {
+    cwd: join(distRoot, '..'),
+    env: childEnv({ SLUICE_DATA_DIR: dataDir, SLUICE_PORT: '0', SLUICE_WORKERS: '1', npm_config_update_notifier: 'false' }),
+    stdio: ['ignore', 'pipe', 'pipe'],
+    detached: true,
+  });
+  t.teardown(() => {
+    try {
+      process.kill(-npm.pid!, 'SIGKILL');
+    } catch {
+      // The group is gone: everything in it exited.
+    }
+  });
+  const watched = watchProcess(npm);
+  const port = Number((await watched.waitFor(/Sluice listening on http:\/\/127\.0\.0\.1:(\d+)/, 'the banner'))[1]);
+  const npmExit = once(npm, 'exit');
+  // What a supervisor (systemd, a container runtime) signals: npm alone, not its children.
+  npm.kill('SIGTERM');
+  await npmExit;
+  // npm waits for its script; with `exec` the script is the gateway, so it has exited by now.
+  const refused = await new Promise<string | undefined>((done) => {
+    const socket = connect(port, '127.0.0.1', () => (socket.destroy(), done(undefined)));
+    socket.on('error', (err: NodeJS.ErrnoException) => done(err.code));
+  });
+  t.equal(refused, 'ECONNREFUSED', 'nothing listens on the port once npm has exited');
+  if (refused !== 'ECONNREFUSED') return;
+  await watched.exited;
+  t.match(watched.stdout(), /"msg":"shutdown complete"/, 'the gateway drained and closed');
 });
