@@ -4,6 +4,7 @@
  * start does before it serves (the data dir, the journals, the store) is in boot.ts, which the
  * primary of worker threads (workers/primary.ts) shares.
  */
+import { existsSync } from 'node:fs';
 import { pathToFileURL } from 'node:url';
 import type { Logger } from 'pino';
 import { TooManyGuesses, adminAuthorizer, adminRoutes } from './admin/http.js';
@@ -121,14 +122,27 @@ function checkAuthentication(config: Config, plugins: Plugin[], families: Client
   return ['allowAnonymous: true and no authenticating plugin: anyone who reaches this port may call every model, with no key, limits or budgets per key'];
 }
 
-/** Records on each model which families it serves and how; throws when its channels speak different families. */
+/**
+ * Records on each model which families it serves and how. Throws on what would start and then
+ * fail every call, or leave a model off endpoints without a word: an upstream whose answers no
+ * loaded dialect reads, a model whose channels speak different families, a family name in a
+ * model's `families` that no plugin loaded (a typo).
+ */
 export function resolveModels(models: ModelConfig[], upstreams: Map<string, Upstream>, families: ClientFamily[], dialects: Map<string, UpstreamDialect>): void {
+  for (const upstream of upstreams.values()) {
+    if (dialects.has(upstream.family)) continue;
+    const codec = `codecs/${upstream.family}`;
+    const add = existsSync(new URL(`../plugins/${codec}/index.js`, import.meta.url)) ? `add ${codec} to plugins` : `add the plugin that reads the ${upstream.family} family to plugins`;
+    throw new ConfigError(`upstreams.${upstream.name} speaks the ${upstream.family} family, but no loaded plugin reads its answers: ${add}`);
+  }
+  const loaded = families.map((f) => f.name);
   for (const model of models) {
+    const unknown = model.offeredFamilies?.find((f) => !loaded.includes(f));
+    if (unknown !== undefined) throw new ConfigError(`models.${model.id}.families: "${unknown}" is not a loaded family (loaded: ${loaded.join(', ') || 'none'})`);
     const family = upstreams.get(model.upstream)!.family;
     const other = model.channels.find((c) => upstreams.get(c.upstream)!.family !== family);
     if (other) throw new Error(`models.${model.id}.channels: every channel must speak one family (${model.upstream} speaks ${family}, ${other.upstream} ${upstreams.get(other.upstream)!.family})`);
-    // Without a dialect for the upstream's family the model is offered on no family.
-    if (dialects.has(family)) resolveFamilies(model, family, families);
+    resolveFamilies(model, family, families);
   }
 }
 

@@ -4,6 +4,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import t from 'tap';
 import { loadConfig } from '../src/config/load.js';
+import { startTestGateway } from './helpers.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'sluice-config-errors-'));
 t.teardown(() => rmSync(dir, { recursive: true, force: true }));
@@ -64,5 +65,33 @@ t.test('a YAML syntax error names the file, line and column, never the text of t
     const said = message(broken);
     t.match(said, /^FILE: not valid YAML( at line \d+, column \d+)?: \S/, JSON.stringify(broken));
     t.notMatch(said, /SECRET/, `${JSON.stringify(broken)}: ${said}`);
+  }
+});
+
+/** The message a gateway start on `yaml` fails with (undefined when it starts). */
+const startError = (yaml: string) =>
+  startTestGateway((dataDir) => `dataDir: ${dataDir}\n${yaml}`).then(
+    async (gw) => void (await gw.stop()),
+    (err: Error) => err.message,
+  );
+
+t.test('a family in a model\'s families that no plugin loaded (a typo) refuses the start', async (t) => {
+  t.equal(
+    await startError('upstreams:\n  sim: { kind: simulator }\nmodels:\n  - { id: m, upstream: sim, families: [chat, gemni] }\n'),
+    'models.m.families: "gemni" is not a loaded family (loaded: chat, responses, gemini, messages)',
+  );
+  t.equal(await startError('upstreams:\n  sim: { kind: simulator }\nmodels:\n  - { id: m, upstream: sim, families: [chat, gemini] }\n'), undefined, 'loaded families start');
+});
+
+t.test('an upstream whose family no loaded plugin reads refuses the start, naming the plugin to add', async (t) => {
+  t.equal(
+    await startError('plugins: [auth, grant, codecs/chat, upstreams/simulator]\nupstreams:\n  sim: { kind: simulator, family: gemini }\nmodels:\n  - { id: m, upstream: sim }\n'),
+    'upstreams.sim speaks the gemini family, but no loaded plugin reads its answers: add codecs/gemini to plugins',
+  );
+});
+
+t.test('an empty config file is refused, not run as the built-in simulator', async (t) => {
+  for (const empty of ['', '\n', '# nothing yet\n', '---\n']) {
+    t.equal(message(empty), 'the config file FILE is empty: give it its settings (docs/configuration.md), or start without a config file for the built-in simulator', JSON.stringify(empty));
   }
 });

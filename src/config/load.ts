@@ -33,7 +33,9 @@ export function loadConfig({ path, env = process.env }: LoadOptions = {}): Confi
     } catch (err) {
       throw new ConfigError(`${path}: cannot read the file (${(err as Error).message})`);
     }
-    raw = parseFile(text, path) ?? {};
+    raw = parseFile(text, path);
+    // An empty file (or one of comments) would run the embedded default: the simulator, on 8080.
+    if (raw === null || raw === undefined) throw new ConfigError(`the config file ${path} is empty: give it its settings (docs/configuration.md), or start without a config file for the built-in simulator`);
     raw = interpolate(raw, env, '');
   }
   if (!validateConfig(raw)) throw new ConfigError(`${source}:\n${formatErrors(validateConfig.errors ?? [])}`);
