@@ -70,27 +70,38 @@ export async function loadPlugins(
     log: log.child({ plugin: name }),
     options,
     addFamily: (family) => {
-      if (families.some((f) => f.name === family.name)) throw new Error(`plugins: the ${family.name} family is added twice (by "${name}")`);
+      if (families.some((f) => f.name === family.name)) throw new ConfigError(`plugins: the ${family.name} family is added twice (by "${name}")`);
       families.push(family);
     },
     addDialect: (dialect) => {
-      if (dialects.has(dialect.family)) throw new Error(`plugins: a dialect of the ${dialect.family} family is added twice (by "${name}")`);
+      if (dialects.has(dialect.family)) throw new ConfigError(`plugins: a dialect of the ${dialect.family} family is added twice (by "${name}")`);
       dialects.set(dialect.family, dialect);
     },
-    addUpstreamKind: (kind, make) => kinds.set(kind, make),
+    // A later plugin would otherwise take over every upstream of that kind without a word.
+    addUpstreamKind: (kind, make) => {
+      if (kinds.has(kind)) throw new ConfigError(`plugins: the upstream kind ${kind} is added twice (by "${name}")`);
+      kinds.set(kind, make);
+    },
     addRoute: (prefix, handler) => (routes[prefix] = handler),
     ...(gateway && { gateway }),
   });
   for (const entry of config.plugins) {
     if (!entry.module && !pluginName.test(entry.name)) throw new Error(`plugins: "${entry.name}" is not a plugin name`);
     const url = entry.module ? pathToFileURL(entry.module) : new URL(`../plugins/${entry.name}/index.js`, import.meta.url);
-    let factory: PluginFactory;
+    let factory: unknown;
     try {
       factory = (await import(url.href)).default;
     } catch (err) {
       throw new Error(`plugins: cannot load "${entry.name}": ${(err as Error).message}`);
     }
-    plugins.push(await factory(context(entry.name, entry.options)));
+    if (typeof factory !== 'function') throw new ConfigError(`plugins: "${entry.name}" (${entry.module ?? `plugins/${entry.name}`}) must export default definePlugin(...)`);
+    try {
+      plugins.push(await (factory as PluginFactory)(context(entry.name, entry.options)));
+    } catch (err) {
+      // What the boot context refused (a family added twice) names the plugin already.
+      if (err instanceof ConfigError) throw err;
+      throw new Error(`plugins: "${entry.name}" failed at boot: ${(err as Error).message}`);
+    }
   }
 
   const warnings = checkAuthentication(config, plugins, families);
@@ -100,7 +111,13 @@ export async function loadPlugins(
     const { kind, ...options } = current.upstreams[name]!;
     const make = kinds.get(kind);
     if (!make) throw new Error(`upstreams.${name}.kind: no loaded plugin provides "${kind}" (available: ${[...kinds.keys()].join(', ') || 'none'})`);
-    return make(name, options, context(`upstream ${name}`, options, current));
+    try {
+      return make(name, options, context(`upstream ${name}`, options, current));
+    } catch (err) {
+      const message = (err as Error).message;
+      // The kinds' own option checks name the upstream and the option already (upstreams.NAME.baseUrl: …).
+      throw new Error(message.startsWith(`upstreams.${name}.`) ? message : `upstreams.${name} (kind ${kind}): ${message}`);
+    }
   };
   const upstreams = new Map(Object.keys(config.upstreams).map((name) => [name, makeUpstream(config, name)]));
   resolveModels(config.models, upstreams, families, dialects);

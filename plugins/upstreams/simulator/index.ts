@@ -223,18 +223,18 @@ export function simulatorUpstream(name: string, options: Record<string, unknown>
 function familyOption(name: string, value: unknown): SimulatorFamily {
   if (value === undefined) return 'chat';
   if (value === 'chat' || value === 'responses' || value === 'gemini' || value === 'messages') return value;
-  throw new Error(`upstream ${name}: 'family' must be 'chat', 'responses', 'gemini' or 'messages'`);
+  throw new Error(`upstreams.${name}.family: must be 'chat', 'responses', 'gemini' or 'messages'`);
 }
 
 function promptCacheOption(name: string, value: unknown): boolean {
   if (value === undefined || typeof value === 'boolean') return value === true;
-  throw new Error(`upstream ${name}: 'promptCache' must be true or false`);
+  throw new Error(`upstreams.${name}.promptCache: must be true or false`);
 }
 
 function modelsOption(name: string, value: unknown, fallback: string[]): string[] {
   if (value === undefined) return fallback;
   if (Array.isArray(value) && value.every((m) => typeof m === 'string')) return value;
-  throw new Error(`upstream ${name}: 'models' must be a list of model ids`);
+  throw new Error(`upstreams.${name}.models: must be a list of model ids`);
 }
 
 export default definePlugin((ctx) => {
