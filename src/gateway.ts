@@ -4,7 +4,7 @@
  * start does before it serves (the data dir, the journals, the store) is in boot.ts, which the
  * primary of worker threads (workers/primary.ts) shares.
  */
-import { existsSync } from 'node:fs';
+import { existsSync, readdirSync } from 'node:fs';
 import { pathToFileURL } from 'node:url';
 import type { Logger } from 'pino';
 import { TooManyGuesses, adminAuthorizer, adminRoutes } from './admin/http.js';
@@ -45,6 +45,16 @@ export interface Loaded {
 }
 
 const pluginName = /^[a-z0-9-]+(\/[a-z0-9-]+)*$/;
+const pluginsDir = new URL('../plugins/', import.meta.url);
+
+/** The names `plugins:` can list: the folders under plugins/ with an index.js, one level of grouping deep (codecs/chat). */
+function inTreePlugins(): string[] {
+  const folders = (dir: URL) => readdirSync(dir, { withFileTypes: true }).filter((d) => d.isDirectory()).map((d) => d.name);
+  return folders(pluginsDir)
+    .flatMap((name) => (existsSync(new URL(`${name}/index.js`, pluginsDir)) ? [name] : folders(new URL(`${name}/`, pluginsDir)).map((inner) => `${name}/${inner}`)))
+    .filter((name) => existsSync(new URL(`${name}/index.js`, pluginsDir)))
+    .sort();
+}
 
 /**
  * Loads the plugins in config order, builds the upstream channels from their kinds, and records
@@ -85,9 +95,16 @@ export async function loadPlugins(
     addRoute: (prefix, handler) => (routes[prefix] = handler),
     ...(gateway && { gateway }),
   });
+  // Every name is checked before any plugin boots (and logs).
   for (const entry of config.plugins) {
-    if (!entry.module && !pluginName.test(entry.name)) throw new Error(`plugins: "${entry.name}" is not a plugin name`);
-    const url = entry.module ? pathToFileURL(entry.module) : new URL(`../plugins/${entry.name}/index.js`, import.meta.url);
+    if (entry.module) continue;
+    if (!pluginName.test(entry.name)) throw new Error(`plugins: "${entry.name}" is not a plugin name`);
+    if (!existsSync(new URL(`${entry.name}/index.js`, pluginsDir))) {
+      throw new ConfigError(`plugins: there is no plugin "${entry.name}" (there are: ${inTreePlugins().join(', ')}); one of your own is { name: ${entry.name}, module: ./its-file.js }`);
+    }
+  }
+  for (const entry of config.plugins) {
+    const url = entry.module ? pathToFileURL(entry.module) : new URL(`${entry.name}/index.js`, pluginsDir);
     let factory: unknown;
     try {
       factory = (await import(url.href)).default;
@@ -149,7 +166,7 @@ export function resolveModels(models: ModelConfig[], upstreams: Map<string, Upst
   for (const upstream of upstreams.values()) {
     if (dialects.has(upstream.family)) continue;
     const codec = `codecs/${upstream.family}`;
-    const add = existsSync(new URL(`../plugins/${codec}/index.js`, import.meta.url)) ? `add ${codec} to plugins` : `add the plugin that reads the ${upstream.family} family to plugins`;
+    const add = existsSync(new URL(`${codec}/index.js`, pluginsDir)) ? `add ${codec} to plugins` : `add the plugin that reads the ${upstream.family} family to plugins`;
     throw new ConfigError(`upstreams.${upstream.name} speaks the ${upstream.family} family, but no loaded plugin reads its answers: ${add}`);
   }
   const loaded = families.map((f) => f.name);

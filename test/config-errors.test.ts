@@ -95,3 +95,27 @@ t.test('an empty config file is refused, not run as the built-in simulator', asy
     t.equal(message(empty), 'the config file FILE is empty: give it its settings (docs/configuration.md), or start without a config file for the built-in simulator', JSON.stringify(empty));
   }
 });
+
+t.test('a value outside an enum names the values there are', async (t) => {
+  t.same(problems('log: { level: verbose }\n'), ['/log/level: must be one of "fatal", "error", "warn", "info", "debug", "trace", "silent"']);
+  t.same(problems('upstreams: { sim: { kind: simulator } }\nmodels: [{ id: m, upstream: sim, strategy: fastest }]\n'), ['/models/0/strategy: must be one of "weighted", "least-latency", "least-busy"']);
+});
+
+t.test('SLUICE_LOG_LEVEL is checked as log.level is', async (t) => {
+  t.equal(message('log: { level: info }\n', { SLUICE_LOG_LEVEL: 'verbose' }), 'SLUICE_LOG_LEVEL: "verbose" is not a log level (fatal, error, warn, info, debug, trace, silent)');
+  t.equal(message('log: { level: info }\n', { SLUICE_LOG_LEVEL: 'debug' }), '', 'a level loads');
+});
+
+t.test('an unknown plugin name lists the plugins there are', async (t) => {
+  t.match(
+    await startError('extraPlugins: [nosuch-plugin]\nupstreams:\n  sim: { kind: simulator }\nmodels:\n  - { id: m, upstream: sim }\n'),
+    /^plugins: there is no plugin "nosuch-plugin" \(there are: access-log, auth, codecs\/chat, .*, upstreams\/simulator, usage\); one of your own is \{ name: nosuch-plugin, module: \.\/its-file\.js \}$/,
+  );
+});
+
+t.test('a missing environment variable names the file, where, and the two ways out', async (t) => {
+  t.equal(
+    message('upstreams:\n  oa: { kind: openai-chat, baseUrl: "http://127.0.0.1:1/v1", apiKey: "${UNSET_KEY}" }\n'),
+    'FILE: /upstreams/oa/apiKey: environment variable UNSET_KEY is not set: export UNSET_KEY=… before starting, or write ${UNSET_KEY:-default} for a default',
+  );
+});

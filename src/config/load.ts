@@ -36,7 +36,7 @@ export function loadConfig({ path, env = process.env }: LoadOptions = {}): Confi
     raw = parseFile(text, path);
     // An empty file (or one of comments) would run the embedded default: the simulator, on 8080.
     if (raw === null || raw === undefined) throw new ConfigError(`the config file ${path} is empty: give it its settings (docs/configuration.md), or start without a config file for the built-in simulator`);
-    raw = interpolate(raw, env, '');
+    raw = interpolate(raw, env, '', path);
   }
   if (!validateConfig(raw)) throw new ConfigError(`${source}:\n${formatErrors(validateConfig.errors ?? [])}`);
   return resolve(raw as RawConfig, env, source, path);
@@ -160,7 +160,7 @@ function resolve(raw: RawConfig, env: NodeJS.ProcessEnv, source: string, path?: 
       maxPins: raw.affinity?.maxPins ?? defaultAffinity.maxPins,
     },
     admin: { allowedOrigins: raw.admin?.allowedOrigins ?? [] },
-    log: { level: env.SLUICE_LOG_LEVEL || raw.log?.level || 'info' },
+    log: { level: logLevel(env.SLUICE_LOG_LEVEL) ?? raw.log?.level ?? 'info' },
     usage: { journalFsync: raw.usage?.journalFsync ?? false },
     store: raw.store?.kind === 'postgres' ? { kind: 'postgres', url: raw.store.url, poolSize: raw.store.poolSize ?? 10 } : { kind: 'sqlite' },
     limiter:
@@ -172,6 +172,14 @@ function resolve(raw: RawConfig, env: NodeJS.ProcessEnv, source: string, path?: 
     models,
     ...(raw.mcp && { mcp: mcpConfig(raw.mcp) }),
   };
+}
+
+/** SLUICE_LOG_LEVEL, checked as the file's log.level is (pino's own refusal names none of the levels). */
+function logLevel(level: string | undefined): string | undefined {
+  const levels: readonly string[] = configSchema.properties.log.properties.level.enum;
+  if (!level) return undefined;
+  if (!levels.includes(level)) throw new ConfigError(`SLUICE_LOG_LEVEL: "${level}" is not a log level (${levels.join(', ')})`);
+  return level;
 }
 
 /** The `mcp` section with its defaults: a minute per call, 1 MiB of arguments, 4 MiB of result, sessions idle ten minutes. */
@@ -275,19 +283,19 @@ function checkedProxies(entries: string[], source: string): string[] {
   return entries;
 }
 
-/** Replaces `${NAME}` and `${NAME:-fallback}` in every string value. */
-function interpolate(value: unknown, env: NodeJS.ProcessEnv, at: string): unknown {
+/** Replaces `${NAME}` and `${NAME:-fallback}` in every string value of the file at `path`. */
+function interpolate(value: unknown, env: NodeJS.ProcessEnv, at: string, path: string): unknown {
   if (typeof value === 'string') {
     return value.replace(/\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}/g, (_, name: string, fallback?: string) => {
       const found = env[name];
       if (found !== undefined && found !== '') return found;
       if (fallback !== undefined) return fallback;
-      throw new ConfigError(`${at || '/'}: environment variable ${name} is not set`);
+      throw new ConfigError(`${path}: ${at || '/'}: environment variable ${name} is not set: export ${name}=… before starting, or write \${${name}:-default} for a default`);
     });
   }
-  if (Array.isArray(value)) return value.map((v, i) => interpolate(v, env, `${at}/${i}`));
+  if (Array.isArray(value)) return value.map((v, i) => interpolate(v, env, `${at}/${i}`, path));
   if (value && typeof value === 'object') {
-    return Object.fromEntries(Object.entries(value).map(([k, v]) => [k, interpolate(v, env, `${at}/${k}`)]));
+    return Object.fromEntries(Object.entries(value).map(([k, v]) => [k, interpolate(v, env, `${at}/${k}`, path)]));
   }
   return value;
 }
@@ -303,6 +311,9 @@ function formatErrors(errors: ErrorObject[]): string {
       }
       if (e.keyword === 'required') {
         return `  ${where}: missing key "${(e.params as { missingProperty: string }).missingProperty}"`;
+      }
+      if (e.keyword === 'enum') {
+        return `  ${where}: must be one of ${(e.params as { allowedValues: unknown[] }).allowedValues.map((v) => JSON.stringify(v)).join(', ')}`;
       }
       if (e.keyword === 'discriminator') {
         const { tag, tagValue } = e.params as { tag: string; tagValue: unknown };
