@@ -119,3 +119,8 @@ t.test('a missing environment variable names the file, where, and the two ways o
     'FILE: /upstreams/oa/apiKey: environment variable UNSET_KEY is not set: export UNSET_KEY=… before starting, or write ${UNSET_KEY:-default} for a default',
   );
 });
+
+t.test('a placeholder left unquoted inside { … } is told to be quoted', async (t) => {
+  t.equal(message('server: { port: ${PORT:-9900}, workers: 1 }\n'), 'FILE: not valid YAML at line 1, column 18: Unexpected flow-map-start at node end (inside { … } or [ … ], quote a placeholder: "${NAME}")');
+  t.equal(message('server: { port: "${PORT:-9900}", workers: 1 }\n'), '', 'quoted, it loads, as a number');
+});

@@ -36,9 +36,12 @@ export function loadConfig({ path, env = process.env }: LoadOptions = {}): Confi
     raw = parseFile(text, path);
     // An empty file (or one of comments) would run the embedded default: the simulator, on 8080.
     if (raw === null || raw === undefined) throw new ConfigError(`the config file ${path} is empty: give it its settings (docs/configuration.md), or start without a config file for the built-in simulator`);
-    raw = interpolate(raw, env, '', path);
   }
-  if (!validateConfig(raw)) throw new ConfigError(`${source}:\n${formatErrors(validateConfig.errors ?? [])}`);
+  const placeholders = new Map<string, string>();
+  if (path) raw = interpolate(raw, env, '', path, placeholders);
+  if (!validateConfig(raw) && !(typePlaceholders(raw, validateConfig.errors ?? [], placeholders) && validateConfig(raw))) {
+    throw new ConfigError(`${source}:\n${formatErrors(validateConfig.errors ?? [])}`);
+  }
   return resolve(raw as RawConfig, env, source, path);
 }
 
@@ -55,7 +58,9 @@ function parseFile(text: string, path: string): unknown {
     const [error] = doc.errors;
     if (!error) return doc.toJS();
     const at = error.pos[0] >= 0 ? lines.linePos(error.pos[0]) : undefined;
-    throw new ConfigError(`${path}: not valid YAML${at ? ` at line ${at.line}, column ${at.col}` : ''}: ${reason(error.message)}`);
+    // `{ port: ${PORT} }`: in a flow collection the placeholder's braces are YAML's own.
+    const hint = text.startsWith('${', error.pos[0] - 1) ? ' (inside { … } or [ … ], quote a placeholder: "${NAME}")' : '';
+    throw new ConfigError(`${path}: not valid YAML${at ? ` at line ${at.line}, column ${at.col}` : ''}: ${reason(error.message)}${hint}`);
   } catch (err) {
     if (err instanceof ConfigError) throw err;
     // toJS: too many aliases (a resource exhaustion attack), or an alias to no anchor.
@@ -283,21 +288,54 @@ function checkedProxies(entries: string[], source: string): string[] {
   return entries;
 }
 
-/** Replaces `${NAME}` and `${NAME:-fallback}` in every string value of the file at `path`. */
-function interpolate(value: unknown, env: NodeJS.ProcessEnv, at: string, path: string): unknown {
+const PLACEHOLDER = /\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}/g;
+const ONE_PLACEHOLDER = /^\$\{[A-Za-z_][A-Za-z0-9_]*(?::-[^}]*)?\}$/;
+
+/**
+ * Replaces `${NAME}` and `${NAME:-fallback}` in every string value of the file at `path`. The
+ * values that were one placeholder and nothing else are noted in `placeholders` by their JSON
+ * pointer (as ajv names them), for typePlaceholders.
+ */
+function interpolate(value: unknown, env: NodeJS.ProcessEnv, at: string, path: string, placeholders: Map<string, string>): unknown {
   if (typeof value === 'string') {
-    return value.replace(/\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}/g, (_, name: string, fallback?: string) => {
+    const text = value.replace(PLACEHOLDER, (_, name: string, fallback?: string) => {
       const found = env[name];
       if (found !== undefined && found !== '') return found;
       if (fallback !== undefined) return fallback;
       throw new ConfigError(`${path}: ${at || '/'}: environment variable ${name} is not set: export ${name}=… before starting, or write \${${name}:-default} for a default`);
     });
+    if (ONE_PLACEHOLDER.test(value)) placeholders.set(at, text);
+    return text;
   }
-  if (Array.isArray(value)) return value.map((v, i) => interpolate(v, env, `${at}/${i}`, path));
+  if (Array.isArray(value)) return value.map((v, i) => interpolate(v, env, `${at}/${i}`, path, placeholders));
   if (value && typeof value === 'object') {
-    return Object.fromEntries(Object.entries(value).map(([k, v]) => [k, interpolate(v, env, `${at}/${k}`, path)]));
+    return Object.fromEntries(Object.entries(value).map(([k, v]) => [k, interpolate(v, env, `${at}/${k.replace(/~/g, '~0').replace(/\//g, '~1')}`, path, placeholders)]));
   }
   return value;
+}
+
+/**
+ * A placeholder's value is text, and `port: ${PORT:-9900}` would be refused as not an integer.
+ * Where the schema wants a number or a boolean and the value was one placeholder, its text is
+ * read as YAML reads an unquoted scalar (9900, 0.5, true, 0x1F); only there, so an apiKey of
+ * digits stays text, as do plugin options, which have no type here. Returns whether any changed.
+ */
+function typePlaceholders(raw: unknown, errors: ErrorObject[], placeholders: Map<string, string>): boolean {
+  let changed = false;
+  for (const e of errors) {
+    const text = placeholders.get(e.instancePath);
+    if (e.keyword !== 'type' || text === undefined || !/^[\w.+-]+$/.test(text)) continue;
+    const doc = parseDocument(text);
+    const read: unknown = doc.errors.length === 0 ? doc.toJS() : undefined;
+    const wants = String((e.params as { type: unknown }).type);
+    const fits = typeof read === 'boolean' ? wants.includes('boolean') : typeof read === 'number' && Number.isFinite(read) && /number|integer/.test(wants);
+    if (!fits) continue;
+    const keys = e.instancePath.split('/').slice(1).map((k) => k.replace(/~1/g, '/').replace(/~0/g, '~'));
+    const parent = keys.slice(0, -1).reduce((node, key) => node[key] as Record<string, unknown>, raw as Record<string, unknown>);
+    parent[keys.at(-1)!] = read;
+    changed = true;
+  }
+  return changed;
 }
 
 function formatErrors(errors: ErrorObject[]): string {
