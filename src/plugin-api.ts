@@ -63,6 +63,7 @@ export type { RequestValidator } from './validation.js';
 
 // Upstreams over HTTP, and their secrets kept out of what is relayed and logged.
 export { createHttpUpstream } from './http-upstream.js';
+export type { HttpUpstreamKind, HttpUpstreamOptions, Timeouts } from './http-upstream.js';
 export { REDACTED, scrubText, secretsOf } from './upstream-secrets.js';
 
 // Tokens, usage estimates, prices and budgets.

@@ -1,8 +1,9 @@
 /**
  * The README and docs/*.md against the tree they describe: the README stays a front door (at most
  * 250 lines, the Quick start's commands that .ci/run follows), every relative link and anchor
- * resolves (anchors by GitHub's heading slugs), the config examples load, and the file map in
- * docs/source.md lists every file in src/ and nothing that is not there.
+ * resolves (anchors by GitHub's heading slugs), the config examples load, the file map in
+ * docs/source.md lists every file in src/ and nothing that is not there, and the out-of-tree
+ * plugin walkthrough installs what the project builds with.
  */
 import { mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -159,4 +160,13 @@ t.test('the file map in docs/source.md lists every file in src/', async (t) => {
     readdirSync(join(root, dir), { withFileTypes: true }).flatMap((e) => (e.isDirectory() ? files(`${dir}${e.name}/`) : [`${dir}${e.name}`]));
   const missing = files('src/').filter((f) => !mapped.includes(f));
   t.same(missing, [], 'every file in src/ has its line in the map (a one-line description, from its top comment)');
+});
+
+t.test("the out-of-tree plugin walkthrough installs without scripts, and the TypeScript the project builds with", async (t) => {
+  const installs = read('docs/plugins.md').split('\n').filter((line) => /^npm install\b/.test(line));
+  t.ok(installs.length >= 2, 'the walkthrough installs the package and TypeScript');
+  for (const line of installs) t.match(line, /--ignore-scripts/, line);
+  // A newer major (7) refuses to compile the walkthrough's files beside a tsconfig.json (TS5112).
+  const pinned = JSON.parse(read('package.json')).devDependencies.typescript;
+  t.ok(installs.some((line) => line.includes(`typescript@${pinned}`)), `TypeScript is pinned to ${pinned}`);
 });

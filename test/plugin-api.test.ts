@@ -80,6 +80,28 @@ export default definePlugin(({ options, log }) => {
   );
   t.equal(compiled, '', 'the plugin compiles against the package');
 
+  // An HTTP upstream kind names what createHttpUpstream takes by the API's own types.
+  writeFileSync(
+    join(dir, 'http-kind.ts'),
+    `import { createHttpUpstream, definePlugin, type HttpUpstreamKind, type HttpUpstreamOptions, type Timeouts } from 'sluice/plugin-api';
+const kind: HttpUpstreamKind = { family: 'chat', authHeaders: (apiKey) => ({ authorization: \`Bearer \${apiKey}\` }) };
+const timeouts: Partial<Timeouts> = { firstByteMs: 30_000 };
+export default definePlugin((ctx) => {
+  ctx.addUpstreamKind('typed', (name, raw) => {
+    const options: HttpUpstreamOptions = { baseUrl: String(raw.baseUrl), timeouts };
+    return createHttpUpstream(kind, name, { ...options });
+  });
+  return { name: 'typed' };
+});
+`,
+  );
+  writeFileSync(join(dir, 'tsconfig.http-kind.json'), JSON.stringify({ extends: './tsconfig.json', files: ['http-kind.ts'] }));
+  const typed = await promisify(execFile)(process.execPath, [tsc, '-p', join(dir, 'tsconfig.http-kind.json'), '--noEmit']).then(
+    () => '',
+    (err: { stdout?: string; message: string }) => err.stdout || err.message,
+  );
+  t.equal(typed, '', 'HttpUpstreamKind, HttpUpstreamOptions and Timeouts are exported');
+
   // The lifecycle is the pipeline's: a plugin that writes how an exchange ended, or ends it, does not compile.
   writeFileSync(
     join(dir, 'meddling.ts'),

@@ -105,4 +105,15 @@ t.test('the snippets run against a gateway on the embedded default', async (t) =
       t.notMatch(result.stdout ?? '', /"error"\s*:\s*\{/, 'the answer is not an error body');
     });
   }
+
+  // docs/operations.md makes a "ci-bot" in team-a through the admin API, then one in team-b with
+  // the CLI and changes "$id": the CLI block's, not team-a's.
+  t.test('the CLI block changes the key it created, not the one of the same name before it', async (t) => {
+    const keys: { name: string; group: string; disabled: boolean }[] = JSON.parse((await run(process.execPath, [join(distRoot, 'src/main.js'), 'keys', 'list'], { env: { ...process.env, SLUICE_DATA_DIR: dataDir } })).stdout);
+    const bots = keys.filter((k) => k.name === 'ci-bot').map((k) => ({ group: k.group, disabled: k.disabled }));
+    t.same(bots.sort((a, b) => a.group.localeCompare(b.group)), [
+      { group: 'team-a', disabled: false },
+      { group: 'team-b', disabled: true },
+    ]);
+  });
 });
