@@ -92,7 +92,8 @@ export function estimateTokens(texts: string | readonly string[], options: Estim
 const CHEAP_TOKENS_PER_CHAR = 0.2;
 
 /**
- * A floor under the o200k tokens of `texts`, from each character's kind: a printable ASCII one at
+ * A floor under the o200k tokens of `texts`, from each character's kind (a run of one ASCII
+ * character counts once): a printable ASCII one at
  * least a fifth of a token, a 2-byte one (Cyrillic, Greek, accented) a quarter, a 3-byte one (CJK,
  * kana) a half, a surrogate pair (rare scripts, emoji) one; whitespace nothing. Below the real
  * count for text of any script, so it only ever raises an estimate that missed dense text: rare
@@ -103,7 +104,8 @@ function floorTokens(texts: readonly string[]): number {
   for (const text of texts) {
     for (let i = 0; i < text.length; i++) {
       const c = text.charCodeAt(i);
-      if (c > 0x20 && c < 0x7f) floor += 0.2;
+      // A run of one ASCII character ("-----", "=====") packs many to a token: only its first counts.
+      if (c > 0x20 && c < 0x7f) floor += c === text.charCodeAt(i - 1) ? 0 : 0.2;
       else if (c >= 0xd800 && c <= 0xdfff) floor += 0.5;
       else if (c >= 0x800) floor += 0.5;
       else if (c >= 0x80) floor += 0.25;

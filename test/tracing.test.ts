@@ -283,6 +283,8 @@ t.test("OTEL_TRACES_SAMPLER decides before the upstream call: a trace it drops g
   const sdk = await import('@opentelemetry/sdk-trace-base');
   t.throws(() => samplerFromEnv(sdk, { OTEL_TRACES_SAMPLER: 'sometimes' }), /OTEL_TRACES_SAMPLER: "sometimes" is not a sampler.*traceidratio/);
   t.throws(() => samplerFromEnv(sdk, { OTEL_TRACES_SAMPLER: 'traceidratio', OTEL_TRACES_SAMPLER_ARG: '2' }), /OTEL_TRACES_SAMPLER_ARG: a ratio from 0 to 1/);
+  t.doesNotThrow(() => samplerFromEnv(sdk, { OTEL_TRACES_SAMPLER: '' }), 'empty is unset');
+  t.doesNotThrow(() => samplerFromEnv(sdk, { OTEL_TRACES_SAMPLER: 'always_on', OTEL_TRACES_SAMPLER_ARG: 'endpoint=x' }), "another sampler's argument is ignored");
 
   const recorder = await startRecorder();
   t.teardown(() => recorder.close());

@@ -76,10 +76,17 @@ export function boundedFetch({ server, maxResultBytes, base = fetch }: BoundedFe
     const cap = capOf(request);
     const tooLarge = () => tooLargeAnswer(request, server, cap);
     // A stream no request waits on (the server's own, opened by GET) is just ended.
-    if (!response.ok) return finished(await boundedText(response, ERROR_TEXT_BYTES), response, forget);
-    if (mediaType(response) === 'text/event-stream') return new Response(eventsWithin(response.body, cap, request && tooLarge, forget), { status: response.status, statusText: response.statusText, headers: response.headers });
-    const text = await boundedText(response, cap);
-    return finished(text.over ? { text: JSON.stringify(tooLarge()), over: false } : text, response, forget);
+    if (mediaType(response) === 'text/event-stream' && response.ok) {
+      return new Response(eventsWithin(response.body, cap, request && tooLarge, forget), { status: response.status, statusText: response.statusText, headers: response.headers });
+    }
+    try {
+      if (!response.ok) return finished(await boundedText(response, ERROR_TEXT_BYTES), response);
+      const text = await boundedText(response, cap);
+      return finished(text.over ? { text: JSON.stringify(tooLarge()) } : text, response);
+    } finally {
+      // Read whole, or failed (the request cancelled under it, the connection reset): over either way.
+      forget();
+    }
   };
 }
 
@@ -127,8 +134,7 @@ async function boundedText(response: Response, cap: number): Promise<{ text: str
 }
 
 /** The answer again with `text` as its body (its length is no longer the server's). */
-function finished(body: { text: string }, response: Response, forget: () => void): Response {
-  forget();
+function finished(body: { text: string }, response: Response): Response {
   const headers = new Headers(response.headers);
   headers.delete('content-length');
   headers.delete('content-encoding');

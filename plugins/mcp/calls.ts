@@ -69,8 +69,8 @@ export interface CallContext {
   signal: AbortSignal;
   /** Set when the client asked for progress: each upstream progress notification is passed on. */
   onProgress?: (progress: Progress) => void;
-  /** The upstream session failed beneath the protocol (closed, expired): the next call opens another. */
-  unusable?: () => void;
+  /** The upstream session `client` failed beneath the protocol (closed, expired): the next call opens another. */
+  unusable?: (client: Client) => void;
 }
 
 export class ToolCalls {
@@ -166,24 +166,26 @@ export class ToolCalls {
     this.inFlight++;
     try {
       if (server.state !== 'ready') throw new RpcError(SERVER_UNAVAILABLE, `MCP server "${server.name}" is ${server.state}${server.error ? ` (${server.error})` : ''}: try again shortly.`, { code: 'server_unavailable' });
+      /** The session the last try went through. */
+      let used: Client | undefined;
       const sendOnce = async () => {
-        const client = await session(server).catch((err: unknown) => {
+        used = await session(server).catch((err: unknown) => {
           if (err instanceof RpcError) throw err;
           throw new RpcError(SERVER_UNAVAILABLE, server.scrub(`MCP server "${server.name}" cannot be reached: ${err instanceof Error ? err.message : String(err)}`), { code: 'server_unavailable' });
         });
-        return send(client);
+        return send(used);
       };
       const result = await sendOnce()
         .catch((err: unknown) => {
           // A session the server no longer knows (it restarted, or expired it): the request never
           // ran there, so it goes once more, on a new session. A connection that closed mid-call
           // may have run it, and is not sent again.
-          if (ctx.signal.aborted || !sessionUnknown(err)) throw err;
-          ctx.unusable?.();
+          if (ctx.signal.aborted || !sessionUnknown(err) || !used) throw err;
+          ctx.unusable?.(used);
           return sendOnce();
         })
         .catch((err: unknown) => {
-          if (!ctx.signal.aborted && sessionLost(err)) ctx.unusable?.();
+          if (!ctx.signal.aborted && sessionLost(err) && used) ctx.unusable?.(used);
           throw this.upstreamError(err, server, what, ctx.signal);
         });
       resultBytes = Buffer.byteLength(JSON.stringify(result));

@@ -76,6 +76,8 @@ export class ClientSession {
   /** Requests being handled now: a session busy with a call is not idle. */
   busy = 0;
   private readonly upstream = new Map<string, Promise<Client>>();
+  /** The client each upstream session promise gave, once it did: which session a failed call used. */
+  private readonly opened = new WeakMap<Promise<Client>, Client>();
   private closed = false;
 
   constructor(
@@ -139,10 +141,16 @@ export class ClientSession {
     await client.close().catch(() => undefined);
   }
 
-  /** Drops this session's upstream session with a server (an HTTP one is closed); the next use opens another. */
-  private async forget(name: string): Promise<void> {
+  /**
+   * Drops this session's upstream session with a server (an HTTP one is closed); the next use
+   * opens another. With `failed`, only if that is still the one in use: calls failing side by side
+   * must not close the session another of them has just opened.
+   */
+  private async forget(name: string, failed?: Client): Promise<void> {
     const pending = this.upstream.get(name);
     if (!pending) return;
+    // At once (the caller may open the next session right after), and only the one that failed.
+    if (failed && this.opened.get(pending) !== failed) return;
     this.upstream.delete(name);
     const client = await pending.catch(() => undefined);
     if (client && !this.host.server(name)?.isShared(client)) await client.close().catch(() => undefined);
@@ -165,6 +173,7 @@ export class ClientSession {
       this.upstream.set(server.name, mine);
       mine.then(
         (client) => {
+          this.opened.set(mine, client);
           // An HTTP session that closes (the server restarted, or expired it) is opened again next time.
           if (!server.isShared(client)) client.onclose = () => this.upstream.get(server.name) === mine && this.upstream.delete(server.name);
         },
@@ -218,7 +227,7 @@ export class ClientSession {
           principal,
           signal: extra.signal,
           ...(onProgress && { onProgress }),
-          unusable: () => entry && void this.forget(entry.server),
+          unusable: (client) => entry && void this.forget(entry.server, client),
         });
         await Promise.all(sent);
         return result;
@@ -309,7 +318,7 @@ export class ClientSession {
     return this.host.calls.request(method, { server: name, name: target }, server, this.session, {
       principal: principalOf(extra.authInfo),
       signal: extra.signal,
-      unusable: () => void this.forget(name),
+      unusable: (client) => void this.forget(name, client),
     }, send);
   }
 

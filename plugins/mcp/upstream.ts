@@ -245,6 +245,8 @@ export class McpUpstream {
           if (this.client !== client || this.stopping) return;
           this.client = undefined;
           clearInterval(this.health);
+          // As at a close: a connection that stayed up long enough starts the backoff afresh.
+          if (this.readySince !== undefined && Date.now() - this.readySince >= STABLE_MS) this.failures = 0;
           void client.close().catch(() => undefined);
           this.scheduleRestart(`it did not answer a ping: ${err instanceof Error ? err.message : String(err)}`);
         },

@@ -62,17 +62,22 @@ type Sdk = typeof import('@opentelemetry/sdk-trace-base');
  * says sampled only when the spans will be exported (callSpan).
  */
 export function samplerFromEnv(sdk: Sdk, env: NodeJS.ProcessEnv): import('@opentelemetry/sdk-trace-base').Sampler {
-  const name = (env.OTEL_TRACES_SAMPLER ?? 'parentbased_always_on').trim().toLowerCase();
-  const arg = env.OTEL_TRACES_SAMPLER_ARG?.trim();
-  const ratio = arg === undefined || arg === '' ? 1 : Number(arg);
-  if (!(ratio >= 0 && ratio <= 1)) throw new Error(`OTEL_TRACES_SAMPLER_ARG: a ratio from 0 to 1 is expected, not "${arg}"`);
+  // Empty is unset, as the specification says (a chart often sets the variable to nothing).
+  const name = (env.OTEL_TRACES_SAMPLER?.trim() || 'parentbased_always_on').toLowerCase();
+  // Read by the ratio samplers alone: another sampler's leftover argument is no error.
+  const ratio = () => {
+    const arg = env.OTEL_TRACES_SAMPLER_ARG?.trim();
+    const value = arg ? Number(arg) : 1;
+    if (!(value >= 0 && value <= 1)) throw new Error(`OTEL_TRACES_SAMPLER_ARG: a ratio from 0 to 1 is expected, not "${arg}"`);
+    return value;
+  };
   const samplers: Record<string, () => import('@opentelemetry/sdk-trace-base').Sampler> = {
     always_on: () => new sdk.AlwaysOnSampler(),
     always_off: () => new sdk.AlwaysOffSampler(),
-    traceidratio: () => new sdk.TraceIdRatioBasedSampler(ratio),
+    traceidratio: () => new sdk.TraceIdRatioBasedSampler(ratio()),
     parentbased_always_on: () => new sdk.ParentBasedSampler({ root: new sdk.AlwaysOnSampler() }),
     parentbased_always_off: () => new sdk.ParentBasedSampler({ root: new sdk.AlwaysOffSampler() }),
-    parentbased_traceidratio: () => new sdk.ParentBasedSampler({ root: new sdk.TraceIdRatioBasedSampler(ratio) }),
+    parentbased_traceidratio: () => new sdk.ParentBasedSampler({ root: new sdk.TraceIdRatioBasedSampler(ratio()) }),
   };
   const make = samplers[name];
   if (!make) throw new Error(`OTEL_TRACES_SAMPLER: "${name}" is not a sampler Sluice knows; use one of ${Object.keys(samplers).join(', ')}`);
