@@ -69,7 +69,9 @@ t.test('groups create and update set limits and a budget; update changes only th
   const monthStart = new Date();
   monthStart.setUTCDate(1);
   monthStart.setUTCHours(0, 0, 0, 0);
-  t.equal(listed.spend.since, monthStart.toISOString(), 'the month starts on the 1st, midnight UTC');
+  // A group made this month counts from its creation (a deleted group's records under its name are not its spend).
+  t.equal(listed.spend.since, new Date(Math.max(monthStart.getTime(), listed.createdAt)).toISOString(), 'the month starts on the 1st, midnight UTC, or later at the group\'s creation');
+  t.ok(listed.createdAt > monthStart.getTime(), 'made just now: so from its creation');
 
   await cli('groups', 'create', 'scratch', '--models', 'priced', '--families', 'chat', '--rpm', '5', '--budget', '1/day');
   const cleared = await cli('groups', 'update', 'scratch', '--no-limits', '--budget', 'none');

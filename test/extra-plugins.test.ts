@@ -47,7 +47,9 @@ t.test('an extraPlugins entry of the wrong shape is told as such', async (t) => 
 
 /** The message a gateway start fails with when `source` is an extra plugin's module (undefined when it starts). */
 async function bootError(source: string, upstream = '{ kind: simulator }'): Promise<string | undefined> {
-  const module = join(dir, `plugin-${Math.random().toString(36).slice(2)}.js`);
+  // .mjs: ES modules whatever package.json lies above the temporary folder (a .js there is
+  // CommonJS or ESM by the nearest one, and a full CI run once read these as CommonJS).
+  const module = join(dir, `plugin-${Math.random().toString(36).slice(2)}.mjs`);
   writeFileSync(module, source);
   return startTestGateway((dataDir) => `dataDir: ${dataDir}\nextraPlugins: [{ name: mine, module: ${JSON.stringify(module)} }]\nupstreams:\n  up: ${upstream}\nmodels:\n  - { id: m, upstream: up }\n`).then(
     async (gw) => void (await gw.stop()),
