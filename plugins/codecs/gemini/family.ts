@@ -9,7 +9,7 @@ import {
   echoed,
   type Exchange,
   type FamilyPassthrough,
-  fieldStartsWith,
+  hasObjectField,
   frameJson,
   GatewayError,
   holdsArray,
@@ -111,13 +111,12 @@ function modelEntry(m: ModelConfig): GeminiModel {
 /** An answer has its `candidates` array, or a blocked prompt's `promptFeedback` in their place. */
 const CANDIDATES = Buffer.from('"candidates"');
 const PROMPT_FEEDBACK = Buffer.from('"promptFeedback"');
-const OBJECT = Buffer.from('{');
 
 /** A Gemini upstream gets the client's bytes, and its answers come back as they are. */
 const passthrough: FamilyPassthrough = {
   modelKey: '"modelVersion"',
   // A passthrough 200 that is not a JSON object with candidates (or a blocked prompt's feedback) is a lying upstream: a 502 (relay).
-  isAnswer: (body) => looksLikeJsonObject(body) && (holdsArray(body, CANDIDATES) || fieldStartsWith(body, PROMPT_FEEDBACK, OBJECT)),
+  isAnswer: (body) => looksLikeJsonObject(body) && (holdsArray(body, CANDIDATES) || hasObjectField(body, PROMPT_FEEDBACK)),
 
   prepare(ex, _upstream, rules) {
     const req = requestOf(ex);

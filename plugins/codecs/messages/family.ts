@@ -10,7 +10,6 @@ import {
   echoed,
   type Exchange,
   type FamilyPassthrough,
-  fieldStartsWith,
   frameJson,
   GatewayError,
   holdsArray,
@@ -150,16 +149,15 @@ export function anthropicRateLimitHeaders({ requests, tokens }: RateLimitWindows
   return headers;
 }
 
-/** Every answer is `"type": "message"` with its `content` array: JSON without them (`{}`, `{"ok":true}`) is no answer. */
-const TYPE = Buffer.from('"type"');
-const MESSAGE = Buffer.from('"message"');
+/** Every answer has its `content` array: JSON without it (`{}`, `{"ok":true}`) is no answer. */
 const CONTENT = Buffer.from('"content"');
 
 /** A Messages upstream gets the client's bytes and headers, and its answers come back as they are. */
 const passthrough: FamilyPassthrough = {
   modelKey: '"model"',
-  // A passthrough 200 that is not a JSON object of type message with its content is a lying upstream: a 502 (relay).
-  isAnswer: (body) => looksLikeJsonObject(body) && holdsArray(body, CONTENT) && fieldStartsWith(body, TYPE, MESSAGE),
+  // A passthrough 200 that is not a JSON object with its content is a lying upstream: a 502 (relay).
+  // One field, as for the other families: a second search (its "type") cost 80 ns more an answer.
+  isAnswer: (body) => looksLikeJsonObject(body) && holdsArray(body, CONTENT),
 
   prepare(ex, _upstream, rules) {
     const req = requestOf(ex);
